@@ -1,0 +1,109 @@
+"""Dtypes, poison values and guarded allocation shared by inputs, checks and timing."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .errors import WorkerError
+
+SUPPORTED_DTYPES = (
+    "float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint32", "bool",
+)
+# Bytes after every array, filled with GUARD_BYTE: a kernel writing past its end is caught.
+GUARD_LEN = 64
+GUARD_BYTE = 0xA5
+# Every array starts on a cache line, in checks and in timing copies alike, so a kernel that assumes
+# alignment behaves the same in both.
+ALIGN = 64
+# bool has no spare value, so its poison is a byte that is neither 0 nor 1.
+BOOL_POISON = 0xFF
+# Float poison is a quiet NaN with a payload no arithmetic produces (inputs hold no NaN to propagate),
+# so a NaN the kernel computed is told apart from an element it never wrote.
+FLOAT_POISON_BITS: dict[int, np.unsignedinteger[Any]] = {
+    2: np.uint16(0x7E5A), 4: np.uint32(0x7FC5A5A5), 8: np.uint64(0x7FF8A5A5A5A5A5A5),
+}
+
+
+def np_dtype(name: str) -> np.dtype:
+    if name == "bfloat16":
+        raise WorkerError("unsupported_dtype", "bfloat16 has no numpy dtype; the cpu target cannot run it")
+    if name not in SUPPORTED_DTYPES:
+        raise WorkerError("unsupported_dtype", f"unknown dtype {name!r}; expected one of {', '.join(SUPPORTED_DTYPES)}")
+    return np.dtype(name)
+
+
+def poison_scalar(dtype: np.dtype) -> float | int:
+    """NaN for floats; for integers an extreme value a correct kernel rarely writes."""
+    if dtype.kind == "f":
+        return math.nan
+    if dtype.kind == "i":
+        return int(np.iinfo(dtype).min)
+    if dtype.kind == "u":
+        return int(np.iinfo(dtype).max)
+    return BOOL_POISON
+
+
+def describe_poison(dtype: np.dtype) -> str:
+    return "NaN poison" if dtype.kind == "f" else f"poison {poison_scalar(dtype)}"
+
+
+def fill_poison(arr: np.ndarray) -> None:
+    if arr.dtype.kind == "f":
+        bits = FLOAT_POISON_BITS[arr.dtype.itemsize]
+        arr.view(bits.dtype).fill(bits)
+    elif arr.dtype == np.bool_:
+        arr.view(np.uint8).fill(BOOL_POISON)
+    else:
+        arr.fill(poison_scalar(arr.dtype))
+
+
+def poison_mask(arr: np.ndarray) -> np.ndarray:
+    """Elements that still hold the poison (bit for bit)."""
+    mask: np.ndarray
+    if arr.dtype.kind == "f":
+        bits = FLOAT_POISON_BITS[arr.dtype.itemsize]
+        mask = arr.view(bits.dtype) == bits
+    elif arr.dtype == np.bool_:
+        mask = arr.view(np.uint8) == BOOL_POISON
+    else:
+        mask = arr == poison_scalar(arr.dtype)
+    return mask
+
+
+def as_float64(arr: np.ndarray) -> np.ndarray:
+    if arr.dtype == np.bool_:
+        # Any nonzero byte is true in C; read the raw bytes so numpy does not reinterpret them.
+        arr = arr.view(np.uint8) != 0
+    return arr.astype(np.float64)
+
+
+def alloc(shape: Sequence[int], dtype: np.dtype, *, poison: bool = True) -> np.ndarray:
+    """A C-contiguous, ALIGN-aligned array followed by GUARD_LEN guard bytes (see `guard_intact`)."""
+    nbytes = math.prod(shape) * dtype.itemsize
+    raw = np.empty(nbytes + GUARD_LEN + ALIGN, dtype=np.uint8)
+    start = -raw.ctypes.data % ALIGN
+    raw[start + nbytes: start + nbytes + GUARD_LEN] = GUARD_BYTE
+    arr = raw[start: start + nbytes].view(dtype).reshape(tuple(shape))
+    if poison:
+        fill_poison(arr)
+    return arr
+
+
+def alloc_copy(src: np.ndarray) -> np.ndarray:
+    arr = alloc(src.shape, src.dtype, poison=False)
+    np.copyto(arr, src)
+    return arr
+
+
+def guard_intact(arr: np.ndarray) -> bool:
+    """True when the guard bytes after an `alloc` array were not overwritten."""
+    raw = arr.base
+    while raw is not None and raw.base is not None:
+        raw = raw.base
+    assert isinstance(raw, np.ndarray) and raw.dtype == np.uint8, "array was not made by alloc()"
+    end = arr.ctypes.data - raw.ctypes.data + arr.nbytes
+    return bool(np.all(raw[end: end + GUARD_LEN] == GUARD_BYTE))

@@ -1,0 +1,101 @@
+"""Comparing a kernel's outputs with the reference, and catching kernels that write where they must not."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .arrays import as_float64, describe_poison, guard_intact, poison_mask, poison_scalar
+
+
+@dataclass
+class OutputCheck:
+    name: str
+    max_abs: float
+    max_rel: float
+    worst_index: list[int] | None
+    mismatches: int
+    unwritten: int
+    problem: str | None  # this output's part of the `wrong` message; None when it passed
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "max_abs": self.max_abs, "max_rel": self.max_rel, "worst_index": self.worst_index,
+            "mismatches": self.mismatches, "unwritten": self.unwritten,
+        }
+
+
+def _index(flat: int, shape: tuple[int, ...]) -> list[int]:
+    return [int(i) for i in np.unravel_index(flat, shape)] if shape else []
+
+
+def compare(name: str, got: np.ndarray, expected: np.ndarray, atol: float, rtol: float) -> OutputCheck:
+    """Element-wise |got - expected| <= atol + rtol * |expected|, in float64; NaN matches NaN."""
+    exp = np.asarray(expected, dtype=np.float64)
+    val = as_float64(got)
+    # Where the reference itself expects NaN or the integer poison, a poisoned element is a correct one.
+    exp_poison = np.isnan(exp) if got.dtype.kind == "f" else exp == float(poison_scalar(got.dtype))
+    unwritten = poison_mask(got) & ~exp_poison
+    written = ~unwritten
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        diff = np.abs(val - exp)
+        tol = atol + rtol * np.abs(exp)
+        ok = (val == exp) | (diff <= tol) | (np.isnan(val) & np.isnan(exp))
+        bad = ~ok & written
+        # How far past its tolerance each element is; NaN and inf differences count as infinitely far.
+        excess = np.where(np.isnan(diff), np.inf, diff / np.where(tol > 0, tol, np.finfo(np.float64).tiny))
+        rel = np.where(np.abs(exp) > 0, diff / np.abs(exp), 0.0)
+    comparable = written & ~np.isnan(diff)
+    max_abs = float(diff[comparable].max()) if comparable.any() else 0.0
+    # Relative error means little where |expected| is below atol (a softmax tail, a sum that cancels):
+    # it is reported over the elements above atol, or over every nonzero one when there are none.
+    significant = comparable & (np.abs(exp) > atol)
+    if not significant.any():
+        significant = comparable
+    max_rel = float(rel[significant].max()) if significant.any() else 0.0
+    mismatches = int(bad.sum())
+    n_unwritten = int(unwritten.sum())
+    shape = got.shape
+    worst: list[int] | None = None
+    if mismatches:
+        worst = _index(int(np.argmax(np.where(bad, excess, -1.0))), shape)
+    elif comparable.any():
+        worst = _index(int(np.argmax(np.where(comparable, diff, -1.0))), shape)
+    problem: str | None = None
+    if n_unwritten:
+        first = _index(int(np.argmax(unwritten)), shape)
+        problem = (f"output {name}: {n_unwritten} of {got.size} elements unwritten "
+                   f"(still {describe_poison(got.dtype)}); first at {first}")
+    elif mismatches:
+        assert worst is not None
+        g, e = float(val[tuple(worst)]), float(exp[tuple(worst)])
+        a = abs(g - e)
+        r = a / abs(e) if e != 0 else float("inf")
+        problem = (f"output {name}: {mismatches} elements outside atol={atol:g} rtol={rtol:g}; worst at {worst}: "
+                   f"got {g:.7g}, expected {e:.7g} (abs {a:.3g}, rel {r:.3g})")
+    return OutputCheck(name, max_abs, max_rel, worst, mismatches, n_unwritten, problem)
+
+
+def _element_bytes(arr: np.ndarray) -> np.ndarray:
+    """One row of raw bytes per element: -0.0 differs from 0.0 and a NaN payload counts."""
+    return np.ascontiguousarray(arr).reshape(-1).view(np.uint8).reshape(arr.size, arr.dtype.itemsize)
+
+
+def modified(name: str, now: np.ndarray, pristine: np.ndarray) -> str | None:
+    """Bytewise comparison of an input with its pristine copy; a message when the kernel changed it."""
+    if now.size == 0:
+        return None
+    changed = np.any(_element_bytes(now) != _element_bytes(pristine), axis=1)
+    count = int(changed.sum())
+    if not count:
+        return None
+    first = _index(int(np.argmax(changed)), now.shape)
+    return f"input {name} modified by the kernel: {count} of {now.size} elements changed; first at {first}"
+
+
+def overruns(arrays: Mapping[str, np.ndarray]) -> list[str]:
+    """Names of arrays whose guard bytes were overwritten (the kernel wrote past their end)."""
+    return [name for name, arr in arrays.items() if not guard_intact(arr)]

@@ -1,0 +1,166 @@
+"""The `run` op: check a compiled candidate on fresh inputs for every seed, then time it next to baselines."""
+
+from __future__ import annotations
+
+import functools
+import traceback
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .arrays import alloc, alloc_copy, np_dtype
+from .check import compare, modified, overruns
+from .errors import WorkerError
+from .inputs import make_inputs
+from .targets import Target
+from .task import Task, tail
+from .timing import Call, TimingConfig, copies_for, measure
+
+Arrays = dict[str, np.ndarray]
+
+
+@dataclass
+class RunRequest:
+    key: str
+    dims: dict[str, int]
+    shapes: dict[str, tuple[int, ...]]
+    dtypes: dict[str, np.dtype]  # inputs, outputs and buffers
+    buffers: list[str]
+    launches: list[dict[str, Any]]
+    seeds: list[int]
+    timing: TimingConfig
+    baselines: list[str]
+
+
+def _field(obj: Mapping[str, Any], name: str, kind: type | tuple[type, ...], where: str = "run") -> Any:
+    value = obj.get(name)
+    if not isinstance(value, kind):
+        raise WorkerError("bad_request", f"{where}: field `{name}` missing or not a {getattr(kind, '__name__', kind)}")
+    return value
+
+
+def parse_request(req: Mapping[str, Any], task: Task) -> RunRequest:
+    """Everything the Rust side must get right; a mistake here is `bad_request`, never the candidate's."""
+    workload = _field(req, "workload", dict)
+    dims = _field(workload, "dims", dict, "workload")
+    shapes = {n: tuple(int(d) for d in s) for n, s in _field(workload, "shapes", dict, "workload").items()}
+    dtypes = {n: np_dtype(d) for n, d in _field(workload, "dtypes", dict, "workload").items()}
+    buffers: list[str] = []
+    for b in req.get("buffers") or []:
+        shapes[b["name"]] = tuple(int(d) for d in b["shape"])
+        dtypes[b["name"]] = np_dtype(b["dtype"])
+        buffers.append(b["name"])
+    for name in [n for n, _ in task.inputs] + task.outputs:
+        if name not in shapes or name not in dtypes:
+            raise WorkerError("bad_request", f"workload gives no shape or dtype for {name!r}")
+    launches = _field(req, "launches", list)
+    for launch in launches:
+        for name in (*launch.get("inputs", []), *launch.get("outputs", [])):
+            if name not in shapes:
+                raise WorkerError("bad_request", f"launch of {launch.get('kernel')!r} names unknown array {name!r}")
+        for s in launch.get("scalars") or []:
+            if isinstance(s, bool) or not isinstance(s, (int, float)) or int(s) != s:
+                raise WorkerError("bad_request", f"launch of {launch.get('kernel')!r}: scalar {s!r} is not an integer")
+        launch["scalars"] = [int(s) for s in launch.get("scalars") or []]
+    baselines = list(req.get("baselines") or [])
+    for name in baselines:
+        if name not in task.baselines:
+            raise WorkerError("bad_request", f"baseline {name!r} is not available (loaded: {sorted(task.baselines)})")
+    seeds = _field(req, "seeds", list)
+    if not seeds or not all(isinstance(s, int) and s >= 0 for s in seeds):
+        raise WorkerError("bad_request", "run: `seeds` must be a non-empty list of non-negative integers")
+    return RunRequest(
+        key=_field(req, "key", str), dims={k: int(v) for k, v in dims.items()}, shapes=shapes, dtypes=dtypes,
+        buffers=buffers, launches=launches, seeds=seeds, timing=TimingConfig.from_json(req.get("timing")),
+        baselines=baselines,
+    )
+
+
+def _arrays(r: RunRequest, task: Task, inputs: Arrays) -> Arrays:
+    """What one call of the candidate sees: copies of the inputs, poisoned outputs and buffers."""
+    arrays = {name: alloc_copy(a) for name, a in inputs.items()}
+    for name in [*task.outputs, *r.buffers]:
+        arrays[name] = alloc(r.shapes[name], r.dtypes[name])
+    return arrays
+
+
+def check_seed(r: RunRequest, task: Task, target: Target, seed: int) -> tuple[dict[str, Any], list[str], Arrays]:
+    """Runs the launches once on fresh inputs; returns the check, its problems and the pristine inputs."""
+    pristine = make_inputs(task.inputs, r.shapes, r.dtypes, r.dims, np.random.default_rng(seed), task.make_inputs)
+    arrays = _arrays(r, task, pristine)
+    target.bind(r.key, r.launches, arrays)()
+
+    problems: list[str] = []
+    over = overruns(arrays)
+    role = {**{n: "buffer" for n in r.buffers}, **{n: "output" for n in task.outputs}, **{n: "input" for n in pristine}}
+    problems += [f"{role[n]} {n}: written past its end" for n in over]
+    changed = {n: msg for n in pristine if (msg := modified(n, arrays[n], pristine[n]))}
+    problems += changed.values()
+
+    # The reference sees float64 copies, out of the candidate's reach; integer and bool inputs keep their dtype.
+    ref_inputs = {n: a.astype(np.float64) if a.dtype.kind == "f" else a.copy() for n, a in pristine.items()}
+    expected = task.reference(ref_inputs, dict(r.dims))
+    outputs: dict[str, Any] = {}
+    for name in task.outputs:
+        if name not in expected:
+            raise WorkerError("bad_task", f"reference.py returned no output {name!r}")
+        exp = np.asarray(expected[name])
+        if exp.shape != r.shapes[name]:
+            raise WorkerError("bad_task", f"reference.py returned {name!r} with shape {list(exp.shape)}, "
+                              f"expected {list(r.shapes[name])}")
+        dtype = str(r.dtypes[name])
+        if dtype not in task.tolerances:
+            raise WorkerError("bad_task", f"task.toml has no [tolerance.{dtype}] for output {name!r}")
+        atol, rtol = task.tolerances[dtype]
+        result = compare(name, arrays[name], exp, atol, rtol)
+        outputs[name] = result.to_json()
+        if result.problem:
+            problems.append(result.problem)
+    check = {"seed": seed, "passed": not problems, "outputs": outputs, "inputs_modified": list(changed),
+             "overruns": over}
+    return check, problems, pristine
+
+
+def _time(r: RunRequest, task: Task, target: Target, inputs: Arrays) -> tuple[dict[str, Any], dict[str, Any]]:
+    sample = _arrays(r, task, inputs)
+    copies = copies_for(sum(a.nbytes for a in sample.values()), target.cache_bytes())
+    sets = [sample] + [_arrays(r, task, inputs) for _ in range(copies - 1)]
+    entries: list[list[Call]] = [[target.bind(r.key, r.launches, arrays) for arrays in sets]]
+    for name in r.baselines:
+        fn = task.baselines[name]
+        calls: list[Call] = [functools.partial(fn, {n: arrays[n] for n in inputs}, dict(r.dims)) for arrays in sets]
+        try:
+            calls[0]()
+        except Exception:
+            raise WorkerError("bad_task", f"baseline {name} raised:\n{tail(traceback.format_exc())}") from None
+        entries.append(calls)
+    stats = measure(entries, r.timing)
+    return stats[0], dict(zip(r.baselines, stats[1:], strict=True))
+
+
+def run(req: Mapping[str, Any], task: Task | None, target: Target) -> dict[str, Any]:
+    if task is None:
+        raise WorkerError("bad_request", "run before load_task")
+    r = parse_request(req, task)
+    if not target.compiled(r.key):
+        raise WorkerError("not_compiled", f"key {r.key} has not been compiled by this worker")
+    checks: list[dict[str, Any]] = []
+    try:
+        pristine: Arrays = {}
+        for seed in r.seeds:
+            check, problems, pristine = check_seed(r, task, target, seed)
+            checks.append(check)
+            if problems:
+                return {"status": "wrong", "message": "; ".join(problems), "checks": checks, "timing": None,
+                        "baselines": {}}
+        timing, baselines = _time(r, task, target, pristine) if r.timing.enabled else (None, {})
+    except WorkerError:
+        raise
+    except Exception:
+        # The candidate's, the reference's or our own failure; the worker itself keeps serving.
+        return {"status": "error", "message": tail(traceback.format_exc()), "checks": checks, "timing": None,
+                "baselines": {}}
+    return {"status": "passed", "message": f"passed {len(r.seeds)} seeds", "checks": checks, "timing": timing,
+            "baselines": baselines}

@@ -1,0 +1,147 @@
+"""What the CPU is and what it can do at best: the roofline the Rust side compares candidates with."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import functools
+import os
+import platform
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+FALLBACK_CACHE_BYTES = 8 << 20
+_UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def _sysctl(name: str) -> str | None:
+    """macOS has no /proc or /sys; sysctl answers there."""
+    try:
+        out = subprocess.run(["sysctl", "-n", name], capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode != 0:
+        return None
+    return out.stdout.strip() or None
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return _sysctl("machdep.cpu.brand_string") or platform.processor() or platform.machine()
+
+
+def cores() -> int:
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def _parse_size(text: str) -> int:
+    text = text.strip()
+    if text and text[-1].upper() in _UNITS:
+        return int(text[:-1]) * _UNITS[text[-1].upper()]
+    return int(text)
+
+
+@functools.cache
+def cache_bytes() -> int:
+    """The largest cache of cpu0, usually the last level."""
+    sizes: list[int] = []
+    for path in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+        with contextlib.suppress(OSError, ValueError):
+            sizes.append(_parse_size(path.read_text()))
+    if not sizes:
+        for name in ("hw.l3cachesize", "hw.perflevel0.l2cachesize", "hw.l2cachesize"):
+            value = _sysctl(name)
+            if value and value.isdigit() and int(value) > 0:
+                sizes.append(int(value))
+    return max(sizes, default=FALLBACK_CACHE_BYTES)
+
+
+def _best_of(fn: Any, max_runs: int, max_s: float) -> float:
+    """Fastest of up to max_runs calls (at least 2), stopping early after max_s."""
+    fn()  # first touch and lazy initialisation
+    best = float("inf")
+    start = time.perf_counter()
+    for i in range(max_runs):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+        if i >= 1 and time.perf_counter() - start > max_s:
+            break
+    return best
+
+
+def peak_bandwidth_gbs() -> float:
+    """Memory bandwidth of a large copy, counting the bytes read and the bytes written."""
+    nbytes = min(max(4 * cache_bytes(), 64 << 20), 256 << 20)
+    src = np.ones(nbytes // 8)
+    dst = np.empty_like(src)
+    seconds = _best_of(lambda: np.copyto(dst, src), 8, 0.3)
+    return 2 * src.nbytes / seconds / 1e9
+
+
+FMA_CHAINS, FMA_LANES = 12, 16  # as in peak_fma.c
+
+
+def fma_peak_gflops(compiler: tuple[str, ...], flags: tuple[str, ...]) -> float | None:
+    """Single-core float32 FMA ceiling measured with peak_fma.c built like a kernel; None if it won't build."""
+    source = Path(__file__).with_name("peak_fma.c")
+    with tempfile.TemporaryDirectory(prefix="ksearch-peak-") as tmp:
+        lib_path = Path(tmp) / "peak.so"
+        try:
+            proc = subprocess.run([*compiler, *flags, str(source), "-o", str(lib_path)],
+                                  capture_output=True, timeout=60)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        if proc.returncode != 0:
+            return None
+        fn = ctypes.CDLL(str(lib_path)).ksearch_fma_peak
+        fn.argtypes = [ctypes.c_long]
+        fn.restype = ctypes.c_float
+        iters = 2_000_000
+        seconds = _best_of(lambda: fn(iters), 5, 0.3)
+    return 2 * FMA_CHAINS * FMA_LANES * iters / seconds / 1e9
+
+
+def blas_gflops() -> float:
+    """Single-thread float32 matmul rate (BLAS is held to one thread; see __init__)."""
+    n = 1024
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((n, n), dtype=np.float32)
+    b = rng.standard_normal((n, n), dtype=np.float32)
+    c = np.empty((n, n), dtype=np.float32)
+    seconds = _best_of(lambda: np.matmul(a, b, out=c), 5, 0.3)
+    return 2 * n**3 / seconds / 1e9
+
+
+@functools.cache
+def describe(compiler: tuple[str, ...] = ("cc",), flags: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The `hardware` object of the hello reply; measured once per worker (about a second).
+
+    The compute peak is the larger of an FMA loop built with the kernels' own compiler and flags and a
+    BLAS matmul, so a kernel that is genuinely fast cannot land above it."""
+    blas = blas_gflops()
+    fma = fma_peak_gflops(compiler, (*flags, "-shared", "-fPIC")) if compiler else None
+    return {
+        "kind": "cpu",
+        "name": cpu_name(),
+        "cores": cores(),
+        "cache_bytes": cache_bytes(),
+        "peak_bandwidth_gbs": round(peak_bandwidth_gbs(), 2),
+        "peak_gflops": round(max(blas, fma or 0.0), 2),
+        "peak_gflops_blas": round(blas, 2),
+        "peak_gflops_fma": round(fma, 2) if fma else None,
+        "machine": platform.machine(),
+        "system": platform.system(),
+    }

@@ -1,0 +1,103 @@
+"""The JSON-lines loop (docs/formats.md §3): one reply line per request line, flushed at once."""
+
+from __future__ import annotations
+
+import json
+import math
+import platform
+import traceback
+from collections.abc import Callable
+from typing import Any, BinaryIO
+
+import numpy as np
+
+from . import WORKER_VERSION, evaluate
+from .errors import WorkerError
+from .targets import Target
+from .task import Task, load_task, tail
+
+Handler = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+class Worker:
+    def __init__(self, target: Target) -> None:
+        self.target = target
+        self.task: Task | None = None
+        self.ops: dict[str, Handler] = {
+            "hello": self.hello, "load_task": self.load_task, "compile": self.compile, "run": self.run,
+        }
+
+    def hello(self, req: dict[str, Any]) -> dict[str, Any]:
+        return {"worker_version": WORKER_VERSION, "python": platform.python_version(), "numpy": np.__version__,
+                "target": self.target.name, **self.target.describe()}
+
+    def load_task(self, req: dict[str, Any]) -> dict[str, Any]:
+        dir, spec = req.get("dir"), req.get("task")
+        if not isinstance(dir, str) or not isinstance(spec, dict):
+            raise WorkerError("bad_request", "load_task needs `dir` (string) and `task` (object)")
+        self.task = load_task(dir, spec, self.target.name)
+        return {"baselines": list(self.task.baselines)}
+
+    def compile(self, req: dict[str, Any]) -> dict[str, Any]:
+        key, dir, sources, include = req.get("key"), req.get("dir"), req.get("sources"), req.get("include")
+        if not (isinstance(key, str) and isinstance(dir, str) and isinstance(sources, list)
+                and all(isinstance(s, str) for s in sources) and (include is None or isinstance(include, str))):
+            raise WorkerError("bad_request", "compile needs `key`, `dir`, `sources` (strings) and `include`")
+        return self.target.compile(key, dir, sources, include)
+
+    def run(self, req: dict[str, Any]) -> dict[str, Any]:
+        return evaluate.run(req, self.task, self.target)
+
+    def reply(self, line: bytes) -> dict[str, Any]:
+        try:
+            req = json.loads(line)
+        except ValueError as exc:
+            return _error(None, "bad_request", f"malformed JSON: {exc}")
+        if not isinstance(req, dict):
+            return _error(None, "bad_request", "a request must be a JSON object")
+        rid = req.get("id")
+        if not isinstance(rid, int) or isinstance(rid, bool):
+            return _error(None, "bad_request", "request has no integer `id`")
+        handler = self.ops.get(req.get("op"))  # type: ignore[arg-type]
+        if handler is None:
+            return _error(rid, "bad_request", f"unknown op {req.get('op')!r}; expected one of {', '.join(self.ops)}")
+        try:
+            return {"id": rid, "ok": True, "result": handler(req)}
+        except WorkerError as exc:
+            return _error(rid, exc.kind, exc.message)
+        except Exception:
+            return _error(rid, "internal", tail(traceback.format_exc()))
+
+
+def _error(rid: int | None, kind: str, message: str) -> dict[str, Any]:
+    return {"id": rid, "ok": False, "error": {"kind": kind, "message": message}}
+
+
+def _plain(obj: Any) -> Any:
+    """JSON has no NaN or infinity: a non-finite float becomes null. numpy scalars become Python ones."""
+    if isinstance(obj, dict):
+        return {str(k): _plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_plain(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return _plain(obj.tolist())
+    if isinstance(obj, np.generic):
+        obj = obj.item()
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
+
+
+def encode(reply: dict[str, Any]) -> bytes:
+    return json.dumps(_plain(reply), allow_nan=False, separators=(",", ":")).encode() + b"\n"
+
+
+def serve(target: Target, requests: BinaryIO, replies: BinaryIO) -> int:
+    """Answers until end of input; returns the exit status."""
+    worker = Worker(target)
+    for line in requests:
+        if not line.strip():
+            continue
+        replies.write(encode(worker.reply(line)))
+        replies.flush()
+    return 0

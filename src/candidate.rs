@@ -1,0 +1,663 @@
+//! A candidate is device code plus a declarative launch plan (`docs/formats.md` §2): `plan.toml` and
+//! kernel files. No host code comes from a generator; the plan says what to launch and the worker does it.
+//!
+//! The chosen tunable values live in the plan as the tunables' defaults, so a candidate is fully
+//! described by its plan and files, and its content hash identifies exactly what was measured.
+
+use crate::dtype::Dtype;
+use crate::expr::{Env, ExprField};
+use crate::target::Target;
+use crate::task::{ResolvedWorkload, Task, is_ident};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, thiserror::Error)]
+pub enum CandidateError {
+    #[error("{}: {message}", file.display())]
+    Invalid { file: PathBuf, message: String },
+    #[error("{}: cannot read: {err}", file.display())]
+    Io {
+        file: PathBuf,
+        err: std::io::Error,
+    },
+    #[error("{0}")]
+    Plan(String),
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct KernelDecl {
+    pub name: String,
+    pub source: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub header: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct BufferDecl {
+    pub name: String,
+    pub shape: Vec<ExprField>,
+    /// A dtype, or a type variable of the task.
+    pub dtype: String,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Launch {
+    pub kernel: String,
+    #[serde(default)]
+    pub inputs: Vec<String>,
+    pub outputs: Vec<String>,
+    #[serde(default)]
+    pub scalars: Vec<ExprField>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grid: Option<Vec<ExprField>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threadgroup: Option<Vec<ExprField>>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub template: Vec<String>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Tunable {
+    pub values: Vec<i64>,
+    pub default: i64,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Plan {
+    pub name: String,
+    pub target: Target,
+    #[serde(default)]
+    pub description: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub constraints: Vec<ExprField>,
+    pub kernel: Vec<KernelDecl>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub buffer: Vec<BufferDecl>,
+    pub launch: Vec<Launch>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tunable: BTreeMap<String, Tunable>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Candidate {
+    pub plan: Plan,
+    /// File name -> content, for every kernel source and header.
+    pub files: BTreeMap<String, String>,
+}
+
+/// Values of every tunable.
+pub type Params = BTreeMap<String, i64>;
+
+/// One workload's launch program, everything evaluated; the worker's `run` request carries it.
+#[derive(Debug, Clone, Serialize)]
+pub struct ResolvedPlan {
+    pub buffers: Vec<ResolvedBuffer>,
+    pub launches: Vec<ResolvedLaunch>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ResolvedBuffer {
+    pub name: String,
+    pub shape: Vec<i64>,
+    pub dtype: Dtype,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ResolvedLaunch {
+    pub kernel: String,
+    pub inputs: Vec<String>,
+    pub outputs: Vec<String>,
+    pub scalars: Vec<i64>,
+    pub grid: Option<Vec<i64>>,
+    pub threadgroup: Option<Vec<i64>>,
+    pub template: Option<BTreeMap<String, i64>>,
+}
+
+fn plain_file_name(s: &str) -> bool {
+    !s.is_empty()
+        && !s.contains('/')
+        && !s.contains('\\')
+        && s != "."
+        && s != ".."
+        && !s.starts_with('.')
+}
+
+impl Candidate {
+    pub fn load(dir: &Path) -> Result<Candidate, CandidateError> {
+        let file = dir.join("plan.toml");
+        let text = std::fs::read_to_string(&file).map_err(|source| CandidateError::Io {
+            file: file.clone(),
+            err: source,
+        })?;
+        let plan: Plan = toml::from_str(&text).map_err(|e| CandidateError::Invalid {
+            file: file.clone(),
+            message: e.to_string().trim_end().to_string(),
+        })?;
+        let mut files = BTreeMap::new();
+        for k in &plan.kernel {
+            for name in std::iter::once(&k.source).chain(k.header.as_ref()) {
+                if !plain_file_name(name) {
+                    return Err(CandidateError::Invalid {
+                        file: file.clone(),
+                        message: format!(
+                            "kernel `{}`: `{name}` must be a file name in the candidate folder",
+                            k.name
+                        ),
+                    });
+                }
+                let p = dir.join(name);
+                let content = std::fs::read_to_string(&p)
+                    .map_err(|source| CandidateError::Io { file: p, err: source })?;
+                files.insert(name.clone(), content);
+            }
+        }
+        let c = Candidate { plan, files };
+        c.validate().map_err(|m| CandidateError::Invalid {
+            file: file.clone(),
+            message: m,
+        })?;
+        Ok(c)
+    }
+
+    /// Checks that need no task: names, references between kernels and launches, tunables.
+    pub fn validate(&self) -> Result<(), String> {
+        let p = &self.plan;
+        if p.kernel.is_empty() {
+            return Err("field `kernel`: at least one [[kernel]] is required".into());
+        }
+        if p.launch.is_empty() {
+            return Err("field `launch`: at least one [[launch]] is required".into());
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for (i, k) in p.kernel.iter().enumerate() {
+            if !is_ident(&k.name) {
+                return Err(format!(
+                    "field `kernel[{i}].name`: `{}` must be an identifier (the entry symbol)",
+                    k.name
+                ));
+            }
+            if !seen.insert(&k.name) {
+                return Err(format!(
+                    "field `kernel[{i}].name`: `{}` is declared twice",
+                    k.name
+                ));
+            }
+        }
+        for (i, l) in p.launch.iter().enumerate() {
+            if !p.kernel.iter().any(|k| k.name == l.kernel) {
+                return Err(format!(
+                    "field `launch[{i}].kernel`: `{}` is not a declared [[kernel]]",
+                    l.kernel
+                ));
+            }
+            if l.outputs.is_empty() {
+                return Err(format!(
+                    "field `launch[{i}].outputs`: a launch must write at least one output or buffer"
+                ));
+            }
+            let gpu_only = l.grid.is_some() || l.threadgroup.is_some() || !l.template.is_empty();
+            if p.target.is_gpu() {
+                for (what, v) in [("grid", &l.grid), ("threadgroup", &l.threadgroup)] {
+                    match v {
+                        Some(v) if v.len() == 3 => {}
+                        _ => {
+                            return Err(format!(
+                                "field `launch[{i}].{what}`: {} launches need three extents, e.g. [\"N\", 1, 1]",
+                                p.target
+                            ));
+                        }
+                    }
+                }
+            } else if gpu_only {
+                return Err(format!(
+                    "field `launch[{i}]`: grid, threadgroup and template are for GPU targets; a cpu kernel is called once"
+                ));
+            }
+            for t in &l.template {
+                if !p.tunable.contains_key(t) {
+                    return Err(format!(
+                        "field `launch[{i}].template`: `{t}` is not a [tunable]"
+                    ));
+                }
+            }
+        }
+        for (name, t) in &p.tunable {
+            if !is_ident(name) {
+                return Err(format!(
+                    "field `tunable.{name}`: the name must be an identifier"
+                ));
+            }
+            if t.values.is_empty() {
+                return Err(format!(
+                    "field `tunable.{name}.values`: list at least one value"
+                ));
+            }
+            if !t.values.contains(&t.default) {
+                return Err(format!(
+                    "field `tunable.{name}.default`: {} is not one of the values {:?}",
+                    t.default, t.values
+                ));
+            }
+        }
+        if !self.satisfies_constraints(&Env::new())? {
+            return Err(format!(
+                "field `constraints`: the default tunable values {:?} violate a constraint",
+                self.params()
+            ));
+        }
+        Ok(())
+    }
+
+    /// Checks against the task: every name a launch uses exists, every output gets written.
+    pub fn check_against(&self, task: &Task) -> Result<(), String> {
+        let p = &self.plan;
+        let t = &task.toml;
+        let is_input = |n: &str| t.input.iter().any(|i| i.name == n);
+        let is_output = |n: &str| t.output.iter().any(|o| o.name == n);
+        let is_buffer = |n: &str| p.buffer.iter().any(|b| b.name == n);
+        let known = |v: &str| t.dims.contains_key(v) || p.tunable.contains_key(v);
+        for (i, b) in p.buffer.iter().enumerate() {
+            if is_input(&b.name) || is_output(&b.name) {
+                return Err(format!(
+                    "field `buffer[{i}].name`: `{}` is already a task input or output",
+                    b.name
+                ));
+            }
+            if b.dtype.parse::<Dtype>().is_err() && !t.types.contains_key(&b.dtype) {
+                return Err(format!(
+                    "field `buffer[{i}].dtype`: `{}` is neither a dtype nor a type variable of the task",
+                    b.dtype
+                ));
+            }
+            for e in &b.shape {
+                if let Some(v) = e.0.vars().into_iter().find(|v| !known(v)) {
+                    return Err(format!(
+                        "field `buffer[{i}].shape`: `{v}` is neither a dim of the task nor a tunable"
+                    ));
+                }
+            }
+        }
+        for (i, l) in p.launch.iter().enumerate() {
+            for n in &l.inputs {
+                if !(is_input(n) || is_buffer(n)) {
+                    return Err(format!(
+                        "field `launch[{i}].inputs`: `{n}` is neither a task input nor a [[buffer]] (task inputs: {:?})",
+                        t.input.iter().map(|i| &i.name).collect::<Vec<_>>()
+                    ));
+                }
+            }
+            for n in &l.outputs {
+                if !(is_output(n) || is_buffer(n)) {
+                    return Err(format!(
+                        "field `launch[{i}].outputs`: `{n}` is neither a task output nor a [[buffer]] (task outputs: {:?}); inputs are read-only",
+                        t.output.iter().map(|o| &o.name).collect::<Vec<_>>()
+                    ));
+                }
+            }
+            let exprs = l
+                .scalars
+                .iter()
+                .chain(l.grid.iter().flatten())
+                .chain(l.threadgroup.iter().flatten());
+            for e in exprs {
+                if let Some(v) = e.0.vars().into_iter().find(|v| !known(v)) {
+                    return Err(format!(
+                        "field `launch[{i}]`: `{}` uses `{v}`, which is neither a dim of the task nor a tunable",
+                        e.0
+                    ));
+                }
+            }
+        }
+        for o in &t.output {
+            if !p.launch.iter().any(|l| l.outputs.contains(&o.name)) {
+                return Err(format!(
+                    "field `launch`: no launch writes the task output `{}`",
+                    o.name
+                ));
+            }
+        }
+        if p.target == Target::Cpu {
+            self.c_prototypes(task, None)?;
+        }
+        Ok(())
+    }
+
+    /// The chosen value of every tunable.
+    pub fn params(&self) -> Params {
+        self.plan
+            .tunable
+            .iter()
+            .map(|(k, t)| (k.clone(), t.default))
+            .collect()
+    }
+
+    /// The same code with other tunable values (unknown names and values outside a tunable's list are errors).
+    pub fn with_params(&self, params: &Params) -> Result<Candidate, String> {
+        let mut c = self.clone();
+        for (k, v) in params {
+            let t = c
+                .plan
+                .tunable
+                .get_mut(k)
+                .ok_or_else(|| format!("`{k}` is not a tunable of `{}`", self.plan.name))?;
+            if !t.values.contains(v) {
+                return Err(format!("{k} = {v} is not one of {:?}", t.values));
+            }
+            t.default = *v;
+        }
+        Ok(c)
+    }
+
+    /// Constraints that can be decided with the given extra names (dims) and the tunables.
+    /// A constraint naming something unknown is skipped here and checked when resolving.
+    pub fn satisfies_constraints(&self, extra: &Env) -> Result<bool, String> {
+        let mut env = extra.clone();
+        env.extend(self.params().into_iter().map(|(k, v)| (k, v as f64)));
+        for c in &self.plan.constraints {
+            if c.0.vars().iter().all(|v| env.contains_key(v)) {
+                match c.0.eval_bool(&env) {
+                    Ok(true) => {}
+                    Ok(false) => return Ok(false),
+                    Err(e) => return Err(format!("constraint `{}`: {e}", c.0)),
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    /// blake3 of the canonical plan and every file: what was measured, exactly.
+    pub fn hash(&self) -> String {
+        let mut h = blake3::Hasher::new();
+        h.update(b"ksearch-candidate-v1\0");
+        h.update(
+            serde_json::to_string(&self.plan)
+                .expect("plan serialises")
+                .as_bytes(),
+        );
+        for (name, content) in &self.files {
+            h.update(&(name.len() as u64).to_le_bytes());
+            h.update(name.as_bytes());
+            h.update(&(content.len() as u64).to_le_bytes());
+            h.update(content.as_bytes());
+        }
+        h.finalize().to_hex()[..16].to_string()
+    }
+
+    /// Evaluates the plan for one workload.
+    pub fn resolve(&self, task: &Task, rw: &ResolvedWorkload) -> Result<ResolvedPlan, String> {
+        let mut env = Task::dims_env(&rw.dims);
+        let params = self.params();
+        env.extend(params.iter().map(|(k, v)| (k.clone(), *v as f64)));
+        for c in &self.plan.constraints {
+            if !c.0.eval_bool(&env).map_err(|e| e.to_string())? {
+                return Err(format!(
+                    "constraint `{}` does not hold for workload `{}`",
+                    c.0, rw.name
+                ));
+            }
+        }
+        let ints = |v: &[ExprField]| -> Result<Vec<i64>, String> {
+            v.iter()
+                .map(|e| e.0.eval_int(&env).map_err(|e| e.to_string()))
+                .collect()
+        };
+        let mut buffers = Vec::new();
+        for b in &self.plan.buffer {
+            let shape = ints(&b.shape)?;
+            if shape.iter().any(|d| *d <= 0) {
+                return Err(format!(
+                    "buffer `{}` gets shape {shape:?} in workload `{}`",
+                    b.name, rw.name
+                ));
+            }
+            buffers.push(ResolvedBuffer {
+                name: b.name.clone(),
+                shape,
+                dtype: buffer_dtype(task, rw, &b.dtype)?,
+            });
+        }
+        let mut launches = Vec::new();
+        for l in &self.plan.launch {
+            launches.push(ResolvedLaunch {
+                kernel: l.kernel.clone(),
+                inputs: l.inputs.clone(),
+                outputs: l.outputs.clone(),
+                scalars: ints(&l.scalars)?,
+                grid: l.grid.as_deref().map(ints).transpose()?,
+                threadgroup: l.threadgroup.as_deref().map(ints).transpose()?,
+                template: (!l.template.is_empty())
+                    .then(|| l.template.iter().map(|t| (t.clone(), params[t])).collect()),
+            });
+        }
+        Ok(ResolvedPlan { buffers, launches })
+    }
+
+    /// C prototypes of every kernel, from the dtypes of one workload (or the first workload).
+    fn c_prototypes(&self, task: &Task, rw: Option<&ResolvedWorkload>) -> Result<String, String> {
+        let first;
+        let rw = match rw {
+            Some(rw) => rw,
+            None => {
+                first = task.resolve(&task.toml.workload[0])?;
+                &first
+            }
+        };
+        let dtype_of = |n: &str| -> Result<Dtype, String> {
+            match rw.dtypes.get(n) {
+                Some(d) => Ok(*d),
+                None => {
+                    let b = self
+                        .plan
+                        .buffer
+                        .iter()
+                        .find(|b| b.name == n)
+                        .ok_or_else(|| format!("unknown tensor `{n}`"))?;
+                    buffer_dtype(task, rw, &b.dtype)
+                }
+            }
+        };
+        let ctype = |n: &str| -> Result<&'static str, String> {
+            let d = dtype_of(n)?;
+            d.c_type()
+                .ok_or_else(|| format!("`{n}` is {d}, which the cpu target cannot pass to C"))
+        };
+        let mut protos: BTreeMap<&str, String> = BTreeMap::new();
+        for l in &self.plan.launch {
+            let mut args = Vec::new();
+            for n in &l.inputs {
+                args.push(format!("const {}* {n}", ctype(n)?));
+            }
+            for n in &l.outputs {
+                args.push(format!("{}* {n}", ctype(n)?));
+            }
+            for (i, s) in l.scalars.iter().enumerate() {
+                let src = s.0.src();
+                let name = if is_ident(src) {
+                    src.to_string()
+                } else {
+                    format!("s{i}")
+                };
+                args.push(format!("int64_t {name}"));
+            }
+            let proto = format!("void {}({});", l.kernel, args.join(", "));
+            if let Some(prev) = protos.get(l.kernel.as_str()) {
+                // Same kernel launched twice: the argument types must agree (names may differ).
+                if strip_names(prev) != strip_names(&proto) {
+                    return Err(format!(
+                        "kernel `{}` is launched with two different signatures:\n  {prev}\n  {proto}",
+                        l.kernel
+                    ));
+                }
+            } else {
+                protos.insert(&l.kernel, proto);
+            }
+        }
+        Ok(protos.into_values().collect::<Vec<_>>().join("\n"))
+    }
+
+    /// The header force-included into every CPU kernel: tunables as macros, and the prototypes, so a
+    /// kernel whose definition differs from the plan fails to compile instead of misreading memory.
+    pub fn c_header(&self, task: &Task, rw: &ResolvedWorkload) -> Result<String, String> {
+        let mut out = String::from(
+            "/* Generated by ksearch from plan.toml: tunable values and kernel prototypes. */\n\
+             #include <stdint.h>\n#include <stddef.h>\n",
+        );
+        for (k, v) in self.params() {
+            out.push_str(&format!("#define {k} {v}\n"));
+        }
+        out.push_str(&self.c_prototypes(task, Some(rw))?);
+        out.push('\n');
+        Ok(out)
+    }
+
+    /// Writes the candidate as a folder a person can read.
+    pub fn write_dir(&self, dir: &Path) -> std::io::Result<()> {
+        std::fs::create_dir_all(dir)?;
+        let plan = toml::to_string_pretty(&self.plan).map_err(std::io::Error::other)?;
+        std::fs::write(dir.join("plan.toml"), plan)?;
+        for (name, content) in &self.files {
+            std::fs::write(dir.join(name), content)?;
+        }
+        Ok(())
+    }
+
+    /// Sources and the plan as one JSON value, for the store.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({"plan": self.plan, "files": self.files})
+    }
+
+    pub fn from_json(v: &serde_json::Value) -> Result<Candidate, String> {
+        let plan: Plan = serde_json::from_value(v["plan"].clone()).map_err(|e| e.to_string())?;
+        let files: BTreeMap<String, String> =
+            serde_json::from_value(v["files"].clone()).map_err(|e| e.to_string())?;
+        Ok(Candidate { plan, files })
+    }
+}
+
+fn strip_names(proto: &str) -> String {
+    proto
+        .split(',')
+        .map(|a| {
+            let a = a.trim();
+            a.rsplit_once(' ').map(|(t, _)| t).unwrap_or(a).to_string()
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn buffer_dtype(task: &Task, rw: &ResolvedWorkload, dtype: &str) -> Result<Dtype, String> {
+    if let Ok(d) = dtype.parse() {
+        return Ok(d);
+    }
+    let tv = task
+        .toml
+        .workload
+        .iter()
+        .find(|w| w.name == rw.name)
+        .and_then(|w| w.types.get(dtype))
+        .ok_or_else(|| format!("no dtype for `{dtype}` in workload `{}`", rw.name))?;
+    tv.parse()
+}
+
+/// Space of tunable values: names in order and their allowed values.
+pub fn space(c: &Candidate) -> Vec<(String, Vec<i64>)> {
+    c.plan
+        .tunable
+        .iter()
+        .map(|(k, t)| (k.clone(), t.values.clone()))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(extra: &str) -> Candidate {
+        let text = format!(
+            r#"
+name = "t"
+target = "cpu"
+{extra}
+[[kernel]]
+name = "k"
+source = "k.c"
+
+[[launch]]
+kernel = "k"
+inputs = ["x"]
+outputs = ["y"]
+scalars = ["N"]
+
+[tunable.B]
+values = [1, 2, 4]
+default = 2
+"#
+        );
+        let plan: Plan = toml::from_str(&text).unwrap();
+        Candidate {
+            plan,
+            files: [("k.c".to_string(), "void k(){}".to_string())].into(),
+        }
+    }
+
+    #[test]
+    fn hash_depends_on_params_and_files() {
+        let c = plan("");
+        let h = c.hash();
+        assert_eq!(h, plan("").hash(), "hash is deterministic");
+        let c4 = c.with_params(&[("B".to_string(), 4)].into()).unwrap();
+        assert_ne!(h, c4.hash());
+        let mut c2 = c.clone();
+        c2.files.insert("k.c".into(), "void k(){ }".into());
+        assert_ne!(h, c2.hash());
+        assert_eq!(
+            c4.with_params(&[("B".to_string(), 2)].into())
+                .unwrap()
+                .hash(),
+            h
+        );
+    }
+
+    #[test]
+    fn with_params_rejects_values_outside_the_list() {
+        let c = plan("");
+        assert!(c.with_params(&[("B".to_string(), 3)].into()).is_err());
+        assert!(c.with_params(&[("Q".to_string(), 1)].into()).is_err());
+    }
+
+    #[test]
+    fn constraints_are_checked() {
+        let c = plan("constraints = [\"B <= 2\"]");
+        assert!(c.validate().is_ok());
+        let c4 = c.with_params(&[("B".to_string(), 4)].into()).unwrap();
+        assert!(!c4.satisfies_constraints(&Env::new()).unwrap());
+        // A constraint naming a dim is decided only once the dim is known.
+        let c = plan("constraints = [\"N % B == 0\"]");
+        assert!(c.satisfies_constraints(&Env::new()).unwrap());
+        assert!(
+            !c.satisfies_constraints(&[("N".to_string(), 5.0)].into())
+                .unwrap()
+        );
+    }
+
+    #[test]
+    fn gpu_fields_on_cpu_are_rejected() {
+        let mut c = plan("");
+        c.plan.launch[0].template = vec!["B".into()];
+        assert!(c.validate().unwrap_err().contains("GPU targets"));
+    }
+
+    #[test]
+    fn strip_names_compares_types_only() {
+        assert_eq!(
+            strip_names("void k(const float* x, float* y, int64_t N);"),
+            strip_names("void k(const float* a, float* b, int64_t s0);")
+        );
+    }
+}

@@ -1,0 +1,455 @@
+//! The command line. Each command prints a readable report, or with `--json` one JSON object as its
+//! last stdout line (progress goes to stderr), so scripts and people read the same run.
+
+use crate::candidate::Candidate;
+use crate::eval::{self, Evaluator, Settings};
+use crate::search::StrategyKind;
+use crate::search::run::{self, Event, Runner};
+use crate::store::{self, Store};
+use crate::target::Target;
+use crate::task::Task;
+use crate::{builtin, pyenv, report};
+use anyhow::{Context, Result, anyhow, bail};
+use clap::{Parser, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+
+/// The built-in task `ksearch run` uses when none is named.
+pub const DEFAULT_TASK: &str = "matmul";
+
+#[derive(Parser)]
+#[command(name = "ksearch", version, about = "Search for fast kernels: K-Search's world model, MLX targets, honest evaluation")]
+pub struct Cli {
+    /// Store folder (SQLite database and build products).
+    #[arg(long, global = true, env = "KSEARCH_STORE")]
+    store: Option<PathBuf>,
+    /// Python interpreter for the worker (must have the packages of python/requirements.txt).
+    /// Default: a virtual environment ksearch creates and manages.
+    #[arg(long, global = true, env = "KSEARCH_PYTHON")]
+    python: Option<PathBuf>,
+    /// More logging on stderr (-v, -vv).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// List the built-in tasks and their targets.
+    Tasks {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Search for a faster kernel for TASK (a built-in name or a task folder).
+    Run {
+        #[arg(default_value = DEFAULT_TASK)]
+        task: String,
+        #[arg(long, default_value = "cpu")]
+        target: Target,
+        #[arg(long, value_enum, default_value = "tune")]
+        strategy: StrategyKind,
+        /// Number of candidate evaluations (the seed counts as one).
+        #[arg(long, default_value_t = 30)]
+        budget: usize,
+        /// Seed candidate name under seeds/<target>/ (default: `naive`, else the first).
+        #[arg(long, conflicts_with = "candidate")]
+        seed: Option<String>,
+        /// Start from this candidate folder instead of a task seed.
+        #[arg(long)]
+        candidate: Option<PathBuf>,
+        /// Deadline of one workload evaluation, seconds (default: the task's timeout_s).
+        #[arg(long)]
+        timeout: Option<f64>,
+        /// Fresh random inputs checked per workload.
+        #[arg(long, default_value_t = 3)]
+        checks: usize,
+        /// Seconds of timing per workload (more samples, tighter medians).
+        #[arg(long, default_value_t = 1.0)]
+        timing_budget: f64,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Continue a run that was interrupted (killed, crashed, Ctrl-C).
+    Resume {
+        run: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// List the runs in the store.
+    Runs {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show one run: configuration, best candidate, every evaluation.
+    Show {
+        run: String,
+        #[arg(long)]
+        json: bool,
+        /// Write the best candidate (tunables set to the chosen values) into this folder.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+    /// Evaluate one candidate folder against the reference and the baselines on every workload.
+    Eval {
+        task: String,
+        candidate: PathBuf,
+        #[arg(long)]
+        target: Option<Target>,
+        #[arg(long)]
+        timeout: Option<f64>,
+        #[arg(long, default_value_t = 3)]
+        checks: usize,
+        /// Seconds of timing per workload.
+        #[arg(long, default_value_t = 1.0)]
+        timing_budget: f64,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Check the installation: Python environment, compiler, worker, hardware, store.
+    Doctor {
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+pub fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let filter = match cli.verbose {
+        0 => "warn",
+        1 => "info",
+        _ => "debug",
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("KSEARCH_LOG").unwrap_or_else(|_| filter.into()))
+        .with_writer(std::io::stderr)
+        .init();
+    match dispatch(cli) {
+        Ok(code) => std::process::ExitCode::from(code),
+        Err(e) => {
+            eprintln!("ksearch: error: {e:#}");
+            std::process::ExitCode::from(2)
+        }
+    }
+}
+
+fn print_json(v: &Value) {
+    println!("{}", serde_json::to_string(v).expect("json"));
+}
+
+fn dispatch(cli: Cli) -> Result<u8> {
+    let store_dir = store::default_dir(cli.store.as_deref());
+    let python = cli.python.clone();
+    match cli.command {
+        Command::Tasks { json } => cmd_tasks(json),
+        Command::Run { task, target, strategy, budget, seed, candidate, timeout, checks, timing_budget, json } => {
+            if strategy != StrategyKind::Tune {
+                bail!(
+                    "strategy `{}` needs an LLM provider, which this version of ksearch does not have yet; \
+                     `--strategy tune` searches the seed's tunables without one",
+                    strategy.name()
+                );
+            }
+            if budget == 0 {
+                bail!("--budget must be at least 1 (the seed's own evaluation)");
+            }
+            let task = Task::load(&builtin::task_dir(&task)?)?;
+            let (seed_cand, seed_name) = match candidate {
+                Some(dir) => (load_candidate(&dir, &task, target)?, dir.display().to_string()),
+                None => {
+                    let s = task.find_seed(target, seed.as_deref()).ok_or_else(|| {
+                        anyhow!(
+                            "task `{}` has no seed{} for target {target} (it has: {})",
+                            task.name(),
+                            seed.as_ref().map(|s| format!(" `{s}`")).unwrap_or_default(),
+                            describe_seeds(&task)
+                        )
+                    })?;
+                    (Candidate::load(&s.dir)?, s.name.clone())
+                }
+            };
+            let settings = settings_for(&task, checks, timeout, timing_budget)?;
+            let store = Store::open(&store_dir)?;
+            let run_id = run::create(&store, &task, target, &seed_cand, &seed_name, &settings, strategy, budget)?;
+            if !json {
+                eprintln!("ksearch: run {run_id} (resume with `ksearch resume {run_id}` if interrupted)");
+            }
+            execute(&store, &run_id, python.as_deref(), json)
+        }
+        Command::Resume { run, json } => {
+            let store = Store::open(&store_dir)?;
+            let row = store.run(&run)?.ok_or_else(|| anyhow!("no run `{run}` in {}", store.path().display()))?;
+            if row.status == "running" {
+                bail!("run {run} is still running (process {}); wait for it or stop it first", row.pid.unwrap_or(0));
+            }
+            execute(&store, &run, python.as_deref(), json)
+        }
+        Command::Runs { json } => {
+            let store = Store::open(&store_dir)?;
+            let runs = store.runs()?;
+            if json {
+                print_json(&json!(runs.iter().map(|r| json!({
+                    "run_id": r.run_id, "task": r.task, "target": r.target, "strategy": r.strategy,
+                    "status": r.status, "evaluations": r.evaluations, "budget": r.budget,
+                    "created_at": r.created_at, "updated_at": r.updated_at,
+                    "best": r.result.get("best").cloned().unwrap_or(Value::Null),
+                })).collect::<Vec<_>>()));
+            } else if runs.is_empty() {
+                println!("no runs in {}", store.path().display());
+            } else {
+                println!("{}", report::runs_table(&runs));
+            }
+            Ok(0)
+        }
+        Command::Show { run, json, out } => cmd_show(&store_dir, &run, json, out.as_deref()),
+        Command::Eval { task, candidate, target, timeout, checks, timing_budget, json } => {
+            let task = Task::load(&builtin::task_dir(&task)?)?;
+            let settings = settings_for(&task, checks, timeout, timing_budget)?;
+            cmd_eval(task, &candidate, target, settings, python.as_deref(), json)
+        }
+        Command::Doctor { json } => cmd_doctor(&store_dir, python.as_deref(), json),
+    }
+}
+
+fn describe_seeds(task: &Task) -> String {
+    let all: Vec<String> = task
+        .seeds
+        .iter()
+        .flat_map(|(t, s)| s.iter().map(move |s| format!("{t}/{}", s.name)))
+        .collect();
+    if all.is_empty() { "none".into() } else { all.join(", ") }
+}
+
+fn load_candidate(dir: &Path, task: &Task, target: Target) -> Result<Candidate> {
+    let c = Candidate::load(dir)?;
+    c.check_against(task).map_err(|m| anyhow!("{}: {m}", dir.join("plan.toml").display()))?;
+    if c.plan.target != target {
+        bail!(
+            "{}: the candidate is for target {}, not {target} (use --target {})",
+            dir.join("plan.toml").display(),
+            c.plan.target,
+            c.plan.target
+        );
+    }
+    Ok(c)
+}
+
+fn execute(store: &Store, run_id: &str, python: Option<&Path>, json: bool) -> Result<u8> {
+    let env = pyenv::ensure(python)?;
+    let mut runner = Runner::open(store, run_id, env)?;
+    let bar = if json { ProgressBar::hidden() } else { ProgressBar::new(runner.config.budget as u64) };
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} {msg}")
+            .expect("template")
+            .progress_chars("=> "),
+    );
+    let result = runner.execute(|e| match e {
+        Event::Started { budget, done } => {
+            bar.set_length(budget as u64);
+            bar.set_position(done as u64);
+        }
+        Event::Evaluated { seq, obs, best } => {
+            bar.set_position(seq as u64 + 1);
+            let status = if obs.summary.passed {
+                report::fmt_time(obs.summary.geomean_s)
+            } else {
+                obs.summary.first_failure.clone().unwrap_or_default().lines().next().unwrap_or("").chars().take(60).collect()
+            };
+            bar.set_message(format!(
+                "last {status} | best {}",
+                best.map(|b| report::fmt_time(b.summary.geomean_s)).unwrap_or_else(|| "–".into())
+            ));
+        }
+        Event::FinalPhase { candidate } => bar.set_message(format!("held-out workloads on {candidate}")),
+    });
+    bar.finish_and_clear();
+    let result = result?;
+    if json {
+        print_json(&result);
+    } else {
+        print!("{}", report::run_summary(&result));
+    }
+    Ok(if result["status"] == "completed" { 0 } else { 1 })
+}
+
+fn cmd_tasks(json: bool) -> Result<u8> {
+    let mut rows = Vec::new();
+    for name in builtin::task_names() {
+        let task = Task::load(&builtin::task_dir(&name)?)?;
+        rows.push(json!({
+            "name": task.name(),
+            "description": task.toml.description,
+            "targets": task.targets().iter().map(|t| t.name()).collect::<Vec<_>>(),
+            "workloads": task.workloads(false).count(),
+            "held_out": task.workloads(true).count(),
+            "baselines": task.toml.baseline.iter().map(|b| b.name.clone()).collect::<Vec<_>>(),
+            "seeds": task.seeds.iter().map(|(t, s)| (t.name().to_string(), s.iter().map(|s| s.name.clone()).collect::<Vec<_>>())).collect::<std::collections::BTreeMap<_, _>>(),
+        }));
+    }
+    if json {
+        print_json(&json!(rows));
+    } else {
+        println!("{}", report::tasks_table(&rows));
+    }
+    Ok(0)
+}
+
+fn cmd_show(store_dir: &Path, run_id: &str, json: bool, out: Option<&Path>) -> Result<u8> {
+    let store = Store::open(store_dir)?;
+    let row = store.run(run_id)?.ok_or_else(|| anyhow!("no run `{run_id}` in {}", store.path().display()))?;
+    let attempts = store.attempts(run_id, None)?;
+    let evals = store.evaluations(run_id)?;
+    if let Some(dir) = out {
+        let hash = row.result["best"]["candidate"].as_str().ok_or_else(|| anyhow!("run {run_id} has no best candidate yet"))?;
+        let c = store.candidate(hash)?.ok_or_else(|| anyhow!("candidate {hash} missing"))?;
+        c.write_dir(dir).with_context(|| format!("writing {}", dir.display()))?;
+        eprintln!("ksearch: wrote best candidate {hash} to {}", dir.display());
+    }
+    if json {
+        print_json(&json!({
+            "run_id": row.run_id, "task": row.task, "target": row.target, "strategy": row.strategy,
+            "status": row.status, "budget": row.budget, "evaluations": evals.iter().map(|(id, phase, cand, r)| {
+                let mut v = serde_json::to_value(r).unwrap();
+                v["id"] = json!(id); v["phase"] = json!(phase); v["candidate"] = json!(cand);
+                v
+            }).collect::<Vec<_>>(),
+            "attempts": attempts, "config": row.config, "hardware": row.hardware,
+            "result": row.result, "error": row.error, "created_at": row.created_at, "updated_at": row.updated_at,
+            "evaluated_candidates": row.evaluations,
+        }));
+        return Ok(0);
+    }
+    println!(
+        "run {}  task {}  target {}  strategy {}  status {}  evaluations {}/{}",
+        row.run_id, row.task, row.target, row.strategy, row.status, row.evaluations, row.budget
+    );
+    if let Some(e) = &row.error {
+        println!("error: {e}");
+    }
+    let mut t = comfy_table::Table::new();
+    t.load_preset(comfy_table::presets::UTF8_FULL_CONDENSED)
+        .set_header(vec!["phase", "#", "candidate", "origin", "result", "geomean"]);
+    for a in &attempts {
+        let s = a.summary.as_ref();
+        t.add_row(vec![
+            a.phase.clone(),
+            a.seq.to_string(),
+            a.candidate.clone(),
+            a.origin.clone(),
+            match s {
+                None => "in progress".into(),
+                Some(s) if s.passed => "passed".into(),
+                Some(s) => s.first_failure.clone().unwrap_or_default().lines().next().unwrap_or("").chars().take(70).collect(),
+            },
+            report::fmt_time(s.and_then(|s| s.geomean_s)),
+        ]);
+    }
+    println!("{t}");
+    if row.result.is_object() {
+        print!("{}", report::run_summary(&row.result));
+    }
+    Ok(0)
+}
+
+fn settings_for(task: &Task, checks: usize, timeout: Option<f64>, timing_budget: f64) -> Result<Settings> {
+    let mut settings = Settings::for_task(task);
+    if checks == 0 {
+        bail!("--checks must be at least 1");
+    }
+    settings.checks = checks;
+    if let Some(t) = timeout {
+        if !(t > 0.0) {
+            bail!("--timeout must be a positive number of seconds");
+        }
+        settings.timeout_s = t;
+    }
+    if !(timing_budget > 0.0) {
+        bail!("--timing-budget must be a positive number of seconds");
+    }
+    settings.timing["budget_s"] = json!(timing_budget);
+    Ok(settings)
+}
+
+fn cmd_eval(task: Task, dir: &Path, target: Option<Target>, settings: Settings, python: Option<&Path>, json: bool) -> Result<u8> {
+    let probe = Candidate::load(dir)?;
+    let target = target.unwrap_or(probe.plan.target);
+    let cand = load_candidate(dir, &task, target)?;
+    let env = pyenv::ensure(python)?;
+    let build = std::env::temp_dir().join(format!("ksearch-eval-{}", std::process::id()));
+    let mut ev = Evaluator::start(task.clone(), target, env, build.clone(), settings)?;
+    let mut results = Vec::new();
+    for w in &task.toml.workload {
+        let r = ev.evaluate_workload(&cand, w);
+        if !json {
+            eprintln!("{}{}: {}", w.name, if w.held_out { " (held out)" } else { "" }, r.status.name());
+        }
+        results.push(r);
+    }
+    let _ = std::fs::remove_dir_all(&build);
+    let summary = eval::summarize(&results);
+    if json {
+        print_json(&json!({
+            "task": task.name(), "target": target.name(), "candidate": cand.hash(), "name": cand.plan.name,
+            "params": cand.params(), "passed": summary.passed, "hardware": ev.hardware(),
+            "speedup_vs_baselines": summary.speedup_vs_baseline,
+            "workloads": results.iter().map(|r| {
+                let mut v = run::workload_json(r);
+                v["held_out"] = json!(task.toml.workload.iter().any(|w| w.name == r.workload && w.held_out));
+                v["seeds"] = json!(r.seeds);
+                v
+            }).collect::<Vec<_>>(),
+        }));
+    } else {
+        println!("candidate {} ({}) on task {} / {target}", cand.hash(), cand.plan.name, task.name());
+        println!("{}", report::workloads_table(&results));
+    }
+    Ok(if summary.passed { 0 } else { 1 })
+}
+
+fn cmd_doctor(store_dir: &Path, python: Option<&Path>, json: bool) -> Result<u8> {
+    let mut report = serde_json::Map::new();
+    let mut ok = true;
+    report.insert("ksearch".into(), json!(env!("CARGO_PKG_VERSION")));
+    report.insert("cache".into(), json!(builtin::cache_root()));
+    report.insert("builtin_tasks".into(), json!(builtin::task_names()));
+    match pyenv::ensure(python) {
+        Ok(env) => {
+            report.insert("python".into(), json!({"path": env.python, "managed": env.managed, "worker": env.worker_path}));
+            let task = Task::load(&builtin::task_dir(DEFAULT_TASK)?)?;
+            let build = std::env::temp_dir().join(format!("ksearch-doctor-{}", std::process::id()));
+            match Evaluator::start(task, Target::Cpu, env, build.clone(), Settings::for_task(&Task::load(&builtin::task_dir(DEFAULT_TASK)?)?)) {
+                Ok(ev) => {
+                    report.insert("worker".into(), ev.hello.clone());
+                }
+                Err(e) => {
+                    ok = false;
+                    report.insert("worker".into(), json!({"error": format!("{e:#}")}));
+                }
+            }
+            let _ = std::fs::remove_dir_all(&build);
+        }
+        Err(e) => {
+            ok = false;
+            report.insert("python".into(), json!({"error": format!("{e:#}")}));
+        }
+    }
+    match Store::open(store_dir) {
+        Ok(s) => {
+            report.insert("store".into(), json!({"path": s.path(), "journal_mode": "wal", "runs": s.runs()?.len()}));
+        }
+        Err(e) => {
+            ok = false;
+            report.insert("store".into(), json!({"error": e.to_string()}));
+        }
+    }
+    report.insert("ok".into(), json!(ok));
+    let v = Value::Object(report);
+    if json {
+        print_json(&v);
+    } else {
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        println!("{}", if ok { "everything needed is here" } else { "something is missing: see the errors above" });
+    }
+    Ok(if ok { 0 } else { 1 })
+}

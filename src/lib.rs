@@ -1,0 +1,16 @@
+//! ksearch: search for fast kernels with honest evaluation. See ARCHITECTURE.md for the code map.
+
+pub mod builtin;
+pub mod candidate;
+pub mod cli;
+pub mod dtype;
+pub mod eval;
+pub mod expr;
+pub mod pyenv;
+pub mod report;
+pub mod rng;
+pub mod search;
+pub mod store;
+pub mod target;
+pub mod task;
+pub mod worker;

@@ -1,0 +1,117 @@
+//! The Python the worker runs on. By default ksearch manages its own virtual environment: created on
+//! first use from the pinned `python/requirements.txt`, named by the hash of that file, reused after.
+//! `--python` / `KSEARCH_PYTHON` use another interpreter instead (it must already have numpy).
+
+use anyhow::{Context, Result, bail};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+#[derive(Debug, Clone)]
+pub struct PythonEnv {
+    pub python: PathBuf,
+    /// Folder to put on PYTHONPATH: it holds the `ksearch_worker` package.
+    pub worker_path: PathBuf,
+    pub managed: bool,
+}
+
+fn venv_dir() -> PathBuf {
+    let h = blake3::hash(crate::builtin::requirements().as_bytes()).to_hex();
+    crate::builtin::cache_root().join(format!("venv-{}", &h[..12]))
+}
+
+fn base_python() -> String {
+    std::env::var("KSEARCH_BASE_PYTHON").unwrap_or_else(|_| "python3".to_string())
+}
+
+fn run(cmd: &mut Command, what: &str) -> Result<()> {
+    let out = cmd
+        .output()
+        .with_context(|| format!("{what}: cannot start {:?}", cmd.get_program()))?;
+    if !out.status.success() {
+        bail!(
+            "{what} failed ({}):\n{}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(())
+}
+
+/// Finds or creates the worker's Python. `explicit` comes from `--python` or `KSEARCH_PYTHON`.
+pub fn ensure(explicit: Option<&Path>) -> Result<PythonEnv> {
+    let worker_path = crate::builtin::python_dir()?;
+    if let Some(p) = explicit {
+        return Ok(PythonEnv {
+            python: p.to_path_buf(),
+            worker_path,
+            managed: false,
+        });
+    }
+    let dir = venv_dir();
+    let python = dir.join("bin").join("python");
+    let ready = dir.join(".ksearch-ready");
+    if ready.exists() {
+        return Ok(PythonEnv {
+            python,
+            worker_path,
+            managed: true,
+        });
+    }
+    std::fs::create_dir_all(crate::builtin::cache_root())?;
+    // One creator at a time: parallel test processes and concurrent runs share this venv.
+    let lock_path = crate::builtin::cache_root().join("venv.lock");
+    let lock = std::fs::File::create(&lock_path)
+        .with_context(|| format!("creating {}", lock_path.display()))?;
+    lock.lock()
+        .with_context(|| format!("locking {}", lock_path.display()))?;
+    if !ready.exists() {
+        eprintln!(
+            "ksearch: creating the worker's Python environment in {} (first use only)",
+            dir.display()
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+        run(
+            Command::new(base_python()).args(["-m", "venv"]).arg(&dir),
+            "creating the virtual environment (set KSEARCH_BASE_PYTHON to pick the interpreter)",
+        )?;
+        run(
+            Command::new(&python)
+                .args([
+                    "-m",
+                    "pip",
+                    "install",
+                    "--quiet",
+                    "--disable-pip-version-check",
+                    "-r",
+                ])
+                .arg(worker_path.join("requirements.txt")),
+            "installing the worker's pinned packages",
+        )?;
+        std::fs::write(&ready, crate::builtin::requirements())?;
+    }
+    Ok(PythonEnv {
+        python,
+        worker_path,
+        managed: true,
+    })
+}
+
+impl PythonEnv {
+    /// Installs the test requirements into the managed environment (the test suite uses this).
+    pub fn install_test_requirements(&self) -> Result<()> {
+        run(
+            Command::new(&self.python)
+                .args([
+                    "-m",
+                    "pip",
+                    "install",
+                    "--quiet",
+                    "--disable-pip-version-check",
+                    "-r",
+                ])
+                .arg(self.worker_path.join("requirements-test.txt")),
+            "installing the worker's test packages",
+        )
+    }
+}

@@ -1,0 +1,155 @@
+//! What people read: summary tables for `run`, `show`, `eval`, `runs` and `tasks`. Scripts read the
+//! JSON the same commands print with `--json`.
+
+use crate::eval::WorkloadResult;
+use crate::store::RunRow;
+use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
+use serde_json::Value;
+
+pub fn fmt_time(s: Option<f64>) -> String {
+    match s {
+        None => "–".into(),
+        Some(s) if s < 1e-3 => format!("{:.1} µs", s * 1e6),
+        Some(s) if s < 1.0 => format!("{:.3} ms", s * 1e3),
+        Some(s) => format!("{s:.3} s"),
+    }
+}
+
+pub fn fmt_x(x: Option<f64>) -> String {
+    x.map(|x| format!("{x:.2}x")).unwrap_or_else(|| "–".into())
+}
+
+fn table(header: &[&str]) -> Table {
+    let mut t = Table::new();
+    t.load_preset(UTF8_FULL_CONDENSED).set_header(header.to_vec());
+    t
+}
+
+/// Per-workload results of one candidate, with every baseline.
+pub fn workloads_table(results: &[WorkloadResult]) -> String {
+    let baselines: std::collections::BTreeSet<&String> = results.iter().flat_map(|r| r.baselines.keys()).collect();
+    let mut header = vec!["workload", "status", "median", "± IQR", "max rel err", "% roofline"];
+    let names: Vec<String> = baselines.iter().map(|b| format!("vs {b}")).collect();
+    header.extend(names.iter().map(String::as_str));
+    let mut t = table(&header);
+    for r in results {
+        let mut row = vec![
+            r.workload.clone(),
+            r.status.name().to_string(),
+            fmt_time(r.median_s()),
+            fmt_time(r.timing.as_ref().map(|t| t.iqr_s)),
+            r.max_rel.map(|e| format!("{e:.1e}")).unwrap_or_else(|| "–".into()),
+            r.roofline
+                .as_ref()
+                .map(|f| format!("{:.1}%{}", f.fraction * 100.0, if f.beats_roofline { " (!)" } else { "" }))
+                .unwrap_or_else(|| "–".into()),
+        ];
+        for b in &baselines {
+            row.push(fmt_x(r.baselines.get(*b).and_then(|bt| Some(bt.median_s / r.median_s()?))));
+        }
+        t.add_row(row);
+    }
+    let mut out = t.to_string();
+    for r in results.iter().filter(|r| {
+        !r.message.is_empty()
+            && (r.status != crate::eval::Status::Passed || r.roofline.as_ref().is_some_and(|f| f.beats_roofline))
+    }) {
+        out.push_str(&format!("\n{}: {}", r.workload, first_lines(&r.message, 12)));
+    }
+    out
+}
+
+fn first_lines(s: &str, n: usize) -> String {
+    let lines: Vec<&str> = s.lines().collect();
+    if lines.len() <= n {
+        s.trim_end().to_string()
+    } else {
+        format!("{}\n  … ({} more lines)", lines[..n].join("\n"), lines.len() - n)
+    }
+}
+
+pub fn run_summary(result: &Value) -> String {
+    let mut out = String::new();
+    out.push_str(&format!(
+        "run {}  task {}  target {}  strategy {}  evaluations {}/{}  status {}\n",
+        result["run_id"].as_str().unwrap_or("?"),
+        result["task"].as_str().unwrap_or("?"),
+        result["target"].as_str().unwrap_or("?"),
+        result["strategy"].as_str().unwrap_or("?"),
+        result["evaluations"],
+        result["budget"],
+        result["status"].as_str().unwrap_or("?"),
+    ));
+    let hw = &result["hardware"];
+    if hw.is_object() {
+        out.push_str(&format!(
+            "measured on {} ({} cores; peak {:.1} GB/s, {:.1} GFLOP/s measured)\n",
+            hw["name"].as_str().unwrap_or("?"),
+            hw["cores"],
+            hw["peak_bandwidth_gbs"].as_f64().unwrap_or(0.0),
+            hw["peak_gflops"].as_f64().unwrap_or(0.0)
+        ));
+    }
+    let best = &result["best"];
+    if best.is_object() {
+        let mut t = table(&["best candidate", "params", "speedup vs seed", "speedup vs baseline", "held-out"]);
+        t.add_row(vec![
+            format!("{} ({})", best["candidate"].as_str().unwrap_or("?"), best["name"].as_str().unwrap_or("")),
+            best["params"].as_object().map(|m| m.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ")).unwrap_or_default(),
+            fmt_x(best["speedup_vs_seed"].as_f64()),
+            fmt_x(best["speedup_vs_baseline"].as_f64()),
+            if best["held_out_passed"].as_bool() == Some(true) { "passed".into() } else { "FAILED".into() },
+        ]);
+        out.push_str(&t.to_string());
+        out.push('\n');
+        let mut w = table(&["workload", "median", "± IQR", "% roofline", "baselines (median)"]);
+        for r in best["workloads"].as_array().into_iter().flatten() {
+            w.add_row(vec![
+                r["workload"].as_str().unwrap_or("").to_string(),
+                fmt_time(r["median_s"].as_f64()),
+                fmt_time(r["iqr_s"].as_f64()),
+                r["roofline_fraction"].as_f64().map(|f| format!("{:.1}%", f * 100.0)).unwrap_or_else(|| "–".into()),
+                r["baselines"].as_object().map(|m| m.iter().map(|(k, v)| format!("{k} {}", fmt_time(v.as_f64()))).collect::<Vec<_>>().join(", ")).unwrap_or_default(),
+            ]);
+        }
+        out.push_str(&w.to_string());
+        out.push('\n');
+    } else {
+        out.push_str("no candidate passed every feedback workload\n");
+        if let Some(f) = result["seed"]["failure"].as_str() {
+            out.push_str(&format!("seed: {f}\n"));
+        }
+    }
+    out
+}
+
+pub fn runs_table(runs: &[RunRow]) -> String {
+    let mut t = table(&["run", "task", "target", "strategy", "status", "evaluations", "best speedup vs seed"]);
+    for r in runs {
+        t.add_row(vec![
+            r.run_id.clone(),
+            r.task.clone(),
+            r.target.clone(),
+            r.strategy.clone(),
+            r.status.clone(),
+            format!("{}/{}", r.evaluations, r.budget),
+            fmt_x(r.result["best"]["speedup_vs_seed"].as_f64()),
+        ]);
+    }
+    t.to_string()
+}
+
+pub fn tasks_table(rows: &[Value]) -> String {
+    let mut t = table(&["task", "targets", "workloads (held out)", "baselines", "description"]);
+    for r in rows {
+        let list = |k: &str| r[k].as_array().map(|a| a.iter().filter_map(|v| v.as_str()).collect::<Vec<_>>().join(", ")).unwrap_or_default();
+        t.add_row(vec![
+            r["name"].as_str().unwrap_or("").to_string(),
+            list("targets"),
+            format!("{} ({})", r["workloads"], r["held_out"]),
+            list("baselines"),
+            r["description"].as_str().unwrap_or("").to_string(),
+        ]);
+    }
+    t.to_string()
+}

@@ -1,0 +1,65 @@
+//! Strategies choose the next candidate to evaluate; `run` drives one through a budget, with the
+//! store underneath so a killed run resumes where it stopped.
+//!
+//! A strategy proposes from the run's history alone (plus its recorded seed). Resume therefore needs no
+//! saved strategy internals: it reloads the history from the store and asks again.
+
+pub mod run;
+pub mod tune;
+
+use crate::candidate::Candidate;
+use crate::eval::{Summary, WorkloadResult};
+
+/// One finished evaluation of the run, as strategies see it.
+#[derive(Debug, Clone)]
+pub struct Observation {
+    pub hash: String,
+    pub candidate: Candidate,
+    pub summary: Summary,
+    pub results: Vec<WorkloadResult>,
+}
+
+impl Observation {
+    /// Lower is better; `None` unless every feedback workload passed.
+    pub fn cost(&self) -> Option<f64> {
+        self.summary.geomean_s.filter(|_| self.summary.passed)
+    }
+}
+
+/// What a strategy wants evaluated next.
+#[derive(Debug, Clone)]
+pub struct Proposal {
+    pub candidate: Candidate,
+    pub parent: Option<String>,
+    /// Why: shown in `show` and kept in the store.
+    pub origin: String,
+}
+
+pub trait Strategy {
+    fn name(&self) -> &'static str;
+    /// The next candidate, or `None` when the strategy has nothing left to try.
+    fn propose(&mut self, history: &[Observation]) -> Option<Proposal>;
+    /// A snapshot for the store (for people and reports; resume does not need it).
+    fn state(&self) -> serde_json::Value;
+}
+
+/// Strategies a user can name. Only `tune` needs no LLM.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StrategyKind {
+    Tune,
+    WorldModel,
+    Evolve,
+    Once,
+}
+
+impl StrategyKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            StrategyKind::Tune => "tune",
+            StrategyKind::WorldModel => "world-model",
+            StrategyKind::Evolve => "evolve",
+            StrategyKind::Once => "once",
+        }
+    }
+}

@@ -1,0 +1,275 @@
+//! Drives a strategy through a run: the seed first, then proposals until the budget is spent, then the
+//! held-out workloads on the best candidates. Every finished workload evaluation is in the store before
+//! the next one starts; `resume` rebuilds the history from the store and carries on.
+
+use super::tune::Tune;
+use super::{Observation, Strategy, StrategyKind};
+use crate::candidate::Candidate;
+use crate::eval::{self, Evaluator, Settings, Status, Summary, WorkloadResult};
+use crate::pyenv::PythonEnv;
+use crate::store::Store;
+use crate::target::Target;
+use crate::task::{Task, Workload};
+use anyhow::{Context, Result, anyhow, bail};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use std::path::PathBuf;
+use std::time::Instant;
+
+/// What a run was started with; stored with the run so `resume` needs nothing else.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunConfig {
+    pub seed_candidate: String,
+    pub seed_name: String,
+    pub strategy: StrategyKind,
+    pub budget: usize,
+    /// Seeds the strategy's choices (not the inputs: those get a fresh secret every start).
+    pub rng_seed: u64,
+    pub checks: usize,
+    pub timeout_s: f64,
+    pub timing: Value,
+}
+
+/// Progress, for the terminal.
+pub enum Event<'a> {
+    Started { budget: usize, done: usize },
+    Evaluated { seq: usize, obs: &'a Observation, best: Option<&'a Observation> },
+    FinalPhase { candidate: &'a str },
+}
+
+const MAX_FINAL_CANDIDATES: usize = 3;
+
+pub struct Runner<'a> {
+    pub store: &'a Store,
+    pub run_id: String,
+    pub task: Task,
+    pub target: Target,
+    pub config: RunConfig,
+    evaluator: Evaluator,
+}
+
+/// Creates a run in the store and returns its id.
+pub fn create(store: &Store, task: &Task, target: Target, seed: &Candidate, seed_name: &str, config_base: &Settings, strategy: StrategyKind, budget: usize) -> Result<String> {
+    let run_id = new_run_id(task.name());
+    let hash = store.put_candidate(seed)?;
+    let config = RunConfig {
+        seed_candidate: hash,
+        seed_name: seed_name.to_string(),
+        strategy,
+        budget,
+        rng_seed: crate::rng::hash64(&run_id),
+        checks: config_base.checks,
+        timeout_s: config_base.timeout_s,
+        timing: config_base.timing.clone(),
+    };
+    let dir = task.dir.canonicalize().unwrap_or_else(|_| task.dir.clone());
+    store.create_run(&run_id, task.name(), &dir, target.name(), strategy.name(), budget as i64, &serde_json::to_value(&config)?)?;
+    Ok(run_id)
+}
+
+fn new_run_id(task: &str) -> String {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let secs = now.as_secs() as i64;
+    let (y, m, d) = civil_from_days(secs.div_euclid(86_400));
+    let s = secs.rem_euclid(86_400);
+    let nonce = crate::rng::splitmix(now.as_nanos() as u64 ^ std::process::id() as u64) & 0xffff;
+    format!("{task}-{y:04}{m:02}{d:02}-{:02}{:02}{:02}-{nonce:04x}", s / 3600, s / 60 % 60, s % 60)
+}
+
+/// Days since 1970-01-01 to a (year, month, day) in the proleptic Gregorian calendar.
+fn civil_from_days(z: i64) -> (i64, i64, i64) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    (yoe + era * 400 + if m <= 2 { 1 } else { 0 }, m, d)
+}
+
+impl<'a> Runner<'a> {
+    /// Loads a stored run and starts its evaluator (a fresh worker and a fresh secret seed).
+    pub fn open(store: &'a Store, run_id: &str, env: PythonEnv) -> Result<Runner<'a>> {
+        let row = store.run(run_id)?.ok_or_else(|| anyhow!("no run `{run_id}` in {}; `ksearch runs` lists them", store.path().display()))?;
+        let config: RunConfig = serde_json::from_value(row.config.clone()).with_context(|| format!("run {run_id}: unreadable config"))?;
+        let task = Task::load(&PathBuf::from(&row.task_dir)).with_context(|| format!("run {run_id}: loading its task"))?;
+        let target: Target = row.target.parse().map_err(|e: String| anyhow!(e))?;
+        if config.strategy != StrategyKind::Tune {
+            bail!("strategy `{}` needs an LLM provider, which this version of ksearch does not have yet; use --strategy tune", config.strategy.name());
+        }
+        let settings = Settings { checks: config.checks, timeout_s: config.timeout_s, compile_timeout_s: 120.0, timing: config.timing.clone() };
+        let build = store.path().parent().unwrap_or(std::path::Path::new(".")).join("build");
+        let evaluator = Evaluator::start(task.clone(), target, env, build, settings)?;
+        store.claim_run(run_id)?;
+        store.set_hardware(run_id, &evaluator.hello)?;
+        Ok(Runner { store, run_id: run_id.to_string(), task, target, config, evaluator })
+    }
+
+    /// Evaluates a candidate on `workloads`, reusing what the store already has for this run.
+    /// In the search phase it stops at the first failing workload: the candidate is out either way.
+    fn evaluate(&mut self, cand: &Candidate, hash: &str, workloads: &[Workload], phase: &str) -> Result<Vec<WorkloadResult>> {
+        let mut out = Vec::new();
+        for w in workloads {
+            let r = match self.store.evaluation(&self.run_id, phase, hash, &w.name)? {
+                Some(r) => r,
+                None => {
+                    let r = self.evaluator.evaluate_workload(cand, w);
+                    self.store.put_evaluation(&self.run_id, phase, hash, &r)?;
+                    r
+                }
+            };
+            let failed = r.status != Status::Passed;
+            out.push(r);
+            if failed && phase == "search" {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
+    fn history(&self) -> Result<Vec<Observation>> {
+        let mut hist = Vec::new();
+        for a in self.store.attempts(&self.run_id, Some("search"))? {
+            if !a.finished {
+                continue;
+            }
+            let candidate = self.store.candidate(&a.candidate)?.ok_or_else(|| anyhow!("candidate {} missing from the store", a.candidate))?;
+            let results = self.task.workloads(false)
+                .filter_map(|w| self.store.evaluation(&self.run_id, "search", &a.candidate, &w.name).transpose())
+                .collect::<Result<Vec<_>, _>>()?;
+            hist.push(Observation { hash: a.candidate.clone(), candidate, summary: a.summary.unwrap_or_default(), results });
+        }
+        Ok(hist)
+    }
+
+    /// Runs (or resumes) to the end; returns the result object also stored with the run.
+    pub fn execute(&mut self, mut progress: impl FnMut(Event<'_>)) -> Result<Value> {
+        let started = Instant::now();
+        let feedback: Vec<Workload> = self.task.workloads(false).cloned().collect();
+        let held_out: Vec<Workload> = self.task.workloads(true).cloned().collect();
+        let seed = self.store.candidate(&self.config.seed_candidate)?.ok_or_else(|| anyhow!("seed candidate missing from the store"))?;
+        let mut strategy = Tune::new(seed.clone(), self.config.budget, self.config.rng_seed);
+        let mut history = self.history()?;
+        progress(Event::Started { budget: self.config.budget, done: history.len() });
+
+        while history.len() < self.config.budget {
+            let (cand, parent, origin) = if history.is_empty() {
+                (seed.clone(), None, "seed".to_string())
+            } else {
+                match strategy.propose(&history) {
+                    Some(p) => (p.candidate, p.parent, p.origin),
+                    None => break,
+                }
+            };
+            let seq = history.len();
+            let hash = self.store.put_candidate(&cand)?;
+            self.store.begin_attempt(&self.run_id, "search", seq as i64, &hash, parent.as_deref(), &origin)?;
+            let results = self.evaluate(&cand, &hash, &feedback, "search")?;
+            let mut summary = eval::summarize(&results);
+            if results.len() < feedback.len() {
+                summary.passed = false;
+                summary.workloads = feedback.len();
+            }
+            self.store.finish_attempt(&self.run_id, "search", seq as i64, &summary)?;
+            self.store.set_strategy_state(&self.run_id, &strategy.state())?;
+            history.push(Observation { hash, candidate: cand, summary, results });
+            let best = best_of(&history);
+            progress(Event::Evaluated { seq, obs: history.last().unwrap(), best });
+        }
+
+        // Held-out workloads, scored only now: the best candidates in order until one passes them all.
+        let mut ranked: Vec<&Observation> = history.iter().filter(|o| o.cost().is_some()).collect();
+        ranked.sort_by(|a, b| a.cost().partial_cmp(&b.cost()).unwrap());
+        let mut chosen: Option<(&Observation, bool, Vec<WorkloadResult>)> = None;
+        for (i, obs) in ranked.iter().take(MAX_FINAL_CANDIDATES).enumerate() {
+            progress(Event::FinalPhase { candidate: &obs.hash });
+            self.store.begin_attempt(&self.run_id, "final", i as i64, &obs.hash, None, "held-out check")?;
+            let results = self.evaluate(&obs.candidate, &obs.hash, &held_out, "final")?;
+            let summary = eval::summarize(&results);
+            self.store.finish_attempt(&self.run_id, "final", i as i64, &summary)?;
+            let passed = summary.passed || held_out.is_empty();
+            if chosen.is_none() || passed {
+                chosen = Some((obs, passed, results));
+            }
+            if passed {
+                break;
+            }
+        }
+
+        let seed_obs = history.first();
+        let result = json!({
+            "run_id": self.run_id,
+            "task": self.task.name(),
+            "target": self.target.name(),
+            "strategy": self.config.strategy.name(),
+            "budget": self.config.budget,
+            "evaluations": history.len(),
+            "status": if chosen.is_some() { "completed" } else { "failed" },
+            "hardware": self.evaluator.hardware(),
+            "worker_restarts": self.evaluator.worker_restarts(),
+            "elapsed_s": started.elapsed().as_secs_f64(),
+            "seed": seed_obs.map(|o| json!({"candidate": o.hash, "passed": o.summary.passed, "geomean_s": o.summary.geomean_s, "failure": o.summary.first_failure})),
+            "best": chosen.as_ref().map(|(obs, held_ok, held)| {
+                let vs_seed = seed_obs.and_then(|s| eval::speedup(&s.results, &obs.results));
+                let primary = self.task.baselines_for(self.target).first().and_then(|b| obs.summary.speedup_vs_baseline.get(&b.name).copied());
+                json!({
+                    "candidate": obs.hash,
+                    "name": obs.candidate.plan.name,
+                    "params": obs.candidate.params(),
+                    "geomean_s": obs.summary.geomean_s,
+                    "speedup_vs_seed": vs_seed,
+                    "speedup_vs_baseline": primary,
+                    "speedup_vs_baselines": obs.summary.speedup_vs_baseline,
+                    "held_out_passed": held_ok,
+                    "held_out": held.iter().map(|r| json!({"workload": r.workload, "status": r.status, "message": r.message})).collect::<Vec<_>>(),
+                    "workloads": obs.results.iter().map(workload_json).collect::<Vec<_>>(),
+                })
+            }),
+        });
+        let (status, error) = match &chosen {
+            Some(_) => ("completed", None),
+            None => ("failed", Some(match seed_obs.and_then(|o| o.summary.first_failure.clone()) {
+                Some(f) if history.len() == 1 => format!("the seed did not pass: {f}"),
+                _ => "no candidate passed every feedback workload".to_string(),
+            })),
+        };
+        self.store.finish_run(&self.run_id, status, &result, error.as_deref())?;
+        Ok(result)
+    }
+}
+
+pub fn workload_json(r: &WorkloadResult) -> Value {
+    json!({
+        "workload": r.workload,
+        "status": r.status,
+        "median_s": r.median_s(),
+        "iqr_s": r.timing.as_ref().map(|t| t.iqr_s),
+        "baselines": r.baselines.iter().map(|(k, t)| (k.clone(), t.median_s)).collect::<std::collections::BTreeMap<_, _>>(),
+        "roofline_fraction": r.roofline.as_ref().map(|f| f.fraction),
+        "beats_roofline": r.roofline.as_ref().map(|f| f.beats_roofline),
+        "max_abs": r.max_abs,
+        "max_rel": r.max_rel,
+        "message": r.message,
+    })
+}
+
+pub fn best_of(history: &[Observation]) -> Option<&Observation> {
+    history.iter().filter(|o| o.cost().is_some()).min_by(|a, b| a.cost().partial_cmp(&b.cost()).unwrap())
+}
+
+/// Summary type re-exported for reports.
+pub type AttemptSummary = Summary;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn calendar() {
+        assert_eq!(civil_from_days(0), (1970, 1, 1));
+        assert_eq!(civil_from_days(20_786), (2026, 11, 29));
+        assert_eq!(civil_from_days(11_016), (2000, 2, 29));
+    }
+}

@@ -1,0 +1,489 @@
+//! The store: one SQLite database in WAL mode (default `.ksearch/ksearch.db`). Only this module writes
+//! it. Every finished evaluation is committed on its own before the next one starts, so a run killed at
+//! any moment (kill -9 included) loses at most the evaluation in flight, and `resume` reuses the rest.
+
+use crate::candidate::Candidate;
+use crate::eval::{Summary, WorkloadResult};
+use rusqlite::{Connection, OptionalExtension, params};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("store {}: {source}", path.display())]
+    Sql {
+        path: PathBuf,
+        source: rusqlite::Error,
+    },
+    #[error("store {}: {message}", path.display())]
+    Other { path: PathBuf, message: String },
+}
+
+pub type Result<T> = std::result::Result<T, StoreError>;
+
+pub struct Store {
+    conn: Connection,
+    path: PathBuf,
+}
+
+/// A run as listed by `ksearch runs`.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct RunRow {
+    pub run_id: String,
+    pub task: String,
+    pub task_dir: String,
+    pub target: String,
+    pub strategy: String,
+    pub budget: i64,
+    pub status: String,
+    pub evaluations: i64,
+    pub created_at: f64,
+    pub updated_at: f64,
+    pub pid: Option<i64>,
+    pub config: Value,
+    pub hardware: Value,
+    pub result: Value,
+    pub error: Option<String>,
+}
+
+/// One candidate evaluated in a run (the unit of the budget).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Attempt {
+    pub seq: i64,
+    pub phase: String,
+    pub candidate: String,
+    pub parent: Option<String>,
+    pub origin: String,
+    pub finished: bool,
+    pub summary: Option<Summary>,
+}
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS runs(
+    run_id TEXT PRIMARY KEY, task TEXT NOT NULL, task_dir TEXT NOT NULL, target TEXT NOT NULL,
+    strategy TEXT NOT NULL, budget INTEGER NOT NULL, status TEXT NOT NULL,
+    config TEXT NOT NULL, hardware TEXT, result TEXT, error TEXT,
+    pid INTEGER, created_at REAL NOT NULL, updated_at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS candidates(
+    hash TEXT PRIMARY KEY, name TEXT NOT NULL, target TEXT NOT NULL, source TEXT NOT NULL,
+    created_at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS attempts(
+    run_id TEXT NOT NULL REFERENCES runs(run_id), phase TEXT NOT NULL, seq INTEGER NOT NULL,
+    candidate TEXT NOT NULL REFERENCES candidates(hash), parent TEXT, origin TEXT NOT NULL,
+    finished INTEGER NOT NULL DEFAULT 0, summary TEXT, started_at REAL NOT NULL, finished_at REAL,
+    PRIMARY KEY(run_id, phase, seq));
+CREATE TABLE IF NOT EXISTS evaluations(
+    id INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT NOT NULL REFERENCES runs(run_id),
+    phase TEXT NOT NULL, candidate TEXT NOT NULL, workload TEXT NOT NULL, status TEXT NOT NULL,
+    median_s REAL, result TEXT NOT NULL, created_at REAL NOT NULL,
+    UNIQUE(run_id, phase, candidate, workload));
+CREATE TABLE IF NOT EXISTS strategy_state(
+    run_id TEXT PRIMARY KEY REFERENCES runs(run_id), state TEXT NOT NULL, updated_at REAL NOT NULL);
+";
+
+pub fn now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+/// `--store DIR`, else `KSEARCH_STORE`, else `.ksearch` in the working directory.
+pub fn default_dir(flag: Option<&Path>) -> PathBuf {
+    flag.map(Path::to_path_buf)
+        .or_else(|| std::env::var_os("KSEARCH_STORE").map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from(".ksearch"))
+}
+
+impl Store {
+    pub fn open(dir: &Path) -> Result<Store> {
+        let path = dir.join("ksearch.db");
+        let wrap = |source| StoreError::Sql {
+            path: path.clone(),
+            source,
+        };
+        std::fs::create_dir_all(dir).map_err(|e| StoreError::Other {
+            path: path.clone(),
+            message: format!("cannot create the store folder: {e}"),
+        })?;
+        let conn = Connection::open(&path).map_err(wrap)?;
+        // Another run or a reader may hold the lock briefly; wait rather than fail.
+        conn.busy_timeout(Duration::from_secs(30)).map_err(wrap)?;
+        let mode: String = conn
+            .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
+            .map_err(wrap)?;
+        if mode.to_lowercase() != "wal" {
+            return Err(StoreError::Other {
+                path,
+                message: format!("cannot switch to WAL mode (got `{mode}`)"),
+            });
+        }
+        conn.execute_batch("PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;")
+            .map_err(wrap)?;
+        conn.execute_batch(SCHEMA).map_err(wrap)?;
+        Ok(Store { conn, path })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn sql(&self, source: rusqlite::Error) -> StoreError {
+        StoreError::Sql {
+            path: self.path.clone(),
+            source,
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn create_run(
+        &self,
+        run_id: &str,
+        task: &str,
+        task_dir: &Path,
+        target: &str,
+        strategy: &str,
+        budget: i64,
+        config: &Value,
+    ) -> Result<()> {
+        let t = now();
+        self.conn
+            .execute(
+                "INSERT INTO runs(run_id, task, task_dir, target, strategy, budget, status, config, pid, created_at, updated_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'running', ?7, ?8, ?9, ?9)",
+                params![
+                    run_id,
+                    task,
+                    task_dir.to_string_lossy(),
+                    target,
+                    strategy,
+                    budget,
+                    config.to_string(),
+                    std::process::id() as i64,
+                    t
+                ],
+            )
+            .map_err(|e| self.sql(e))?;
+        Ok(())
+    }
+
+    /// Marks a run as being worked on by this process again.
+    pub fn claim_run(&self, run_id: &str) -> Result<()> {
+        self.conn
+            .execute(
+                "UPDATE runs SET status='running', pid=?2, error=NULL, updated_at=?3 WHERE run_id=?1",
+                params![run_id, std::process::id() as i64, now()],
+            )
+            .map_err(|e| self.sql(e))?;
+        Ok(())
+    }
+
+    pub fn set_hardware(&self, run_id: &str, hw: &Value) -> Result<()> {
+        self.conn
+            .execute(
+                "UPDATE runs SET hardware=?2, updated_at=?3 WHERE run_id=?1",
+                params![run_id, hw.to_string(), now()],
+            )
+            .map_err(|e| self.sql(e))?;
+        Ok(())
+    }
+
+    pub fn finish_run(&self, run_id: &str, status: &str, result: &Value, error: Option<&str>) -> Result<()> {
+        self.conn
+            .execute(
+                "UPDATE runs SET status=?2, result=?3, error=?4, pid=NULL, updated_at=?5 WHERE run_id=?1",
+                params![run_id, status, result.to_string(), error, now()],
+            )
+            .map_err(|e| self.sql(e))?;
+        Ok(())
+    }
+
+    pub fn put_candidate(&self, c: &Candidate) -> Result<String> {
+        let hash = c.hash();
+        self.conn
+            .execute(
+                "INSERT OR IGNORE INTO candidates(hash, name, target, source, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![hash, c.plan.name, c.plan.target.name(), c.to_json().to_string(), now()],
+            )
+            .map_err(|e| self.sql(e))?;
+        Ok(hash)
+    }
+
+    pub fn candidate(&self, hash: &str) -> Result<Option<Candidate>> {
+        let src: Option<String> = self
+            .conn
+            .query_row("SELECT source FROM candidates WHERE hash=?1", [hash], |r| r.get(0))
+            .optional()
+            .map_err(|e| self.sql(e))?;
+        src.map(|s| {
+            let v: Value = serde_json::from_str(&s).map_err(|e| StoreError::Other {
+                path: self.path.clone(),
+                message: format!("candidate {hash}: {e}"),
+            })?;
+            Candidate::from_json(&v).map_err(|m| StoreError::Other {
+                path: self.path.clone(),
+                message: format!("candidate {hash}: {m}"),
+            })
+        })
+        .transpose()
+    }
+
+    /// Starts (or restarts, after a kill) attempt `seq` of a phase.
+    pub fn begin_attempt(
+        &self,
+        run_id: &str,
+        phase: &str,
+        seq: i64,
+        candidate: &str,
+        parent: Option<&str>,
+        origin: &str,
+    ) -> Result<()> {
+        self.conn
+            .execute(
+                "INSERT OR REPLACE INTO attempts(run_id, phase, seq, candidate, parent, origin, finished, started_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, 0, ?7)",
+                params![run_id, phase, seq, candidate, parent, origin, now()],
+            )
+            .map_err(|e| self.sql(e))?;
+        self.touch(run_id)
+    }
+
+    pub fn finish_attempt(&self, run_id: &str, phase: &str, seq: i64, summary: &Summary) -> Result<()> {
+        self.conn
+            .execute(
+                "UPDATE attempts SET finished=1, summary=?4, finished_at=?5 WHERE run_id=?1 AND phase=?2 AND seq=?3",
+                params![run_id, phase, seq, serde_json::to_string(summary).unwrap(), now()],
+            )
+            .map_err(|e| self.sql(e))?;
+        self.touch(run_id)
+    }
+
+    fn touch(&self, run_id: &str) -> Result<()> {
+        self.conn
+            .execute("UPDATE runs SET updated_at=?2 WHERE run_id=?1", params![run_id, now()])
+            .map_err(|e| self.sql(e))?;
+        Ok(())
+    }
+
+    pub fn attempts(&self, run_id: &str, phase: Option<&str>) -> Result<Vec<Attempt>> {
+        let mut st = self
+            .conn
+            .prepare(
+                "SELECT seq, phase, candidate, parent, origin, finished, summary FROM attempts
+                 WHERE run_id=?1 AND (?2 IS NULL OR phase=?2) ORDER BY phase DESC, seq",
+            )
+            .map_err(|e| self.sql(e))?;
+        let rows = st
+            .query_map(params![run_id, phase], |r| {
+                let summary: Option<String> = r.get(6)?;
+                Ok(Attempt {
+                    seq: r.get(0)?,
+                    phase: r.get(1)?,
+                    candidate: r.get(2)?,
+                    parent: r.get(3)?,
+                    origin: r.get(4)?,
+                    finished: r.get::<_, i64>(5)? != 0,
+                    summary: summary.and_then(|s| serde_json::from_str(&s).ok()),
+                })
+            })
+            .map_err(|e| self.sql(e))?;
+        rows.collect::<std::result::Result<_, _>>().map_err(|e| self.sql(e))
+    }
+
+    /// Records one workload's result; committed immediately.
+    pub fn put_evaluation(&self, run_id: &str, phase: &str, candidate: &str, r: &WorkloadResult) -> Result<()> {
+        self.conn
+            .execute(
+                "INSERT OR REPLACE INTO evaluations(run_id, phase, candidate, workload, status, median_s, result, created_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                params![
+                    run_id,
+                    phase,
+                    candidate,
+                    r.workload,
+                    r.status.name(),
+                    r.median_s(),
+                    serde_json::to_string(r).unwrap(),
+                    now()
+                ],
+            )
+            .map_err(|e| self.sql(e))?;
+        Ok(())
+    }
+
+    pub fn evaluation(&self, run_id: &str, phase: &str, candidate: &str, workload: &str) -> Result<Option<WorkloadResult>> {
+        let s: Option<String> = self
+            .conn
+            .query_row(
+                "SELECT result FROM evaluations WHERE run_id=?1 AND phase=?2 AND candidate=?3 AND workload=?4",
+                params![run_id, phase, candidate, workload],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(|e| self.sql(e))?;
+        Ok(s.and_then(|s| serde_json::from_str(&s).ok()))
+    }
+
+    /// Every stored evaluation of a run, in the order they were recorded: (id, phase, candidate, result).
+    pub fn evaluations(&self, run_id: &str) -> Result<Vec<(i64, String, String, WorkloadResult)>> {
+        let mut st = self
+            .conn
+            .prepare("SELECT id, phase, candidate, result FROM evaluations WHERE run_id=?1 ORDER BY id")
+            .map_err(|e| self.sql(e))?;
+        let rows = st
+            .query_map([run_id], |r| {
+                Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?, r.get::<_, String>(3)?))
+            })
+            .map_err(|e| self.sql(e))?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (id, phase, cand, s) = row.map_err(|e| self.sql(e))?;
+            let r: WorkloadResult = serde_json::from_str(&s).map_err(|e| StoreError::Other {
+                path: self.path.clone(),
+                message: format!("evaluation {id}: {e}"),
+            })?;
+            out.push((id, phase, cand, r));
+        }
+        Ok(out)
+    }
+
+    pub fn set_strategy_state(&self, run_id: &str, state: &Value) -> Result<()> {
+        self.conn
+            .execute(
+                "INSERT OR REPLACE INTO strategy_state(run_id, state, updated_at) VALUES (?1, ?2, ?3)",
+                params![run_id, state.to_string(), now()],
+            )
+            .map_err(|e| self.sql(e))?;
+        Ok(())
+    }
+
+    pub fn strategy_state(&self, run_id: &str) -> Result<Option<Value>> {
+        let s: Option<String> = self
+            .conn
+            .query_row("SELECT state FROM strategy_state WHERE run_id=?1", [run_id], |r| r.get(0))
+            .optional()
+            .map_err(|e| self.sql(e))?;
+        Ok(s.and_then(|s| serde_json::from_str(&s).ok()))
+    }
+
+    fn run_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunRow> {
+        let json = |s: Option<String>| s.and_then(|s| serde_json::from_str(&s).ok()).unwrap_or(Value::Null);
+        Ok(RunRow {
+            run_id: r.get(0)?,
+            task: r.get(1)?,
+            task_dir: r.get(2)?,
+            target: r.get(3)?,
+            strategy: r.get(4)?,
+            budget: r.get(5)?,
+            status: r.get(6)?,
+            config: json(r.get(7)?),
+            hardware: json(r.get(8)?),
+            result: json(r.get(9)?),
+            error: r.get(10)?,
+            pid: r.get(11)?,
+            created_at: r.get(12)?,
+            updated_at: r.get(13)?,
+            evaluations: r.get(14)?,
+        })
+    }
+
+    const RUN_SELECT: &str = "SELECT r.run_id, r.task, r.task_dir, r.target, r.strategy, r.budget, r.status,
+        r.config, r.hardware, r.result, r.error, r.pid, r.created_at, r.updated_at,
+        (SELECT COUNT(*) FROM attempts a WHERE a.run_id=r.run_id AND a.phase='search' AND a.finished=1)
+        FROM runs r";
+
+    pub fn run(&self, run_id: &str) -> Result<Option<RunRow>> {
+        self.conn
+            .query_row(&format!("{} WHERE r.run_id=?1", Self::RUN_SELECT), [run_id], Self::run_from_row)
+            .optional()
+            .map_err(|e| self.sql(e))
+            .map(|r| r.map(mark_interrupted))
+    }
+
+    pub fn runs(&self) -> Result<Vec<RunRow>> {
+        let mut st = self
+            .conn
+            .prepare(&format!("{} ORDER BY r.created_at", Self::RUN_SELECT))
+            .map_err(|e| self.sql(e))?;
+        let rows = st.query_map([], Self::run_from_row).map_err(|e| self.sql(e))?;
+        rows.map(|r| r.map(mark_interrupted))
+            .collect::<std::result::Result<_, _>>()
+            .map_err(|e| self.sql(e))
+    }
+}
+
+/// A run marked `running` whose process is gone was killed: show it as `interrupted`.
+fn mark_interrupted(mut r: RunRow) -> RunRow {
+    if r.status == "running" {
+        let alive = r.pid.is_some_and(|pid| {
+            // SAFETY: signal 0 only checks that the process exists.
+            pid > 0 && unsafe { libc::kill(pid as i32, 0) } == 0
+        });
+        if !alive {
+            r.status = "interrupted".into();
+        }
+    }
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::eval::Status;
+
+    fn result(w: &str) -> WorkloadResult {
+        WorkloadResult {
+            workload: w.into(),
+            status: Status::Passed,
+            message: String::new(),
+            max_abs: Some(0.0),
+            max_rel: Some(0.0),
+            timing: None,
+            baselines: Default::default(),
+            roofline: None,
+            checks: Value::Null,
+            compile: Value::Null,
+            seeds: vec![1, 2, 3],
+        }
+    }
+
+    #[test]
+    fn wal_mode_and_round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Store::open(dir.path()).unwrap();
+        let mode: String = s.conn.query_row("PRAGMA journal_mode", [], |r| r.get(0)).unwrap();
+        assert_eq!(mode, "wal");
+        s.create_run("r1", "t", Path::new("/x"), "cpu", "tune", 5, &Value::Null).unwrap();
+        let c = Candidate {
+            plan: toml::from_str(
+                "name='n'\ntarget='cpu'\n[[kernel]]\nname='k'\nsource='k.c'\n[[launch]]\nkernel='k'\noutputs=['y']\n",
+            )
+            .unwrap(),
+            files: [("k.c".to_string(), "x".to_string())].into(),
+        };
+        let h = s.put_candidate(&c).unwrap();
+        assert_eq!(s.candidate(&h).unwrap().unwrap().hash(), h);
+        s.begin_attempt("r1", "search", 0, &h, None, "seed").unwrap();
+        s.put_evaluation("r1", "search", &h, &result("w1")).unwrap();
+        assert_eq!(s.run("r1").unwrap().unwrap().evaluations, 0, "unfinished attempts do not count");
+        s.finish_attempt("r1", "search", 0, &Summary::default()).unwrap();
+        let run = s.run("r1").unwrap().unwrap();
+        assert_eq!(run.evaluations, 1);
+        assert_eq!(run.status, "running", "this process is alive");
+        assert!(s.evaluation("r1", "search", &h, "w1").unwrap().is_some());
+        assert!(s.evaluation("r1", "search", &h, "w2").unwrap().is_none());
+        // A second connection sees committed data at once (what `ksearch runs` does during a run).
+        let s2 = Store::open(dir.path()).unwrap();
+        assert_eq!(s2.evaluations("r1").unwrap().len(), 1);
+    }
+
+    #[test]
+    fn dead_owner_reads_as_interrupted() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Store::open(dir.path()).unwrap();
+        s.create_run("r1", "t", Path::new("/x"), "cpu", "tune", 5, &Value::Null).unwrap();
+        s.conn.execute("UPDATE runs SET pid=?1", [i32::MAX as i64]).unwrap();
+        assert_eq!(s.run("r1").unwrap().unwrap().status, "interrupted");
+    }
+}

@@ -1,0 +1,51 @@
+//! Where candidates run. Each target names the worker that evaluates it and the dialect of its kernels.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Target {
+    /// C kernels compiled by the system compiler, run in the worker through ctypes.
+    #[serde(rename = "cpu")]
+    Cpu,
+    /// Metal kernel bodies through `mx.fast.metal_kernel` (Apple GPUs).
+    #[serde(rename = "mlx-metal")]
+    MlxMetal,
+    /// CUDA kernel bodies through `mx.fast.cuda_kernel` (NVIDIA GPUs).
+    #[serde(rename = "mlx-cuda")]
+    MlxCuda,
+}
+
+pub const ALL: [Target; 3] = [Target::Cpu, Target::MlxMetal, Target::MlxCuda];
+
+impl Target {
+    pub fn name(self) -> &'static str {
+        match self {
+            Target::Cpu => "cpu",
+            Target::MlxMetal => "mlx-metal",
+            Target::MlxCuda => "mlx-cuda",
+        }
+    }
+
+    /// GPU targets launch a grid of threads; the CPU target calls each kernel once.
+    pub fn is_gpu(self) -> bool {
+        !matches!(self, Target::Cpu)
+    }
+}
+
+impl fmt::Display for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Target {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        ALL.iter()
+            .copied()
+            .find(|t| t.name() == s)
+            .ok_or_else(|| format!("unknown target `{s}`; expected cpu, mlx-metal or mlx-cuda"))
+    }
+}

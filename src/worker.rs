@@ -1,0 +1,266 @@
+//! The Rust side of the evaluation worker: a long-lived Python process per device speaking JSON lines
+//! (`docs/formats.md` §3). This side owns every deadline. A request that outlives its deadline gets the
+//! worker's whole process group killed; a worker that dies is reported with its exit signal and the tail
+//! of its stderr. Either way the caller restarts it and the run goes on.
+
+use crate::pyenv::PythonEnv;
+use crate::target::Target;
+use serde_json::{Value, json};
+use std::collections::VecDeque;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const STDERR_TAIL_LINES: usize = 40;
+
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerFailure {
+    #[error("no reply within {0:.1} s; the worker's process group was killed")]
+    Timeout(f64),
+    #[error("the worker died ({status}){}", tail_suffix(.stderr))]
+    Crashed { status: String, stderr: String },
+    #[error("cannot start the worker: {0}")]
+    Spawn(String),
+    #[error("protocol error: {0}")]
+    Protocol(String),
+}
+
+fn tail_suffix(s: &str) -> String {
+    if s.trim().is_empty() {
+        String::new()
+    } else {
+        format!("; its stderr ended with:\n{}", s.trim_end())
+    }
+}
+
+/// A reply the worker sent: `ok` with a result, or an error it reported itself.
+#[derive(Debug, Clone)]
+pub enum Reply {
+    Ok(Value),
+    Err { kind: String, message: String },
+}
+
+enum Line {
+    Text(String),
+    Eof,
+}
+
+pub struct Worker {
+    env: PythonEnv,
+    target: Target,
+    child: Option<Child>,
+    stdin: Option<ChildStdin>,
+    rx: Option<Receiver<Line>>,
+    stderr_tail: Arc<Mutex<VecDeque<String>>>,
+    next_id: u64,
+    /// Requests replayed after every restart (`load_task`), so a new worker is in the same state.
+    preamble: Vec<(String, Value)>,
+    pub restarts: u32,
+}
+
+impl Worker {
+    pub fn new(env: PythonEnv, target: Target) -> Worker {
+        Worker {
+            env,
+            target,
+            child: None,
+            stdin: None,
+            rx: None,
+            stderr_tail: Arc::new(Mutex::new(VecDeque::new())),
+            next_id: 1,
+            preamble: Vec::new(),
+            restarts: 0,
+        }
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
+    fn spawn(&mut self) -> Result<(), WorkerFailure> {
+        let mut cmd = Command::new(&self.env.python);
+        cmd.args(["-m", "ksearch_worker", "--target", self.target.name()])
+            .env("PYTHONPATH", &self.env.worker_path)
+            .env("PYTHONUNBUFFERED", "1")
+            .env("PYTHONDONTWRITEBYTECODE", "1")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            // Its own process group, so a timeout kills the worker and everything it started.
+            .process_group(0);
+        let mut child = cmd.spawn().map_err(|e| {
+            WorkerFailure::Spawn(format!("{} -m ksearch_worker: {e}", self.env.python.display()))
+        })?;
+        let stdout = child.stdout.take().expect("piped");
+        let stderr = child.stderr.take().expect("piped");
+        let (tx, rx) = channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                match line {
+                    Ok(l) => {
+                        if tx.send(Line::Text(l)).is_err() {
+                            return;
+                        }
+                    }
+                    Err(_) => break,
+                }
+            }
+            let _ = tx.send(Line::Eof);
+        });
+        let tail = Arc::new(Mutex::new(VecDeque::new()));
+        let tail2 = tail.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                tracing::debug!(target: "worker", "{line}");
+                let mut t = tail2.lock().unwrap();
+                if t.len() == STDERR_TAIL_LINES {
+                    t.pop_front();
+                }
+                t.push_back(line);
+            }
+        });
+        self.stdin = child.stdin.take();
+        self.child = Some(child);
+        self.rx = Some(rx);
+        self.stderr_tail = tail;
+        Ok(())
+    }
+
+    /// Kills the worker's process group and reaps it.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let pid = child.id() as i32;
+            // SAFETY: kill(2) with a negative pid signals the process group we created at spawn.
+            unsafe {
+                libc::kill(-pid, libc::SIGKILL);
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        self.stdin = None;
+        self.rx = None;
+    }
+
+    fn stderr_tail(&self) -> String {
+        // Give the stderr thread a moment to drain what a dying process wrote.
+        std::thread::sleep(Duration::from_millis(50));
+        let t = self.stderr_tail.lock().unwrap();
+        t.iter().cloned().collect::<Vec<_>>().join("\n")
+    }
+
+    fn crashed(&mut self) -> WorkerFailure {
+        let status = match self.child.as_mut().map(|c| c.wait()) {
+            Some(Ok(s)) => match s.signal() {
+                Some(sig) => format!("killed by signal {sig} ({})", signal_name(sig)),
+                None => format!("exit status {}", s.code().unwrap_or(-1)),
+            },
+            _ => "unknown status".into(),
+        };
+        let stderr = self.stderr_tail();
+        self.kill();
+        WorkerFailure::Crashed { status, stderr }
+    }
+
+    /// Sends a request that every future worker must also see first (e.g. `load_task`).
+    pub fn preamble(&mut self, op: &str, body: Value, deadline: Duration) -> Result<Reply, WorkerFailure> {
+        self.preamble.push((op.to_string(), body.clone()));
+        self.request(op, body, deadline)
+    }
+
+    fn ensure_started(&mut self, deadline: Duration) -> Result<(), WorkerFailure> {
+        if self.child.is_some() {
+            return Ok(());
+        }
+        self.spawn()?;
+        for (op, body) in self.preamble.clone() {
+            match self.send(&op, body, deadline)? {
+                Reply::Ok(_) => {}
+                Reply::Err { kind, message } => {
+                    return Err(WorkerFailure::Protocol(format!(
+                        "replaying `{op}` after a restart failed: {kind}: {message}"
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends one request and waits for its reply until `deadline`. On timeout or death the worker is
+    /// gone; the next request starts a fresh one.
+    pub fn request(&mut self, op: &str, body: Value, deadline: Duration) -> Result<Reply, WorkerFailure> {
+        if self.child.is_none() && self.next_id > 1 {
+            self.restarts += 1;
+        }
+        self.ensure_started(deadline)?;
+        self.send(op, body, deadline)
+    }
+
+    fn send(&mut self, op: &str, mut body: Value, deadline: Duration) -> Result<Reply, WorkerFailure> {
+        let id = self.next_id;
+        self.next_id += 1;
+        body["id"] = json!(id);
+        body["op"] = json!(op);
+        let line = serde_json::to_string(&body).expect("request serialises") + "\n";
+        let wrote = self
+            .stdin
+            .as_mut()
+            .map(|s| s.write_all(line.as_bytes()).and_then(|_| s.flush()));
+        if !matches!(wrote, Some(Ok(()))) {
+            return Err(self.crashed());
+        }
+        let start = Instant::now();
+        loop {
+            let left = deadline.saturating_sub(start.elapsed());
+            let rx = self.rx.as_ref().expect("started");
+            match rx.recv_timeout(left) {
+                Ok(Line::Text(text)) => {
+                    let v: Value = match serde_json::from_str(&text) {
+                        Ok(v) => v,
+                        Err(_) => {
+                            tracing::warn!("worker wrote a non-protocol line: {text}");
+                            continue;
+                        }
+                    };
+                    if v["id"].as_u64() != Some(id) {
+                        continue; // a late reply to an earlier request
+                    }
+                    return Ok(if v["ok"].as_bool() == Some(true) {
+                        Reply::Ok(v["result"].clone())
+                    } else {
+                        Reply::Err {
+                            kind: v["error"]["kind"].as_str().unwrap_or("unknown").to_string(),
+                            message: v["error"]["message"].as_str().unwrap_or("").to_string(),
+                        }
+                    });
+                }
+                Ok(Line::Eof) | Err(RecvTimeoutError::Disconnected) => return Err(self.crashed()),
+                Err(RecvTimeoutError::Timeout) => {
+                    self.kill();
+                    return Err(WorkerFailure::Timeout(deadline.as_secs_f64()));
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn signal_name(sig: i32) -> &'static str {
+    match sig {
+        libc::SIGSEGV => "SIGSEGV, invalid memory access",
+        libc::SIGBUS => "SIGBUS, misaligned or invalid memory access",
+        libc::SIGFPE => "SIGFPE, arithmetic fault",
+        libc::SIGILL => "SIGILL, illegal instruction",
+        libc::SIGABRT => "SIGABRT, abort",
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGXCPU => "SIGXCPU, CPU time limit",
+        _ => "signal",
+    }
+}
