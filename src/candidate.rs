@@ -17,10 +17,7 @@ pub enum CandidateError {
     #[error("{}: {message}", file.display())]
     Invalid { file: PathBuf, message: String },
     #[error("{}: cannot read: {err}", file.display())]
-    Io {
-        file: PathBuf,
-        err: std::io::Error,
-    },
+    Io { file: PathBuf, err: std::io::Error },
     #[error("{0}")]
     Plan(String),
 }
@@ -152,8 +149,10 @@ impl Candidate {
                     });
                 }
                 let p = dir.join(name);
-                let content = std::fs::read_to_string(&p)
-                    .map_err(|source| CandidateError::Io { file: p, err: source })?;
+                let content = std::fs::read_to_string(&p).map_err(|source| CandidateError::Io {
+                    file: p,
+                    err: source,
+                })?;
                 files.insert(name.clone(), content);
             }
         }

@@ -19,7 +19,11 @@ use std::path::{Path, PathBuf};
 pub const DEFAULT_TASK: &str = "matmul";
 
 #[derive(Parser)]
-#[command(name = "ksearch", version, about = "Search for fast kernels: K-Search's world model, MLX targets, honest evaluation")]
+#[command(
+    name = "ksearch",
+    version,
+    about = "Search for fast kernels: K-Search's world model, MLX targets, honest evaluation"
+)]
 pub struct Cli {
     /// Store folder (SQLite database and build products).
     #[arg(long, global = true, env = "KSEARCH_STORE")]
@@ -122,7 +126,10 @@ pub fn main() -> std::process::ExitCode {
         _ => "debug",
     };
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("KSEARCH_LOG").unwrap_or_else(|_| filter.into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("KSEARCH_LOG")
+                .unwrap_or_else(|_| filter.into()),
+        )
         .with_writer(std::io::stderr)
         .init();
     match dispatch(cli) {
@@ -143,7 +150,18 @@ fn dispatch(cli: Cli) -> Result<u8> {
     let python = cli.python.clone();
     match cli.command {
         Command::Tasks { json } => cmd_tasks(json),
-        Command::Run { task, target, strategy, budget, seed, candidate, timeout, checks, timing_budget, json } => {
+        Command::Run {
+            task,
+            target,
+            strategy,
+            budget,
+            seed,
+            candidate,
+            timeout,
+            checks,
+            timing_budget,
+            json,
+        } => {
             if strategy != StrategyKind::Tune {
                 bail!(
                     "strategy `{}` needs an LLM provider, which this version of ksearch does not have yet; \
@@ -156,7 +174,10 @@ fn dispatch(cli: Cli) -> Result<u8> {
             }
             let task = Task::load(&builtin::task_dir(&task)?)?;
             let (seed_cand, seed_name) = match candidate {
-                Some(dir) => (load_candidate(&dir, &task, target)?, dir.display().to_string()),
+                Some(dir) => (
+                    load_candidate(&dir, &task, target)?,
+                    dir.display().to_string(),
+                ),
                 None => {
                     let s = task.find_seed(target, seed.as_deref()).ok_or_else(|| {
                         anyhow!(
@@ -171,17 +192,35 @@ fn dispatch(cli: Cli) -> Result<u8> {
             };
             let settings = settings_for(&task, checks, timeout, timing_budget)?;
             let store = Store::open(&store_dir)?;
-            let run_id = run::create(&store, &task, target, &seed_cand, &seed_name, &settings, strategy, budget)?;
+            let run_id = run::create(
+                &store,
+                run::NewRun {
+                    task: &task,
+                    target,
+                    seed: &seed_cand,
+                    seed_name,
+                    settings,
+                    strategy,
+                    budget,
+                },
+            )?;
             if !json {
-                eprintln!("ksearch: run {run_id} (resume with `ksearch resume {run_id}` if interrupted)");
+                eprintln!(
+                    "ksearch: run {run_id} (resume with `ksearch resume {run_id}` if interrupted)"
+                );
             }
             execute(&store, &run_id, python.as_deref(), json)
         }
         Command::Resume { run, json } => {
             let store = Store::open(&store_dir)?;
-            let row = store.run(&run)?.ok_or_else(|| anyhow!("no run `{run}` in {}", store.path().display()))?;
+            let row = store
+                .run(&run)?
+                .ok_or_else(|| anyhow!("no run `{run}` in {}", store.path().display()))?;
             if row.status == "running" {
-                bail!("run {run} is still running (process {}); wait for it or stop it first", row.pid.unwrap_or(0));
+                bail!(
+                    "run {run} is still running (process {}); wait for it or stop it first",
+                    row.pid.unwrap_or(0)
+                );
             }
             execute(&store, &run, python.as_deref(), json)
         }
@@ -203,7 +242,15 @@ fn dispatch(cli: Cli) -> Result<u8> {
             Ok(0)
         }
         Command::Show { run, json, out } => cmd_show(&store_dir, &run, json, out.as_deref()),
-        Command::Eval { task, candidate, target, timeout, checks, timing_budget, json } => {
+        Command::Eval {
+            task,
+            candidate,
+            target,
+            timeout,
+            checks,
+            timing_budget,
+            json,
+        } => {
             let task = Task::load(&builtin::task_dir(&task)?)?;
             let settings = settings_for(&task, checks, timeout, timing_budget)?;
             cmd_eval(task, &candidate, target, settings, python.as_deref(), json)
@@ -218,12 +265,17 @@ fn describe_seeds(task: &Task) -> String {
         .iter()
         .flat_map(|(t, s)| s.iter().map(move |s| format!("{t}/{}", s.name)))
         .collect();
-    if all.is_empty() { "none".into() } else { all.join(", ") }
+    if all.is_empty() {
+        "none".into()
+    } else {
+        all.join(", ")
+    }
 }
 
 fn load_candidate(dir: &Path, task: &Task, target: Target) -> Result<Candidate> {
     let c = Candidate::load(dir)?;
-    c.check_against(task).map_err(|m| anyhow!("{}: {m}", dir.join("plan.toml").display()))?;
+    c.check_against(task)
+        .map_err(|m| anyhow!("{}: {m}", dir.join("plan.toml").display()))?;
     if c.plan.target != target {
         bail!(
             "{}: the candidate is for target {}, not {target} (use --target {})",
@@ -238,7 +290,11 @@ fn load_candidate(dir: &Path, task: &Task, target: Target) -> Result<Candidate> 
 fn execute(store: &Store, run_id: &str, python: Option<&Path>, json: bool) -> Result<u8> {
     let env = pyenv::ensure(python)?;
     let mut runner = Runner::open(store, run_id, env)?;
-    let bar = if json { ProgressBar::hidden() } else { ProgressBar::new(runner.config.budget as u64) };
+    let bar = if json {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(runner.config.budget as u64)
+    };
     bar.set_style(
         ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} {msg}")
             .expect("template")
@@ -254,14 +310,26 @@ fn execute(store: &Store, run_id: &str, python: Option<&Path>, json: bool) -> Re
             let status = if obs.summary.passed {
                 report::fmt_time(obs.summary.geomean_s)
             } else {
-                obs.summary.first_failure.clone().unwrap_or_default().lines().next().unwrap_or("").chars().take(60).collect()
+                obs.summary
+                    .first_failure
+                    .clone()
+                    .unwrap_or_default()
+                    .lines()
+                    .next()
+                    .unwrap_or("")
+                    .chars()
+                    .take(60)
+                    .collect()
             };
             bar.set_message(format!(
                 "last {status} | best {}",
-                best.map(|b| report::fmt_time(b.summary.geomean_s)).unwrap_or_else(|| "–".into())
+                best.map(|b| report::fmt_time(b.summary.geomean_s))
+                    .unwrap_or_else(|| "–".into())
             ));
         }
-        Event::FinalPhase { candidate } => bar.set_message(format!("held-out workloads on {candidate}")),
+        Event::FinalPhase { candidate } => {
+            bar.set_message(format!("held-out workloads on {candidate}"))
+        }
     });
     bar.finish_and_clear();
     let result = result?;
@@ -270,7 +338,11 @@ fn execute(store: &Store, run_id: &str, python: Option<&Path>, json: bool) -> Re
     } else {
         print!("{}", report::run_summary(&result));
     }
-    Ok(if result["status"] == "completed" { 0 } else { 1 })
+    Ok(if result["status"] == "completed" {
+        0
+    } else {
+        1
+    })
 }
 
 fn cmd_tasks(json: bool) -> Result<u8> {
@@ -297,13 +369,20 @@ fn cmd_tasks(json: bool) -> Result<u8> {
 
 fn cmd_show(store_dir: &Path, run_id: &str, json: bool, out: Option<&Path>) -> Result<u8> {
     let store = Store::open(store_dir)?;
-    let row = store.run(run_id)?.ok_or_else(|| anyhow!("no run `{run_id}` in {}", store.path().display()))?;
+    let row = store
+        .run(run_id)?
+        .ok_or_else(|| anyhow!("no run `{run_id}` in {}", store.path().display()))?;
     let attempts = store.attempts(run_id, None)?;
     let evals = store.evaluations(run_id)?;
     if let Some(dir) = out {
-        let hash = row.result["best"]["candidate"].as_str().ok_or_else(|| anyhow!("run {run_id} has no best candidate yet"))?;
-        let c = store.candidate(hash)?.ok_or_else(|| anyhow!("candidate {hash} missing"))?;
-        c.write_dir(dir).with_context(|| format!("writing {}", dir.display()))?;
+        let hash = row.result["best"]["candidate"]
+            .as_str()
+            .ok_or_else(|| anyhow!("run {run_id} has no best candidate yet"))?;
+        let c = store
+            .candidate(hash)?
+            .ok_or_else(|| anyhow!("candidate {hash} missing"))?;
+        c.write_dir(dir)
+            .with_context(|| format!("writing {}", dir.display()))?;
         eprintln!("ksearch: wrote best candidate {hash} to {}", dir.display());
     }
     if json {
@@ -329,7 +408,14 @@ fn cmd_show(store_dir: &Path, run_id: &str, json: bool, out: Option<&Path>) -> R
     }
     let mut t = comfy_table::Table::new();
     t.load_preset(comfy_table::presets::UTF8_FULL_CONDENSED)
-        .set_header(vec!["phase", "#", "candidate", "origin", "result", "geomean"]);
+        .set_header(vec![
+            "phase",
+            "#",
+            "candidate",
+            "origin",
+            "result",
+            "geomean",
+        ]);
     for a in &attempts {
         let s = a.summary.as_ref();
         t.add_row(vec![
@@ -340,7 +426,16 @@ fn cmd_show(store_dir: &Path, run_id: &str, json: bool, out: Option<&Path>) -> R
             match s {
                 None => "in progress".into(),
                 Some(s) if s.passed => "passed".into(),
-                Some(s) => s.first_failure.clone().unwrap_or_default().lines().next().unwrap_or("").chars().take(70).collect(),
+                Some(s) => s
+                    .first_failure
+                    .clone()
+                    .unwrap_or_default()
+                    .lines()
+                    .next()
+                    .unwrap_or("")
+                    .chars()
+                    .take(70)
+                    .collect(),
             },
             report::fmt_time(s.and_then(|s| s.geomean_s)),
         ]);
@@ -352,26 +447,38 @@ fn cmd_show(store_dir: &Path, run_id: &str, json: bool, out: Option<&Path>) -> R
     Ok(0)
 }
 
-fn settings_for(task: &Task, checks: usize, timeout: Option<f64>, timing_budget: f64) -> Result<Settings> {
+fn settings_for(
+    task: &Task,
+    checks: usize,
+    timeout: Option<f64>,
+    timing_budget: f64,
+) -> Result<Settings> {
     let mut settings = Settings::for_task(task);
     if checks == 0 {
         bail!("--checks must be at least 1");
     }
     settings.checks = checks;
     if let Some(t) = timeout {
-        if !(t > 0.0) {
+        if t.is_nan() || t <= 0.0 {
             bail!("--timeout must be a positive number of seconds");
         }
         settings.timeout_s = t;
     }
-    if !(timing_budget > 0.0) {
+    if timing_budget.is_nan() || timing_budget <= 0.0 {
         bail!("--timing-budget must be a positive number of seconds");
     }
     settings.timing["budget_s"] = json!(timing_budget);
     Ok(settings)
 }
 
-fn cmd_eval(task: Task, dir: &Path, target: Option<Target>, settings: Settings, python: Option<&Path>, json: bool) -> Result<u8> {
+fn cmd_eval(
+    task: Task,
+    dir: &Path,
+    target: Option<Target>,
+    settings: Settings,
+    python: Option<&Path>,
+    json: bool,
+) -> Result<u8> {
     let probe = Candidate::load(dir)?;
     let target = target.unwrap_or(probe.plan.target);
     let cand = load_candidate(dir, &task, target)?;
@@ -382,7 +489,12 @@ fn cmd_eval(task: Task, dir: &Path, target: Option<Target>, settings: Settings, 
     for w in &task.toml.workload {
         let r = ev.evaluate_workload(&cand, w);
         if !json {
-            eprintln!("{}{}: {}", w.name, if w.held_out { " (held out)" } else { "" }, r.status.name());
+            eprintln!(
+                "{}{}: {}",
+                w.name,
+                if w.held_out { " (held out)" } else { "" },
+                r.status.name()
+            );
         }
         results.push(r);
     }
@@ -401,7 +513,12 @@ fn cmd_eval(task: Task, dir: &Path, target: Option<Target>, settings: Settings, 
             }).collect::<Vec<_>>(),
         }));
     } else {
-        println!("candidate {} ({}) on task {} / {target}", cand.hash(), cand.plan.name, task.name());
+        println!(
+            "candidate {} ({}) on task {} / {target}",
+            cand.hash(),
+            cand.plan.name,
+            task.name()
+        );
         println!("{}", report::workloads_table(&results));
     }
     Ok(if summary.passed { 0 } else { 1 })
@@ -415,10 +532,19 @@ fn cmd_doctor(store_dir: &Path, python: Option<&Path>, json: bool) -> Result<u8>
     report.insert("builtin_tasks".into(), json!(builtin::task_names()));
     match pyenv::ensure(python) {
         Ok(env) => {
-            report.insert("python".into(), json!({"path": env.python, "managed": env.managed, "worker": env.worker_path}));
+            report.insert(
+                "python".into(),
+                json!({"path": env.python, "managed": env.managed, "worker": env.worker_path}),
+            );
             let task = Task::load(&builtin::task_dir(DEFAULT_TASK)?)?;
             let build = std::env::temp_dir().join(format!("ksearch-doctor-{}", std::process::id()));
-            match Evaluator::start(task, Target::Cpu, env, build.clone(), Settings::for_task(&Task::load(&builtin::task_dir(DEFAULT_TASK)?)?)) {
+            match Evaluator::start(
+                task,
+                Target::Cpu,
+                env,
+                build.clone(),
+                Settings::for_task(&Task::load(&builtin::task_dir(DEFAULT_TASK)?)?),
+            ) {
                 Ok(ev) => {
                     report.insert("worker".into(), ev.hello.clone());
                 }
@@ -436,7 +562,10 @@ fn cmd_doctor(store_dir: &Path, python: Option<&Path>, json: bool) -> Result<u8>
     }
     match Store::open(store_dir) {
         Ok(s) => {
-            report.insert("store".into(), json!({"path": s.path(), "journal_mode": "wal", "runs": s.runs()?.len()}));
+            report.insert(
+                "store".into(),
+                json!({"path": s.path(), "journal_mode": "wal", "runs": s.runs()?.len()}),
+            );
         }
         Err(e) => {
             ok = false;
@@ -449,7 +578,14 @@ fn cmd_doctor(store_dir: &Path, python: Option<&Path>, json: bool) -> Result<u8>
         print_json(&v);
     } else {
         println!("{}", serde_json::to_string_pretty(&v)?);
-        println!("{}", if ok { "everything needed is here" } else { "something is missing: see the errors above" });
+        println!(
+            "{}",
+            if ok {
+                "everything needed is here"
+            } else {
+                "something is missing: see the errors above"
+            }
+        );
     }
     Ok(if ok { 0 } else { 1 })
 }

@@ -94,6 +94,9 @@ pub struct WorkloadResult {
     #[serde(default)]
     pub compile: Value,
     pub seeds: Vec<u64>,
+    /// Wall time this evaluation took, compile included (a hang shows here as the deadline).
+    #[serde(default)]
+    pub elapsed_s: f64,
 }
 
 impl WorkloadResult {
@@ -190,21 +193,32 @@ impl Evaluator {
     }
 
     /// Compiles (once per worker) the build of `cand` for the dtypes of `rw`; returns the build key.
-    fn compile(&mut self, cand: &Candidate, rw: &ResolvedWorkload) -> Result<String, (Status, String, Value)> {
+    fn compile(
+        &mut self,
+        cand: &Candidate,
+        rw: &ResolvedWorkload,
+    ) -> Result<String, (Status, String, Value)> {
         let header = match self.target {
             Target::Cpu => cand
                 .c_header(&self.task, rw)
                 .map_err(|m| (Status::Invalid, m, Value::Null))?,
             _ => String::new(),
         };
-        let key = blake3::hash(format!("{}\0{header}", cand.hash()).as_bytes()).to_hex()[..16].to_string();
+        let key = blake3::hash(format!("{}\0{header}", cand.hash()).as_bytes()).to_hex()[..16]
+            .to_string();
         if self.compiled.contains(&key) {
             return Ok(key);
         }
         let dir = self.build_root.join(&key);
         cand.write_dir(&dir)
             .and_then(|_| std::fs::write(dir.join("ksearch_plan.h"), &header))
-            .map_err(|e| (Status::Error, format!("cannot write {}: {e}", dir.display()), Value::Null))?;
+            .map_err(|e| {
+                (
+                    Status::Error,
+                    format!("cannot write {}: {e}", dir.display()),
+                    Value::Null,
+                )
+            })?;
         let sources: Vec<&str> = {
             let mut s: Vec<&str> = cand.plan.kernel.iter().map(|k| k.source.as_str()).collect();
             s.dedup();
@@ -219,10 +233,15 @@ impl Evaluator {
             }
             Ok(Reply::Ok(r)) => Err((
                 Status::CompileError,
-                r["log"].as_str().unwrap_or("compilation failed").to_string(),
+                r["log"]
+                    .as_str()
+                    .unwrap_or("compilation failed")
+                    .to_string(),
                 r,
             )),
-            Ok(Reply::Err { kind, message }) => Err((Status::Error, format!("{kind}: {message}"), Value::Null)),
+            Ok(Reply::Err { kind, message }) => {
+                Err((Status::Error, format!("{kind}: {message}"), Value::Null))
+            }
             Err(f) => {
                 self.compiled.clear();
                 Err(failure_status(&f))
@@ -232,6 +251,13 @@ impl Evaluator {
 
     /// Evaluates `cand` on one workload.
     pub fn evaluate_workload(&mut self, cand: &Candidate, w: &Workload) -> WorkloadResult {
+        let start = std::time::Instant::now();
+        let mut r = self.evaluate_workload_inner(cand, w);
+        r.elapsed_s = start.elapsed().as_secs_f64();
+        r
+    }
+
+    fn evaluate_workload_inner(&mut self, cand: &Candidate, w: &Workload) -> WorkloadResult {
         let hash = cand.hash();
         let seeds = self.seeds(&hash, &w.name);
         let mut result = WorkloadResult {
@@ -246,6 +272,7 @@ impl Evaluator {
             checks: Value::Null,
             compile: Value::Null,
             seeds: seeds.clone(),
+            elapsed_s: 0.0,
         };
         let fail = |mut r: WorkloadResult, (status, message, compile): (Status, String, Value)| {
             r.status = status;
@@ -287,7 +314,10 @@ impl Evaluator {
                     self.compiled.remove(&key);
                 }
                 Ok(Reply::Err { kind, message }) => {
-                    return fail(result, (Status::Error, format!("{kind}: {message}"), Value::Null));
+                    return fail(
+                        result,
+                        (Status::Error, format!("{kind}: {message}"), Value::Null),
+                    );
                 }
                 Err(f) => {
                     self.compiled.clear();
@@ -295,7 +325,14 @@ impl Evaluator {
                 }
             }
         }
-        fail(result, (Status::Error, "the worker keeps losing the build".into(), Value::Null))
+        fail(
+            result,
+            (
+                Status::Error,
+                "the worker keeps losing the build".into(),
+                Value::Null,
+            ),
+        )
     }
 
     fn fill(&self, out: &mut WorkloadResult, rw: &ResolvedWorkload, r: &Value) {
@@ -311,9 +348,16 @@ impl Evaluator {
                 .as_array()
                 .into_iter()
                 .flatten()
-                .flat_map(|c| c["outputs"].as_object().into_iter().flat_map(|o| o.values()))
+                .flat_map(|c| {
+                    c["outputs"]
+                        .as_object()
+                        .into_iter()
+                        .flat_map(|o| o.values())
+                })
                 .filter_map(|o| o[key].as_f64())
-                .fold(None, |acc: Option<f64>, x| Some(acc.map_or(x, |a| a.max(x))))
+                .fold(None, |acc: Option<f64>, x| {
+                    Some(acc.map_or(x, |a| a.max(x)))
+                })
         };
         out.max_abs = worst("max_abs");
         out.max_rel = worst("max_rel");
@@ -326,7 +370,9 @@ impl Evaluator {
         }
         if let Some(t) = &out.timing {
             out.roofline = Some(self.roofline(rw, t.median_s));
-            if out.status == Status::Passed && out.roofline.as_ref().is_some_and(|r| r.beats_roofline) {
+            if out.status == Status::Passed
+                && out.roofline.as_ref().is_some_and(|r| r.beats_roofline)
+            {
                 out.message = format!(
                     "faster than the roofline floor ({:.3e} s < {:.3e} s): check the measurement before believing it",
                     t.median_s,
@@ -348,7 +394,11 @@ impl Evaluator {
             bytes,
             flops,
             floor_s,
-            fraction: if median_s > 0.0 { floor_s / median_s } else { 0.0 },
+            fraction: if median_s > 0.0 {
+                floor_s / median_s
+            } else {
+                0.0
+            },
             beats_roofline: floor_s > 0.0 && median_s < floor_s,
         }
     }
@@ -404,7 +454,10 @@ pub fn geomean(xs: impl IntoIterator<Item = f64>) -> Option<f64> {
 }
 
 pub fn summarize(results: &[WorkloadResult]) -> Summary {
-    let passed_workloads = results.iter().filter(|r| r.status == Status::Passed).count();
+    let passed_workloads = results
+        .iter()
+        .filter(|r| r.status == Status::Passed)
+        .count();
     let passed = !results.is_empty() && passed_workloads == results.len();
     let geomean_s = if passed {
         geomean(results.iter().filter_map(|r| r.median_s()))
@@ -429,7 +482,10 @@ pub fn summarize(results: &[WorkloadResult]) -> Summary {
         passed_workloads,
         geomean_s,
         speedup_vs_baseline,
-        statuses: results.iter().map(|r| (r.workload.clone(), r.status)).collect(),
+        statuses: results
+            .iter()
+            .map(|r| (r.workload.clone(), r.status))
+            .collect(),
         first_failure: results
             .iter()
             .find(|r| r.status != Status::Passed)

@@ -511,7 +511,10 @@ mod tests {
         assert_eq!(ev("B > 0 and N % B == 0", &[("B", 0.0), ("N", 3.0)]), 0.0);
         assert_eq!(ev("B == 0 or N % B == 0", &[("B", 0.0), ("N", 3.0)]), 1.0);
         assert_eq!(ev("not 0", &[]), 1.0);
-        assert_eq!(ev("BM * BN <= 4096 && BM >= 8", &[("BM", 64.0), ("BN", 64.0)]), 1.0);
+        assert_eq!(
+            ev("BM * BN <= 4096 && BM >= 8", &[("BM", 64.0), ("BN", 64.0)]),
+            1.0
+        );
     }
 
     #[test]
@@ -530,7 +533,9 @@ mod tests {
         let e = Expr::parse("X + 1").unwrap().eval(&Env::new()).unwrap_err();
         assert_eq!(e, ExprError::Unknown("X".into()));
         assert!(matches!(
-            Expr::parse("N // 0").unwrap().eval(&[("N".to_string(), 1.0)].into()),
+            Expr::parse("N // 0")
+                .unwrap()
+                .eval(&[("N".to_string(), 1.0)].into()),
             Err(ExprError::DivByZero(_))
         ));
         assert!(Expr::parse("1 2").is_err());

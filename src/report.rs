@@ -21,14 +21,23 @@ pub fn fmt_x(x: Option<f64>) -> String {
 
 fn table(header: &[&str]) -> Table {
     let mut t = Table::new();
-    t.load_preset(UTF8_FULL_CONDENSED).set_header(header.to_vec());
+    t.load_preset(UTF8_FULL_CONDENSED)
+        .set_header(header.to_vec());
     t
 }
 
 /// Per-workload results of one candidate, with every baseline.
 pub fn workloads_table(results: &[WorkloadResult]) -> String {
-    let baselines: std::collections::BTreeSet<&String> = results.iter().flat_map(|r| r.baselines.keys()).collect();
-    let mut header = vec!["workload", "status", "median", "± IQR", "max rel err", "% roofline"];
+    let baselines: std::collections::BTreeSet<&String> =
+        results.iter().flat_map(|r| r.baselines.keys()).collect();
+    let mut header = vec![
+        "workload",
+        "status",
+        "median",
+        "± IQR",
+        "max rel err",
+        "% roofline",
+    ];
     let names: Vec<String> = baselines.iter().map(|b| format!("vs {b}")).collect();
     header.extend(names.iter().map(String::as_str));
     let mut t = table(&header);
@@ -38,23 +47,40 @@ pub fn workloads_table(results: &[WorkloadResult]) -> String {
             r.status.name().to_string(),
             fmt_time(r.median_s()),
             fmt_time(r.timing.as_ref().map(|t| t.iqr_s)),
-            r.max_rel.map(|e| format!("{e:.1e}")).unwrap_or_else(|| "–".into()),
+            r.max_rel
+                .map(|e| format!("{e:.1e}"))
+                .unwrap_or_else(|| "–".into()),
             r.roofline
                 .as_ref()
-                .map(|f| format!("{:.1}%{}", f.fraction * 100.0, if f.beats_roofline { " (!)" } else { "" }))
+                .map(|f| {
+                    format!(
+                        "{:.1}%{}",
+                        f.fraction * 100.0,
+                        if f.beats_roofline { " (!)" } else { "" }
+                    )
+                })
                 .unwrap_or_else(|| "–".into()),
         ];
         for b in &baselines {
-            row.push(fmt_x(r.baselines.get(*b).and_then(|bt| Some(bt.median_s / r.median_s()?))));
+            row.push(fmt_x(
+                r.baselines
+                    .get(*b)
+                    .and_then(|bt| Some(bt.median_s / r.median_s()?)),
+            ));
         }
         t.add_row(row);
     }
     let mut out = t.to_string();
     for r in results.iter().filter(|r| {
         !r.message.is_empty()
-            && (r.status != crate::eval::Status::Passed || r.roofline.as_ref().is_some_and(|f| f.beats_roofline))
+            && (r.status != crate::eval::Status::Passed
+                || r.roofline.as_ref().is_some_and(|f| f.beats_roofline))
     }) {
-        out.push_str(&format!("\n{}: {}", r.workload, first_lines(&r.message, 12)));
+        out.push_str(&format!(
+            "\n{}: {}",
+            r.workload,
+            first_lines(&r.message, 12)
+        ));
     }
     out
 }
@@ -64,7 +90,11 @@ fn first_lines(s: &str, n: usize) -> String {
     if lines.len() <= n {
         s.trim_end().to_string()
     } else {
-        format!("{}\n  … ({} more lines)", lines[..n].join("\n"), lines.len() - n)
+        format!(
+            "{}\n  … ({} more lines)",
+            lines[..n].join("\n"),
+            lines.len() - n
+        )
     }
 }
 
@@ -92,24 +122,63 @@ pub fn run_summary(result: &Value) -> String {
     }
     let best = &result["best"];
     if best.is_object() {
-        let mut t = table(&["best candidate", "params", "speedup vs seed", "speedup vs baseline", "held-out"]);
+        let mut t = table(&[
+            "best candidate",
+            "params",
+            "speedup vs seed",
+            "speedup vs baseline",
+            "held-out",
+        ]);
         t.add_row(vec![
-            format!("{} ({})", best["candidate"].as_str().unwrap_or("?"), best["name"].as_str().unwrap_or("")),
-            best["params"].as_object().map(|m| m.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ")).unwrap_or_default(),
+            format!(
+                "{} ({})",
+                best["candidate"].as_str().unwrap_or("?"),
+                best["name"].as_str().unwrap_or("")
+            ),
+            best["params"]
+                .as_object()
+                .map(|m| {
+                    m.iter()
+                        .map(|(k, v)| format!("{k}={v}"))
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                })
+                .unwrap_or_default(),
             fmt_x(best["speedup_vs_seed"].as_f64()),
             fmt_x(best["speedup_vs_baseline"].as_f64()),
-            if best["held_out_passed"].as_bool() == Some(true) { "passed".into() } else { "FAILED".into() },
+            if best["held_out_passed"].as_bool() == Some(true) {
+                "passed".into()
+            } else {
+                "FAILED".into()
+            },
         ]);
         out.push_str(&t.to_string());
         out.push('\n');
-        let mut w = table(&["workload", "median", "± IQR", "% roofline", "baselines (median)"]);
+        let mut w = table(&[
+            "workload",
+            "median",
+            "± IQR",
+            "% roofline",
+            "baselines (median)",
+        ]);
         for r in best["workloads"].as_array().into_iter().flatten() {
             w.add_row(vec![
                 r["workload"].as_str().unwrap_or("").to_string(),
                 fmt_time(r["median_s"].as_f64()),
                 fmt_time(r["iqr_s"].as_f64()),
-                r["roofline_fraction"].as_f64().map(|f| format!("{:.1}%", f * 100.0)).unwrap_or_else(|| "–".into()),
-                r["baselines"].as_object().map(|m| m.iter().map(|(k, v)| format!("{k} {}", fmt_time(v.as_f64()))).collect::<Vec<_>>().join(", ")).unwrap_or_default(),
+                r["roofline_fraction"]
+                    .as_f64()
+                    .map(|f| format!("{:.1}%", f * 100.0))
+                    .unwrap_or_else(|| "–".into()),
+                r["baselines"]
+                    .as_object()
+                    .map(|m| {
+                        m.iter()
+                            .map(|(k, v)| format!("{k} {}", fmt_time(v.as_f64())))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    })
+                    .unwrap_or_default(),
             ]);
         }
         out.push_str(&w.to_string());
@@ -124,7 +193,15 @@ pub fn run_summary(result: &Value) -> String {
 }
 
 pub fn runs_table(runs: &[RunRow]) -> String {
-    let mut t = table(&["run", "task", "target", "strategy", "status", "evaluations", "best speedup vs seed"]);
+    let mut t = table(&[
+        "run",
+        "task",
+        "target",
+        "strategy",
+        "status",
+        "evaluations",
+        "best speedup vs seed",
+    ]);
     for r in runs {
         t.add_row(vec![
             r.run_id.clone(),
@@ -140,9 +217,24 @@ pub fn runs_table(runs: &[RunRow]) -> String {
 }
 
 pub fn tasks_table(rows: &[Value]) -> String {
-    let mut t = table(&["task", "targets", "workloads (held out)", "baselines", "description"]);
+    let mut t = table(&[
+        "task",
+        "targets",
+        "workloads (held out)",
+        "baselines",
+        "description",
+    ]);
     for r in rows {
-        let list = |k: &str| r[k].as_array().map(|a| a.iter().filter_map(|v| v.as_str()).collect::<Vec<_>>().join(", ")).unwrap_or_default();
+        let list = |k: &str| {
+            r[k].as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|v| v.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                })
+                .unwrap_or_default()
+        };
         t.add_row(vec![
             r["name"].as_str().unwrap_or("").to_string(),
             list("targets"),

@@ -189,7 +189,13 @@ impl Store {
         Ok(())
     }
 
-    pub fn finish_run(&self, run_id: &str, status: &str, result: &Value, error: Option<&str>) -> Result<()> {
+    pub fn finish_run(
+        &self,
+        run_id: &str,
+        status: &str,
+        result: &Value,
+        error: Option<&str>,
+    ) -> Result<()> {
         self.conn
             .execute(
                 "UPDATE runs SET status=?2, result=?3, error=?4, pid=NULL, updated_at=?5 WHERE run_id=?1",
@@ -213,7 +219,9 @@ impl Store {
     pub fn candidate(&self, hash: &str) -> Result<Option<Candidate>> {
         let src: Option<String> = self
             .conn
-            .query_row("SELECT source FROM candidates WHERE hash=?1", [hash], |r| r.get(0))
+            .query_row("SELECT source FROM candidates WHERE hash=?1", [hash], |r| {
+                r.get(0)
+            })
             .optional()
             .map_err(|e| self.sql(e))?;
         src.map(|s| {
@@ -249,7 +257,13 @@ impl Store {
         self.touch(run_id)
     }
 
-    pub fn finish_attempt(&self, run_id: &str, phase: &str, seq: i64, summary: &Summary) -> Result<()> {
+    pub fn finish_attempt(
+        &self,
+        run_id: &str,
+        phase: &str,
+        seq: i64,
+        summary: &Summary,
+    ) -> Result<()> {
         self.conn
             .execute(
                 "UPDATE attempts SET finished=1, summary=?4, finished_at=?5 WHERE run_id=?1 AND phase=?2 AND seq=?3",
@@ -261,7 +275,10 @@ impl Store {
 
     fn touch(&self, run_id: &str) -> Result<()> {
         self.conn
-            .execute("UPDATE runs SET updated_at=?2 WHERE run_id=?1", params![run_id, now()])
+            .execute(
+                "UPDATE runs SET updated_at=?2 WHERE run_id=?1",
+                params![run_id, now()],
+            )
             .map_err(|e| self.sql(e))?;
         Ok(())
     }
@@ -288,11 +305,18 @@ impl Store {
                 })
             })
             .map_err(|e| self.sql(e))?;
-        rows.collect::<std::result::Result<_, _>>().map_err(|e| self.sql(e))
+        rows.collect::<std::result::Result<_, _>>()
+            .map_err(|e| self.sql(e))
     }
 
     /// Records one workload's result; committed immediately.
-    pub fn put_evaluation(&self, run_id: &str, phase: &str, candidate: &str, r: &WorkloadResult) -> Result<()> {
+    pub fn put_evaluation(
+        &self,
+        run_id: &str,
+        phase: &str,
+        candidate: &str,
+        r: &WorkloadResult,
+    ) -> Result<()> {
         self.conn
             .execute(
                 "INSERT OR REPLACE INTO evaluations(run_id, phase, candidate, workload, status, median_s, result, created_at)
@@ -312,7 +336,13 @@ impl Store {
         Ok(())
     }
 
-    pub fn evaluation(&self, run_id: &str, phase: &str, candidate: &str, workload: &str) -> Result<Option<WorkloadResult>> {
+    pub fn evaluation(
+        &self,
+        run_id: &str,
+        phase: &str,
+        candidate: &str,
+        workload: &str,
+    ) -> Result<Option<WorkloadResult>> {
         let s: Option<String> = self
             .conn
             .query_row(
@@ -329,11 +359,18 @@ impl Store {
     pub fn evaluations(&self, run_id: &str) -> Result<Vec<(i64, String, String, WorkloadResult)>> {
         let mut st = self
             .conn
-            .prepare("SELECT id, phase, candidate, result FROM evaluations WHERE run_id=?1 ORDER BY id")
+            .prepare(
+                "SELECT id, phase, candidate, result FROM evaluations WHERE run_id=?1 ORDER BY id",
+            )
             .map_err(|e| self.sql(e))?;
         let rows = st
             .query_map([run_id], |r| {
-                Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?, r.get::<_, String>(3)?))
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, String>(3)?,
+                ))
             })
             .map_err(|e| self.sql(e))?;
         let mut out = Vec::new();
@@ -361,14 +398,21 @@ impl Store {
     pub fn strategy_state(&self, run_id: &str) -> Result<Option<Value>> {
         let s: Option<String> = self
             .conn
-            .query_row("SELECT state FROM strategy_state WHERE run_id=?1", [run_id], |r| r.get(0))
+            .query_row(
+                "SELECT state FROM strategy_state WHERE run_id=?1",
+                [run_id],
+                |r| r.get(0),
+            )
             .optional()
             .map_err(|e| self.sql(e))?;
         Ok(s.and_then(|s| serde_json::from_str(&s).ok()))
     }
 
     fn run_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunRow> {
-        let json = |s: Option<String>| s.and_then(|s| serde_json::from_str(&s).ok()).unwrap_or(Value::Null);
+        let json = |s: Option<String>| {
+            s.and_then(|s| serde_json::from_str(&s).ok())
+                .unwrap_or(Value::Null)
+        };
         Ok(RunRow {
             run_id: r.get(0)?,
             task: r.get(1)?,
@@ -395,7 +439,11 @@ impl Store {
 
     pub fn run(&self, run_id: &str) -> Result<Option<RunRow>> {
         self.conn
-            .query_row(&format!("{} WHERE r.run_id=?1", Self::RUN_SELECT), [run_id], Self::run_from_row)
+            .query_row(
+                &format!("{} WHERE r.run_id=?1", Self::RUN_SELECT),
+                [run_id],
+                Self::run_from_row,
+            )
             .optional()
             .map_err(|e| self.sql(e))
             .map(|r| r.map(mark_interrupted))
@@ -406,7 +454,9 @@ impl Store {
             .conn
             .prepare(&format!("{} ORDER BY r.created_at", Self::RUN_SELECT))
             .map_err(|e| self.sql(e))?;
-        let rows = st.query_map([], Self::run_from_row).map_err(|e| self.sql(e))?;
+        let rows = st
+            .query_map([], Self::run_from_row)
+            .map_err(|e| self.sql(e))?;
         rows.map(|r| r.map(mark_interrupted))
             .collect::<std::result::Result<_, _>>()
             .map_err(|e| self.sql(e))
@@ -445,6 +495,7 @@ mod tests {
             checks: Value::Null,
             compile: Value::Null,
             seeds: vec![1, 2, 3],
+            elapsed_s: 0.0,
         }
     }
 
@@ -452,9 +503,13 @@ mod tests {
     fn wal_mode_and_round_trip() {
         let dir = tempfile::tempdir().unwrap();
         let s = Store::open(dir.path()).unwrap();
-        let mode: String = s.conn.query_row("PRAGMA journal_mode", [], |r| r.get(0)).unwrap();
+        let mode: String = s
+            .conn
+            .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+            .unwrap();
         assert_eq!(mode, "wal");
-        s.create_run("r1", "t", Path::new("/x"), "cpu", "tune", 5, &Value::Null).unwrap();
+        s.create_run("r1", "t", Path::new("/x"), "cpu", "tune", 5, &Value::Null)
+            .unwrap();
         let c = Candidate {
             plan: toml::from_str(
                 "name='n'\ntarget='cpu'\n[[kernel]]\nname='k'\nsource='k.c'\n[[launch]]\nkernel='k'\noutputs=['y']\n",
@@ -464,10 +519,16 @@ mod tests {
         };
         let h = s.put_candidate(&c).unwrap();
         assert_eq!(s.candidate(&h).unwrap().unwrap().hash(), h);
-        s.begin_attempt("r1", "search", 0, &h, None, "seed").unwrap();
+        s.begin_attempt("r1", "search", 0, &h, None, "seed")
+            .unwrap();
         s.put_evaluation("r1", "search", &h, &result("w1")).unwrap();
-        assert_eq!(s.run("r1").unwrap().unwrap().evaluations, 0, "unfinished attempts do not count");
-        s.finish_attempt("r1", "search", 0, &Summary::default()).unwrap();
+        assert_eq!(
+            s.run("r1").unwrap().unwrap().evaluations,
+            0,
+            "unfinished attempts do not count"
+        );
+        s.finish_attempt("r1", "search", 0, &Summary::default())
+            .unwrap();
         let run = s.run("r1").unwrap().unwrap();
         assert_eq!(run.evaluations, 1);
         assert_eq!(run.status, "running", "this process is alive");
@@ -482,8 +543,11 @@ mod tests {
     fn dead_owner_reads_as_interrupted() {
         let dir = tempfile::tempdir().unwrap();
         let s = Store::open(dir.path()).unwrap();
-        s.create_run("r1", "t", Path::new("/x"), "cpu", "tune", 5, &Value::Null).unwrap();
-        s.conn.execute("UPDATE runs SET pid=?1", [i32::MAX as i64]).unwrap();
+        s.create_run("r1", "t", Path::new("/x"), "cpu", "tune", 5, &Value::Null)
+            .unwrap();
+        s.conn
+            .execute("UPDATE runs SET pid=?1", [i32::MAX as i64])
+            .unwrap();
         assert_eq!(s.run("r1").unwrap().unwrap().status, "interrupted");
     }
 }

@@ -16,10 +16,7 @@ pub enum TaskError {
     #[error("{}: {message}", file.display())]
     Invalid { file: PathBuf, message: String },
     #[error("{}: cannot read: {err}", file.display())]
-    Io {
-        file: PathBuf,
-        err: std::io::Error,
-    },
+    Io { file: PathBuf, err: std::io::Error },
 }
 
 fn invalid(file: &Path, field: &str, message: impl std::fmt::Display) -> TaskError {
@@ -201,7 +198,11 @@ impl Task {
         let mut names = std::collections::BTreeSet::new();
         for (kind, list) in [("input", &t.input), ("output", &t.output)] {
             if list.is_empty() && kind == "output" {
-                return Err(invalid(file, "output", "at least one [[output]] is required"));
+                return Err(invalid(
+                    file,
+                    "output",
+                    "at least one [[output]] is required",
+                ));
             }
             for (i, spec) in list.iter().enumerate() {
                 let field = format!("{kind}[{i}]");

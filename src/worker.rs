@@ -92,7 +92,10 @@ impl Worker {
             // Its own process group, so a timeout kills the worker and everything it started.
             .process_group(0);
         let mut child = cmd.spawn().map_err(|e| {
-            WorkerFailure::Spawn(format!("{} -m ksearch_worker: {e}", self.env.python.display()))
+            WorkerFailure::Spawn(format!(
+                "{} -m ksearch_worker: {e}",
+                self.env.python.display()
+            ))
         })?;
         let stdout = child.stdout.take().expect("piped");
         let stderr = child.stderr.take().expect("piped");
@@ -165,7 +168,12 @@ impl Worker {
     }
 
     /// Sends a request that every future worker must also see first (e.g. `load_task`).
-    pub fn preamble(&mut self, op: &str, body: Value, deadline: Duration) -> Result<Reply, WorkerFailure> {
+    pub fn preamble(
+        &mut self,
+        op: &str,
+        body: Value,
+        deadline: Duration,
+    ) -> Result<Reply, WorkerFailure> {
         self.preamble.push((op.to_string(), body.clone()));
         self.request(op, body, deadline)
     }
@@ -190,7 +198,12 @@ impl Worker {
 
     /// Sends one request and waits for its reply until `deadline`. On timeout or death the worker is
     /// gone; the next request starts a fresh one.
-    pub fn request(&mut self, op: &str, body: Value, deadline: Duration) -> Result<Reply, WorkerFailure> {
+    pub fn request(
+        &mut self,
+        op: &str,
+        body: Value,
+        deadline: Duration,
+    ) -> Result<Reply, WorkerFailure> {
         if self.child.is_none() && self.next_id > 1 {
             self.restarts += 1;
         }
@@ -198,7 +211,12 @@ impl Worker {
         self.send(op, body, deadline)
     }
 
-    fn send(&mut self, op: &str, mut body: Value, deadline: Duration) -> Result<Reply, WorkerFailure> {
+    fn send(
+        &mut self,
+        op: &str,
+        mut body: Value,
+        deadline: Duration,
+    ) -> Result<Reply, WorkerFailure> {
         let id = self.next_id;
         self.next_id += 1;
         body["id"] = json!(id);

@@ -44,7 +44,9 @@ pub trait Strategy {
 }
 
 /// Strategies a user can name. Only `tune` needs no LLM.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum StrategyKind {
     Tune,

@@ -5,7 +5,7 @@
 use super::tune::Tune;
 use super::{Observation, Strategy, StrategyKind};
 use crate::candidate::Candidate;
-use crate::eval::{self, Evaluator, Settings, Status, Summary, WorkloadResult};
+use crate::eval::{self, Evaluator, Settings, Status, WorkloadResult};
 use crate::pyenv::PythonEnv;
 use crate::store::Store;
 use crate::target::Target;
@@ -32,9 +32,18 @@ pub struct RunConfig {
 
 /// Progress, for the terminal.
 pub enum Event<'a> {
-    Started { budget: usize, done: usize },
-    Evaluated { seq: usize, obs: &'a Observation, best: Option<&'a Observation> },
-    FinalPhase { candidate: &'a str },
+    Started {
+        budget: usize,
+        done: usize,
+    },
+    Evaluated {
+        seq: usize,
+        obs: &'a Observation,
+        best: Option<&'a Observation>,
+    },
+    FinalPhase {
+        candidate: &'a str,
+    },
 }
 
 const MAX_FINAL_CANDIDATES: usize = 3;
@@ -48,13 +57,33 @@ pub struct Runner<'a> {
     evaluator: Evaluator,
 }
 
+/// Everything needed to start a run.
+pub struct NewRun<'a> {
+    pub task: &'a Task,
+    pub target: Target,
+    pub seed: &'a Candidate,
+    pub seed_name: String,
+    pub settings: Settings,
+    pub strategy: StrategyKind,
+    pub budget: usize,
+}
+
 /// Creates a run in the store and returns its id.
-pub fn create(store: &Store, task: &Task, target: Target, seed: &Candidate, seed_name: &str, config_base: &Settings, strategy: StrategyKind, budget: usize) -> Result<String> {
+pub fn create(store: &Store, new: NewRun<'_>) -> Result<String> {
+    let NewRun {
+        task,
+        target,
+        seed,
+        seed_name,
+        settings: config_base,
+        strategy,
+        budget,
+    } = new;
     let run_id = new_run_id(task.name());
     let hash = store.put_candidate(seed)?;
     let config = RunConfig {
         seed_candidate: hash,
-        seed_name: seed_name.to_string(),
+        seed_name,
         strategy,
         budget,
         rng_seed: crate::rng::hash64(&run_id),
@@ -63,17 +92,32 @@ pub fn create(store: &Store, task: &Task, target: Target, seed: &Candidate, seed
         timing: config_base.timing.clone(),
     };
     let dir = task.dir.canonicalize().unwrap_or_else(|_| task.dir.clone());
-    store.create_run(&run_id, task.name(), &dir, target.name(), strategy.name(), budget as i64, &serde_json::to_value(&config)?)?;
+    store.create_run(
+        &run_id,
+        task.name(),
+        &dir,
+        target.name(),
+        strategy.name(),
+        budget as i64,
+        &serde_json::to_value(&config)?,
+    )?;
     Ok(run_id)
 }
 
 fn new_run_id(task: &str) -> String {
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
     let secs = now.as_secs() as i64;
     let (y, m, d) = civil_from_days(secs.div_euclid(86_400));
     let s = secs.rem_euclid(86_400);
     let nonce = crate::rng::splitmix(now.as_nanos() as u64 ^ std::process::id() as u64) & 0xffff;
-    format!("{task}-{y:04}{m:02}{d:02}-{:02}{:02}{:02}-{nonce:04x}", s / 3600, s / 60 % 60, s % 60)
+    format!(
+        "{task}-{y:04}{m:02}{d:02}-{:02}{:02}{:02}-{nonce:04x}",
+        s / 3600,
+        s / 60 % 60,
+        s % 60
+    )
 }
 
 /// Days since 1970-01-01 to a (year, month, day) in the proleptic Gregorian calendar.
@@ -92,24 +136,56 @@ fn civil_from_days(z: i64) -> (i64, i64, i64) {
 impl<'a> Runner<'a> {
     /// Loads a stored run and starts its evaluator (a fresh worker and a fresh secret seed).
     pub fn open(store: &'a Store, run_id: &str, env: PythonEnv) -> Result<Runner<'a>> {
-        let row = store.run(run_id)?.ok_or_else(|| anyhow!("no run `{run_id}` in {}; `ksearch runs` lists them", store.path().display()))?;
-        let config: RunConfig = serde_json::from_value(row.config.clone()).with_context(|| format!("run {run_id}: unreadable config"))?;
-        let task = Task::load(&PathBuf::from(&row.task_dir)).with_context(|| format!("run {run_id}: loading its task"))?;
+        let row = store.run(run_id)?.ok_or_else(|| {
+            anyhow!(
+                "no run `{run_id}` in {}; `ksearch runs` lists them",
+                store.path().display()
+            )
+        })?;
+        let config: RunConfig = serde_json::from_value(row.config.clone())
+            .with_context(|| format!("run {run_id}: unreadable config"))?;
+        let task = Task::load(&PathBuf::from(&row.task_dir))
+            .with_context(|| format!("run {run_id}: loading its task"))?;
         let target: Target = row.target.parse().map_err(|e: String| anyhow!(e))?;
         if config.strategy != StrategyKind::Tune {
-            bail!("strategy `{}` needs an LLM provider, which this version of ksearch does not have yet; use --strategy tune", config.strategy.name());
+            bail!(
+                "strategy `{}` needs an LLM provider, which this version of ksearch does not have yet; use --strategy tune",
+                config.strategy.name()
+            );
         }
-        let settings = Settings { checks: config.checks, timeout_s: config.timeout_s, compile_timeout_s: 120.0, timing: config.timing.clone() };
-        let build = store.path().parent().unwrap_or(std::path::Path::new(".")).join("build");
+        let settings = Settings {
+            checks: config.checks,
+            timeout_s: config.timeout_s,
+            compile_timeout_s: 120.0,
+            timing: config.timing.clone(),
+        };
+        let build = store
+            .path()
+            .parent()
+            .unwrap_or(std::path::Path::new("."))
+            .join("build");
         let evaluator = Evaluator::start(task.clone(), target, env, build, settings)?;
         store.claim_run(run_id)?;
         store.set_hardware(run_id, &evaluator.hello)?;
-        Ok(Runner { store, run_id: run_id.to_string(), task, target, config, evaluator })
+        Ok(Runner {
+            store,
+            run_id: run_id.to_string(),
+            task,
+            target,
+            config,
+            evaluator,
+        })
     }
 
     /// Evaluates a candidate on `workloads`, reusing what the store already has for this run.
     /// In the search phase it stops at the first failing workload: the candidate is out either way.
-    fn evaluate(&mut self, cand: &Candidate, hash: &str, workloads: &[Workload], phase: &str) -> Result<Vec<WorkloadResult>> {
+    fn evaluate(
+        &mut self,
+        cand: &Candidate,
+        hash: &str,
+        workloads: &[Workload],
+        phase: &str,
+    ) -> Result<Vec<WorkloadResult>> {
         let mut out = Vec::new();
         for w in workloads {
             let r = match self.store.evaluation(&self.run_id, phase, hash, &w.name)? {
@@ -135,11 +211,25 @@ impl<'a> Runner<'a> {
             if !a.finished {
                 continue;
             }
-            let candidate = self.store.candidate(&a.candidate)?.ok_or_else(|| anyhow!("candidate {} missing from the store", a.candidate))?;
-            let results = self.task.workloads(false)
-                .filter_map(|w| self.store.evaluation(&self.run_id, "search", &a.candidate, &w.name).transpose())
+            let candidate = self
+                .store
+                .candidate(&a.candidate)?
+                .ok_or_else(|| anyhow!("candidate {} missing from the store", a.candidate))?;
+            let results = self
+                .task
+                .workloads(false)
+                .filter_map(|w| {
+                    self.store
+                        .evaluation(&self.run_id, "search", &a.candidate, &w.name)
+                        .transpose()
+                })
                 .collect::<Result<Vec<_>, _>>()?;
-            hist.push(Observation { hash: a.candidate.clone(), candidate, summary: a.summary.unwrap_or_default(), results });
+            hist.push(Observation {
+                hash: a.candidate.clone(),
+                candidate,
+                summary: a.summary.unwrap_or_default(),
+                results,
+            });
         }
         Ok(hist)
     }
@@ -149,10 +239,16 @@ impl<'a> Runner<'a> {
         let started = Instant::now();
         let feedback: Vec<Workload> = self.task.workloads(false).cloned().collect();
         let held_out: Vec<Workload> = self.task.workloads(true).cloned().collect();
-        let seed = self.store.candidate(&self.config.seed_candidate)?.ok_or_else(|| anyhow!("seed candidate missing from the store"))?;
+        let seed = self
+            .store
+            .candidate(&self.config.seed_candidate)?
+            .ok_or_else(|| anyhow!("seed candidate missing from the store"))?;
         let mut strategy = Tune::new(seed.clone(), self.config.budget, self.config.rng_seed);
         let mut history = self.history()?;
-        progress(Event::Started { budget: self.config.budget, done: history.len() });
+        progress(Event::Started {
+            budget: self.config.budget,
+            done: history.len(),
+        });
 
         while history.len() < self.config.budget {
             let (cand, parent, origin) = if history.is_empty() {
@@ -165,18 +261,36 @@ impl<'a> Runner<'a> {
             };
             let seq = history.len();
             let hash = self.store.put_candidate(&cand)?;
-            self.store.begin_attempt(&self.run_id, "search", seq as i64, &hash, parent.as_deref(), &origin)?;
+            self.store.begin_attempt(
+                &self.run_id,
+                "search",
+                seq as i64,
+                &hash,
+                parent.as_deref(),
+                &origin,
+            )?;
             let results = self.evaluate(&cand, &hash, &feedback, "search")?;
             let mut summary = eval::summarize(&results);
             if results.len() < feedback.len() {
                 summary.passed = false;
                 summary.workloads = feedback.len();
             }
-            self.store.finish_attempt(&self.run_id, "search", seq as i64, &summary)?;
-            self.store.set_strategy_state(&self.run_id, &strategy.state())?;
-            history.push(Observation { hash, candidate: cand, summary, results });
+            self.store
+                .finish_attempt(&self.run_id, "search", seq as i64, &summary)?;
+            self.store
+                .set_strategy_state(&self.run_id, &strategy.state())?;
+            history.push(Observation {
+                hash,
+                candidate: cand,
+                summary,
+                results,
+            });
             let best = best_of(&history);
-            progress(Event::Evaluated { seq, obs: history.last().unwrap(), best });
+            progress(Event::Evaluated {
+                seq,
+                obs: history.last().unwrap(),
+                best,
+            });
         }
 
         // Held-out workloads, scored only now: the best candidates in order until one passes them all.
@@ -184,11 +298,21 @@ impl<'a> Runner<'a> {
         ranked.sort_by(|a, b| a.cost().partial_cmp(&b.cost()).unwrap());
         let mut chosen: Option<(&Observation, bool, Vec<WorkloadResult>)> = None;
         for (i, obs) in ranked.iter().take(MAX_FINAL_CANDIDATES).enumerate() {
-            progress(Event::FinalPhase { candidate: &obs.hash });
-            self.store.begin_attempt(&self.run_id, "final", i as i64, &obs.hash, None, "held-out check")?;
+            progress(Event::FinalPhase {
+                candidate: &obs.hash,
+            });
+            self.store.begin_attempt(
+                &self.run_id,
+                "final",
+                i as i64,
+                &obs.hash,
+                None,
+                "held-out check",
+            )?;
             let results = self.evaluate(&obs.candidate, &obs.hash, &held_out, "final")?;
             let summary = eval::summarize(&results);
-            self.store.finish_attempt(&self.run_id, "final", i as i64, &summary)?;
+            self.store
+                .finish_attempt(&self.run_id, "final", i as i64, &summary)?;
             let passed = summary.passed || held_out.is_empty();
             if chosen.is_none() || passed {
                 chosen = Some((obs, passed, results));
@@ -230,12 +354,18 @@ impl<'a> Runner<'a> {
         });
         let (status, error) = match &chosen {
             Some(_) => ("completed", None),
-            None => ("failed", Some(match seed_obs.and_then(|o| o.summary.first_failure.clone()) {
-                Some(f) if history.len() == 1 => format!("the seed did not pass: {f}"),
-                _ => "no candidate passed every feedback workload".to_string(),
-            })),
+            None => (
+                "failed",
+                Some(
+                    match seed_obs.and_then(|o| o.summary.first_failure.clone()) {
+                        Some(f) if history.len() == 1 => format!("the seed did not pass: {f}"),
+                        _ => "no candidate passed every feedback workload".to_string(),
+                    },
+                ),
+            ),
         };
-        self.store.finish_run(&self.run_id, status, &result, error.as_deref())?;
+        self.store
+            .finish_run(&self.run_id, status, &result, error.as_deref())?;
         Ok(result)
     }
 }
@@ -252,15 +382,16 @@ pub fn workload_json(r: &WorkloadResult) -> Value {
         "max_abs": r.max_abs,
         "max_rel": r.max_rel,
         "message": r.message,
+        "elapsed_s": r.elapsed_s,
     })
 }
 
 pub fn best_of(history: &[Observation]) -> Option<&Observation> {
-    history.iter().filter(|o| o.cost().is_some()).min_by(|a, b| a.cost().partial_cmp(&b.cost()).unwrap())
+    history
+        .iter()
+        .filter(|o| o.cost().is_some())
+        .min_by(|a, b| a.cost().partial_cmp(&b.cost()).unwrap())
 }
-
-/// Summary type re-exported for reports.
-pub type AttemptSummary = Summary;
 
 #[cfg(test)]
 mod tests {

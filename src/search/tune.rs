@@ -148,7 +148,11 @@ impl Tune {
             .collect()
     }
 
-    fn model_step(&mut self, seen: &BTreeSet<Vec<usize>>, data: &[(Vec<usize>, Option<f64>)]) -> Option<Proposal> {
+    fn model_step(
+        &mut self,
+        seen: &BTreeSet<Vec<usize>>,
+        data: &[(Vec<usize>, Option<f64>)],
+    ) -> Option<Proposal> {
         // Training set: log time of what passed; failures get a penalty above the worst success.
         let ok: Vec<f64> = data.iter().filter_map(|(_, c)| c.map(f64::ln)).collect();
         let worst = ok.iter().copied().fold(f64::NEG_INFINITY, f64::max);
@@ -158,11 +162,13 @@ impl Tune {
             .map(|(i, c)| (self.coords(i), c.map(f64::ln).unwrap_or(penalty)))
             .collect();
         let mean = train.iter().map(|t| t.1).sum::<f64>() / train.len() as f64;
-        let spread = (train.iter().map(|t| (t.1 - mean).powi(2)).sum::<f64>() / train.len() as f64).sqrt();
+        let spread =
+            (train.iter().map(|t| (t.1 - mean).powi(2)).sum::<f64>() / train.len() as f64).sqrt();
 
         // Offspring of the best few, plus random newcomers.
         let mut rng = Rng::new(self.seed ^ crate::rng::splitmix(data.len() as u64));
-        let mut ranked: Vec<&(Vec<usize>, Option<f64>)> = data.iter().filter(|d| d.1.is_some()).collect();
+        let mut ranked: Vec<&(Vec<usize>, Option<f64>)> =
+            data.iter().filter(|d| d.1.is_some()).collect();
         ranked.sort_by(|a, b| a.1.partial_cmp(&b.1).unwrap());
         let mut cands: Vec<Vec<usize>> = Vec::new();
         for (parent, _) in ranked.iter().take(3) {
@@ -199,7 +205,16 @@ impl Tune {
             let x = self.coords(&c);
             let mut dists: Vec<(f64, f64)> = train
                 .iter()
-                .map(|(t, y)| (x.iter().zip(t).map(|(a, b)| (a - b).powi(2)).sum::<f64>().sqrt(), *y))
+                .map(|(t, y)| {
+                    (
+                        x.iter()
+                            .zip(t)
+                            .map(|(a, b)| (a - b).powi(2))
+                            .sum::<f64>()
+                            .sqrt(),
+                        *y,
+                    )
+                })
                 .collect();
             dists.sort_by(|a, b| a.0.partial_cmp(&b.0).unwrap());
             let k = dists.len().min(5);
@@ -241,7 +256,11 @@ impl Strategy for Tune {
         let n_init = (self.budget / 4).clamp(3, 10);
         if self.exhaustive || seen.len() < n_init {
             let next = self.pool.iter().find(|i| !seen.contains(*i))?.clone();
-            let mode = if self.exhaustive { "exhaustive" } else { "initial sample" };
+            let mode = if self.exhaustive {
+                "exhaustive"
+            } else {
+                "initial sample"
+            };
             return Some(self.proposal(&next, mode));
         }
         if seen.len() >= self.pool.len() {
@@ -312,7 +331,11 @@ mod tests {
             "constraints=['A + B != 4']",
         );
         let mut t = Tune::new(b, 10, 42);
-        assert_eq!(t.space_size(), 5, "3*2 combinations minus the one the constraint forbids");
+        assert_eq!(
+            t.space_size(),
+            5,
+            "3*2 combinations minus the one the constraint forbids"
+        );
         let order = drive(&mut t, 10, |_| Some(1.0));
         assert_eq!(order.len(), 5, "stops when the space is exhausted");
         assert_eq!(order[0], [("A".into(), 2), ("B".into(), 0)].into());
@@ -327,7 +350,9 @@ mod tests {
         // search must land much closer to the optimum than the initial random sample did.
         let vals = "values=[1,2,3,4,5,6,7,8]\ndefault=1\n";
         let b = base(
-            &format!("[tunable.A]\n{vals}[tunable.B]\n{vals}[tunable.C]\n{vals}[tunable.D]\n{vals}"),
+            &format!(
+                "[tunable.A]\n{vals}[tunable.B]\n{vals}[tunable.C]\n{vals}[tunable.D]\n{vals}"
+            ),
             "",
         );
         let cost = |p: &Params| {
@@ -341,8 +366,14 @@ mod tests {
         let best = |ps: &[Params]| ps.iter().filter_map(cost).fold(f64::INFINITY, f64::min);
         let init = best(&order[..10]);
         let fin = best(&order);
-        assert!(fin < init, "improved on the initial sample: {init} -> {fin}");
-        assert!(fin <= 1.0 + 3f64.ln(), "within distance sqrt(2) of the optimum, got {fin}");
+        assert!(
+            fin < init,
+            "improved on the initial sample: {init} -> {fin}"
+        );
+        assert!(
+            fin <= 1.0 + 3f64.ln(),
+            "within distance sqrt(2) of the optimum, got {fin}"
+        );
         let distinct: BTreeSet<_> = order.iter().collect();
         assert_eq!(distinct.len(), 40, "never evaluates a configuration twice");
     }
@@ -350,7 +381,10 @@ mod tests {
     #[test]
     fn proposals_are_a_function_of_seed_and_history() {
         let vals = "values=[1,2,3,4,5,6]\ndefault=1\n";
-        let b = base(&format!("[tunable.A]\n{vals}[tunable.B]\n{vals}[tunable.C]\n{vals}"), "");
+        let b = base(
+            &format!("[tunable.A]\n{vals}[tunable.B]\n{vals}[tunable.C]\n{vals}"),
+            "",
+        );
         let cost = |p: &Params| (p["A"] != 3).then(|| (p["A"] * p["B"] + p["C"]) as f64);
         let a = drive(&mut Tune::new(b.clone(), 20, 5), 20, cost);
         let b2 = drive(&mut Tune::new(b.clone(), 20, 5), 20, cost);

@@ -1,0 +1,46 @@
+//! Shared helpers of the integration tests: run the real `ksearch` binary against a private store.
+#![allow(dead_code)]
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+pub fn fixture(name: &str) -> PathBuf {
+    repo().join("tests/fixtures").join(name)
+}
+
+pub fn ksearch(store: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_ksearch"));
+    c.arg("--store").arg(store).env_remove("KSEARCH_STORE");
+    c
+}
+
+pub fn run(store: &Path, args: &[&str]) -> Output {
+    ksearch(store).args(args).output().expect("ksearch starts")
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).to_string()
+}
+
+/// The JSON object on the last stdout line (the `--json` contract).
+pub fn last_json(o: &Output) -> Value {
+    let out = String::from_utf8_lossy(&o.stdout);
+    let line = out
+        .lines()
+        .last()
+        .unwrap_or_else(|| panic!("no stdout; stderr:\n{}", stderr(o)));
+    serde_json::from_str(line).unwrap_or_else(|e| {
+        panic!(
+            "last line is not JSON ({e}): {line}\nstderr:\n{}",
+            stderr(o)
+        )
+    })
+}
+
+/// Fast settings for tests: one input check and a short timing budget (speed is not under test).
+pub const QUICK: &[&str] = &["--checks", "1", "--timing-budget", "0.1"];

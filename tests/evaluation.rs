@@ -1,0 +1,123 @@
+//! The evaluator's verdicts on candidates built to fail in specific ways (tests/fixtures/matmul).
+//! Each goes through the real binary, worker and compiler.
+
+mod common;
+use common::*;
+use serde_json::Value;
+
+fn eval(name: &str, extra: &[&str]) -> (Value, std::process::Output) {
+    let store = tempfile::tempdir().unwrap();
+    let dir = fixture("matmul").join(name);
+    let mut args = vec!["eval", "matmul", dir.to_str().unwrap(), "--json"];
+    args.extend_from_slice(QUICK);
+    args.extend_from_slice(extra);
+    let out = run(store.path(), &args);
+    (last_json(&out), out)
+}
+
+fn statuses(v: &Value) -> Vec<String> {
+    v["workloads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["status"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn a_correct_kernel_passes_every_workload_with_timings_and_baseline() {
+    let (v, out) = eval("correct", &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(v["passed"], true);
+    let ws = v["workloads"].as_array().unwrap();
+    assert_eq!(ws.len(), 5, "every workload, held-out ones included");
+    assert_eq!(ws.iter().filter(|w| w["held_out"] == true).count(), 2);
+    for w in ws {
+        assert_eq!(w["status"], "passed", "{w}");
+        let median = w["median_s"].as_f64().unwrap();
+        assert!(median > 0.0);
+        assert!(
+            w["baselines"]["numpy"].as_f64().unwrap() > 0.0,
+            "baseline timed in the same worker"
+        );
+        assert!(w["roofline_fraction"].as_f64().unwrap() > 0.0);
+        assert_eq!(
+            w["beats_roofline"], false,
+            "a plain loop cannot beat the roofline: {w}"
+        );
+        assert_eq!(w["seeds"].as_array().unwrap().len(), 1);
+    }
+    assert!(v["hardware"]["peak_gflops"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn a_kernel_that_writes_nothing_is_wrong() {
+    let (v, out) = eval("nothing", &[]);
+    assert!(!out.status.success());
+    assert_eq!(v["passed"], false);
+    assert!(statuses(&v).iter().all(|s| s == "wrong"), "{v}");
+    assert!(
+        v["workloads"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("unwritten"),
+        "{v}"
+    );
+}
+
+#[test]
+fn a_kernel_that_writes_half_the_output_is_wrong() {
+    let (v, _) = eval("partial", &[]);
+    // gemv1x512x1000 has M = 1: M/2 = 0 rows written.
+    assert!(statuses(&v).iter().all(|s| s == "wrong"), "{v}");
+    let msg = v["workloads"][0]["message"].as_str().unwrap();
+    assert!(msg.contains("unwritten"), "{msg}");
+}
+
+#[test]
+fn a_kernel_that_loops_forever_times_out_within_its_deadline() {
+    let (v, _) = eval("hang", &["--timeout", "2"]);
+    for w in v["workloads"].as_array().unwrap() {
+        assert_eq!(w["status"], "timeout", "{w}");
+        let elapsed = w["elapsed_s"].as_f64().unwrap();
+        assert!(
+            (2.0..2.0 + 5.0).contains(&elapsed),
+            "reported after {elapsed} s"
+        );
+    }
+}
+
+#[test]
+fn a_crashing_kernel_costs_only_itself_and_the_worker_restarts() {
+    let (v, _) = eval("crash", &[]);
+    let ws = v["workloads"].as_array().unwrap();
+    // Every workload got a fresh worker after the previous one died.
+    assert_eq!(ws.len(), 5);
+    for w in ws {
+        assert_eq!(w["status"], "crash", "{w}");
+        assert!(w["message"].as_str().unwrap().contains("SIGSEGV"), "{w}");
+    }
+}
+
+#[test]
+fn compiler_errors_come_back_with_the_compilers_message() {
+    let (v, _) = eval("syntax", &[]);
+    assert!(statuses(&v).iter().all(|s| s == "compile_error"), "{v}");
+    assert!(
+        v["workloads"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("error"),
+        "{v}"
+    );
+    // A definition that disagrees with the plan's generated prototype does not compile.
+    let (v, _) = eval("badsig", &[]);
+    assert!(statuses(&v).iter().all(|s| s == "compile_error"), "{v}");
+    assert!(
+        v["workloads"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("conflicting types"),
+        "{v}"
+    );
+}

@@ -1,0 +1,314 @@
+//! Runs end to end: the tune strategy, the store, kill -9 and resume, bad task folders.
+
+mod common;
+use common::*;
+use ksearch::candidate::Candidate;
+use ksearch::store::Store;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+#[test]
+fn tasks_lists_the_builtin_cpu_tasks() {
+    let store = tempfile::tempdir().unwrap();
+    let out = run(store.path(), &["tasks", "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v = last_json(&out);
+    let names: Vec<&str> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    for t in ["matmul", "softmax", "scan"] {
+        assert!(names.contains(&t), "{names:?}");
+    }
+    for t in v.as_array().unwrap() {
+        assert!(
+            t["targets"].as_array().unwrap().contains(&"cpu".into()),
+            "{t}"
+        );
+        assert!(t["held_out"].as_u64().unwrap() >= 1, "{t}");
+    }
+}
+
+#[test]
+fn a_tune_run_finds_a_faster_passing_kernel_and_scores_held_out_workloads() {
+    let store = tempfile::tempdir().unwrap();
+    let mut args = vec!["run", "softmax", "--budget", "6", "--json"];
+    args.extend_from_slice(QUICK);
+    let out = run(store.path(), &args);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v = last_json(&out);
+    assert_eq!(v["status"], "completed");
+    assert_eq!(v["evaluations"], 6);
+    let best = &v["best"];
+    assert_eq!(best["held_out_passed"], true, "{best}");
+    assert!(best["speedup_vs_seed"].as_f64().unwrap() > 0.0);
+    assert!(best["speedup_vs_baseline"].as_f64().unwrap() > 0.0);
+    let run_id = v["run_id"].as_str().unwrap();
+
+    // The store agrees, through `runs` and `show`.
+    let runs = last_json(&run(store.path(), &["runs", "--json"]));
+    let row = runs
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["run_id"] == run_id)
+        .unwrap();
+    assert_eq!(row["status"], "completed");
+    assert_eq!(row["evaluations"], 6);
+    let out_dir = store.path().join("best");
+    let shown = run(
+        store.path(),
+        &["show", run_id, "--json", "--out", out_dir.to_str().unwrap()],
+    );
+    let shown = last_json(&shown);
+    let evals = shown["evaluations"].as_array().unwrap();
+    assert!(
+        evals.len() >= 6 + 2,
+        "search evaluations plus held-out ones: {}",
+        evals.len()
+    );
+    assert!(evals.iter().any(|e| e["phase"] == "final"));
+    // The exported best candidate is exactly what was measured.
+    let exported = Candidate::load(&out_dir).unwrap();
+    assert_eq!(exported.hash(), best["candidate"].as_str().unwrap());
+}
+
+#[test]
+fn a_hang_costs_one_candidate_and_the_run_goes_on() {
+    let store = tempfile::tempdir().unwrap();
+    let cand = fixture("matmul").join("hang_sometimes");
+    let mut args = vec![
+        "run",
+        "matmul",
+        "--candidate",
+        cand.to_str().unwrap(),
+        "--budget",
+        "2",
+        "--timeout",
+        "2",
+        "--json",
+    ];
+    args.extend_from_slice(QUICK);
+    let out = run(store.path(), &args);
+    let v = last_json(&out);
+    assert_eq!(v["status"], "completed", "{}", stderr(&out));
+    assert_eq!(v["evaluations"], 2);
+    assert_eq!(v["best"]["params"]["HANG"], 0);
+    let shown = last_json(&run(
+        store.path(),
+        &["show", v["run_id"].as_str().unwrap(), "--json"],
+    ));
+    let timeouts: Vec<&Value> = shown["evaluations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["status"] == "timeout")
+        .collect();
+    assert_eq!(
+        timeouts.len(),
+        1,
+        "the search stops evaluating a candidate at its first failure"
+    );
+    assert!(timeouts[0]["elapsed_s"].as_f64().unwrap() < 2.0 + 5.0);
+}
+
+type Snapshot = BTreeMap<i64, (String, String, String, Option<f64>)>;
+
+fn snapshot(store: &Path, run_id: &str) -> Snapshot {
+    Store::open(store)
+        .unwrap()
+        .evaluations(run_id)
+        .unwrap()
+        .into_iter()
+        .map(|(id, phase, cand, r)| (id, (phase, cand, r.workload.clone(), r.median_s())))
+        .collect()
+}
+
+/// Kills and reaps the child however the test leaves the scope.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill(); // SIGKILL
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts a run, kills it with SIGKILL once `kill_after` evaluations are stored, returns the run id.
+fn start_and_kill(
+    store: &Path,
+    args: &[&str],
+    kill_after: usize,
+    resume_of: Option<&str>,
+) -> String {
+    let child = Killed(
+        ksearch(store)
+            .args(args)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let start = Instant::now();
+    loop {
+        assert!(
+            start.elapsed() < Duration::from_secs(240),
+            "the run never stored {kill_after} evaluations"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+        let Ok(s) = Store::open(store) else { continue };
+        let run_id = match resume_of {
+            Some(id) => id.to_string(),
+            None => match s.runs().unwrap().first() {
+                Some(r) => r.run_id.clone(),
+                None => continue,
+            },
+        };
+        if s.evaluations(&run_id).unwrap().len() >= kill_after {
+            drop(child);
+            return run_id;
+        }
+    }
+}
+
+#[test]
+fn a_run_killed_with_sigkill_resumes_and_loses_no_finished_evaluation() {
+    let store = tempfile::tempdir().unwrap();
+    let mut args = vec!["run", "matmul", "--budget", "8"];
+    args.extend_from_slice(QUICK);
+    let run_id = start_and_kill(store.path(), &args, 4, None);
+    let before = snapshot(store.path(), &run_id);
+    let runs = last_json(&run(store.path(), &["runs", "--json"]));
+    assert_eq!(runs[0]["status"], "interrupted");
+
+    // Kill the resumed run too, at a later point.
+    let resume = ["resume", run_id.as_str()];
+    let _ = start_and_kill(store.path(), &resume, before.len() + 3, Some(&run_id));
+    let middle = snapshot(store.path(), &run_id);
+    for (id, e) in &before {
+        assert_eq!(
+            middle.get(id),
+            Some(e),
+            "evaluation {id} changed or vanished after the second kill"
+        );
+    }
+
+    let out = run(store.path(), &["resume", &run_id, "--json"]);
+    let v = last_json(&out);
+    assert_eq!(v["status"], "completed", "{}", stderr(&out));
+    assert_eq!(v["evaluations"], 8);
+    let after = snapshot(store.path(), &run_id);
+    for (id, e) in &middle {
+        assert_eq!(
+            after.get(id),
+            Some(e),
+            "evaluation {id} changed or vanished after resume"
+        );
+    }
+    // No candidate was evaluated twice on the same workload in the search phase.
+    let mut seen = std::collections::BTreeSet::new();
+    for (phase, cand, w, _) in after.values() {
+        assert!(
+            seen.insert((phase.clone(), cand.clone(), w.clone())),
+            "{cand} on {w} measured twice"
+        );
+    }
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        if e.path().is_dir() {
+            copy_dir(&e.path(), &to.join(e.file_name()));
+        } else {
+            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+        }
+    }
+}
+
+#[test]
+fn a_misspelt_field_is_named_with_its_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let task = tmp.path().join("mytask");
+    copy_dir(&repo().join("tasks/matmul"), &task);
+    let toml = std::fs::read_to_string(task.join("task.toml")).unwrap();
+    std::fs::write(
+        task.join("task.toml"),
+        toml.replacen("held_out = true", "held_oot = true", 1),
+    )
+    .unwrap();
+    let out = run(
+        tmp.path(),
+        &["run", task.to_str().unwrap(), "--budget", "1"],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(
+        err.contains("mytask/task.toml") && err.contains("held_oot") && err.contains("held_out"),
+        "{err}"
+    );
+
+    // The same for a candidate's plan.
+    let seed = task.join("seeds/cpu/naive/plan.toml");
+    std::fs::write(task.join("task.toml"), toml).unwrap();
+    let plan = std::fs::read_to_string(&seed).unwrap();
+    std::fs::write(&seed, plan.replacen("scalars =", "scalar =", 1)).unwrap();
+    let out = run(
+        tmp.path(),
+        &["run", task.to_str().unwrap(), "--budget", "1"],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(
+        err.contains("naive/plan.toml") && err.contains("scalar"),
+        "{err}"
+    );
+}
+
+#[test]
+fn semantic_task_errors_name_the_field() {
+    let tmp = tempfile::tempdir().unwrap();
+    let task = tmp.path().join("t");
+    copy_dir(&repo().join("tasks/matmul"), &task);
+    let toml = std::fs::read_to_string(task.join("task.toml")).unwrap();
+    let cases = [
+        (
+            toml.replacen("shape = [\"M\", \"K\"]", "shape = [\"M\", \"Q\"]", 1),
+            "input[0].shape",
+        ),
+        (
+            toml.replacen(
+                "dims = { M = 512, K = 512, N = 512 }",
+                "dims = { M = 512, K = 512 }",
+                1,
+            ),
+            "workload[2].dims",
+        ),
+        (
+            toml.replacen("[tolerance.float32]", "[tolerance.float64]", 1),
+            "tolerance",
+        ),
+        (
+            toml.replacen("init = \"uniform(-1, 1)\"", "init = \"gauss(0, 1)\"", 1),
+            "input[0].init",
+        ),
+        (
+            toml.replacen("flops = \"2 * M * N * K\"", "flops = \"2 * M * N * Z\"", 1),
+            "roofline.flops",
+        ),
+    ];
+    for (text, field) in cases {
+        assert_ne!(text, toml, "the replacement for {field} applied");
+        std::fs::write(task.join("task.toml"), &text).unwrap();
+        let err = ksearch::task::Task::load(&task).unwrap_err().to_string();
+        assert!(
+            err.contains("task.toml") && err.contains(field),
+            "{field}: {err}"
+        );
+    }
+}
