@@ -52,8 +52,9 @@ enum Command {
         task: String,
         #[arg(long, default_value = "cpu")]
         target: Target,
-        #[arg(long, value_enum, default_value = "tune")]
-        strategy: StrategyKind,
+        /// Default: `world-model` when an LLM is given, else `tune`.
+        #[arg(long, value_enum)]
+        strategy: Option<StrategyKind>,
         /// Number of candidate evaluations (the seed counts as one).
         #[arg(long, default_value_t = 30)]
         budget: usize,
@@ -72,12 +73,23 @@ enum Command {
         /// Seconds of timing per workload (more samples, tighter medians).
         #[arg(long, default_value_t = 1.0)]
         timing_budget: f64,
+        /// Evaluations spent tuning the tunables of each generated candidate (hybrid search).
+        #[arg(long, default_value_t = 6)]
+        tune_budget: usize,
+        /// World model: rounds without improvement that end a cycle.
+        #[arg(long, default_value_t = 3)]
+        window: u32,
+        #[command(flatten)]
+        llm: LlmArgs,
         #[arg(long)]
         json: bool,
     },
     /// Continue a run that was interrupted (killed, crashed, Ctrl-C).
     Resume {
         run: String,
+        /// Use this LLM instead of the one the run was started with.
+        #[command(flatten)]
+        llm: LlmArgs,
         #[arg(long)]
         json: bool,
     },
@@ -94,6 +106,12 @@ enum Command {
         /// Write the best candidate (tunables set to the chosen values) into this folder.
         #[arg(long)]
         out: Option<PathBuf>,
+        /// Print the world model (the JSON holds its `nodes`).
+        #[arg(long)]
+        tree: bool,
+        /// Write the run's LLM exchanges as a cassette (JSON lines) for `--llm replay:FILE`.
+        #[arg(long)]
+        cassette: Option<PathBuf>,
     },
     /// Evaluate one candidate folder against the reference and the baselines on every workload.
     Eval {
@@ -116,6 +134,60 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+}
+
+/// Which LLM to use and how much of it.
+#[derive(clap::Args, Clone, Default)]
+struct LlmArgs {
+    /// PROVIDER:MODEL with PROVIDER one of openai, openai-responses, anthropic, gemini, llamacpp, ollama,
+    /// lmstudio, vllm, mlx-lm, openrouter; or command:CMDLINE (prompt on stdin, reply on stdout); or
+    /// replay:RUN / replay:FILE.jsonl to replay recorded exchanges.
+    #[arg(long, env = "KSEARCH_LLM")]
+    llm: Option<String>,
+    /// Base URL of an OpenAI-compatible server (overrides OPENAI_BASE_URL and the provider's default).
+    #[arg(long)]
+    llm_base_url: Option<String>,
+    /// Seconds per LLM request.
+    #[arg(long, default_value_t = 300.0)]
+    llm_timeout: f64,
+    /// Retries of a failed request (timeouts, 429, 5xx), with backoff.
+    #[arg(long, default_value_t = 3)]
+    llm_retries: u32,
+    /// Reasoning effort for models that take one (low, medium, high).
+    #[arg(long)]
+    reasoning_effort: Option<String>,
+    #[arg(long)]
+    temperature: Option<f32>,
+    /// Caps, checked before each call. Default calls cap: 6 per evaluation in the budget, plus 20.
+    #[arg(long)]
+    max_llm_calls: Option<u64>,
+    #[arg(long)]
+    max_llm_tokens: Option<u64>,
+    /// US dollars, from the prices in data/prices.toml (or your own prices file).
+    #[arg(long)]
+    max_llm_cost: Option<f64>,
+    /// Seconds of wall time for all LLM calls together.
+    #[arg(long)]
+    max_llm_time: Option<f64>,
+}
+
+impl LlmArgs {
+    fn settings(&self, budget: usize) -> Option<run::LlmSettings> {
+        let spec = self.llm.clone()?;
+        let mut config = crate::llm::LlmConfig {
+            timeout_s: self.llm_timeout,
+            max_retries: self.llm_retries,
+            base_url: self.llm_base_url.clone(),
+            reasoning_effort: self.reasoning_effort.clone(),
+            temperature: self.temperature,
+            ..Default::default()
+        };
+        config.budget.max_calls = Some(self.max_llm_calls.unwrap_or(6 * budget as u64 + 20));
+        config.budget.max_tokens = self.max_llm_tokens;
+        config.budget.max_cost_usd = self.max_llm_cost;
+        config.budget.max_wall_s = self.max_llm_time;
+        Some(run::LlmSettings { spec, config })
+    }
 }
 
 pub fn main() -> std::process::ExitCode {
@@ -160,11 +232,20 @@ fn dispatch(cli: Cli) -> Result<u8> {
             timeout,
             checks,
             timing_budget,
+            tune_budget,
+            window,
+            llm,
             json,
         } => {
-            if strategy != StrategyKind::Tune {
+            let llm_settings = llm.settings(budget);
+            let strategy = strategy.unwrap_or(if llm_settings.is_some() {
+                StrategyKind::WorldModel
+            } else {
+                StrategyKind::Tune
+            });
+            if strategy != StrategyKind::Tune && llm_settings.is_none() {
                 bail!(
-                    "strategy `{}` needs an LLM provider, which this version of ksearch does not have yet; \
+                    "strategy `{}` needs an LLM: pass --llm PROVIDER:MODEL (e.g. openai:gpt-5.2, llamacpp:gemma, replay:RUN); \
                      `--strategy tune` searches the seed's tunables without one",
                     strategy.name()
                 );
@@ -192,6 +273,13 @@ fn dispatch(cli: Cli) -> Result<u8> {
             };
             let settings = settings_for(&task, checks, timeout, timing_budget)?;
             let store = Store::open(&store_dir)?;
+            // Built before the run exists, so a bad spec or a missing key is reported with nothing to clean up.
+            let client = match &llm_settings {
+                Some(l) if strategy != StrategyKind::Tune => {
+                    Some(run::make_llm(&store, &l.spec, &l.config)?)
+                }
+                _ => None,
+            };
             let run_id = run::create(
                 &store,
                 run::NewRun {
@@ -202,6 +290,9 @@ fn dispatch(cli: Cli) -> Result<u8> {
                     settings,
                     strategy,
                     budget,
+                    llm: llm_settings.filter(|_| strategy != StrategyKind::Tune),
+                    tune_budget,
+                    window,
                 },
             )?;
             if !json {
@@ -209,9 +300,9 @@ fn dispatch(cli: Cli) -> Result<u8> {
                     "ksearch: run {run_id} (resume with `ksearch resume {run_id}` if interrupted)"
                 );
             }
-            execute(&store, &run_id, python.as_deref(), json)
+            execute(&store, &run_id, python.as_deref(), client, json)
         }
-        Command::Resume { run, json } => {
+        Command::Resume { run, llm, json } => {
             let store = Store::open(&store_dir)?;
             let row = store
                 .run(&run)?
@@ -222,7 +313,11 @@ fn dispatch(cli: Cli) -> Result<u8> {
                     row.pid.unwrap_or(0)
                 );
             }
-            execute(&store, &run, python.as_deref(), json)
+            let client = match llm.settings(row.budget as usize) {
+                Some(l) => Some(run::make_llm(&store, &l.spec, &l.config)?),
+                None => None,
+            };
+            execute(&store, &run, python.as_deref(), client, json)
         }
         Command::Runs { json } => {
             let store = Store::open(&store_dir)?;
@@ -241,7 +336,22 @@ fn dispatch(cli: Cli) -> Result<u8> {
             }
             Ok(0)
         }
-        Command::Show { run, json, out } => cmd_show(&store_dir, &run, json, out.as_deref()),
+        Command::Show {
+            run,
+            json,
+            out,
+            tree,
+            cassette,
+        } => {
+            if let Some(path) = cassette {
+                write_cassette(&store_dir, &run, &path)?;
+            }
+            if tree {
+                cmd_tree(&store_dir, &run, json)
+            } else {
+                cmd_show(&store_dir, &run, json, out.as_deref())
+            }
+        }
         Command::Eval {
             task,
             candidate,
@@ -287,9 +397,15 @@ fn load_candidate(dir: &Path, task: &Task, target: Target) -> Result<Candidate> 
     Ok(c)
 }
 
-fn execute(store: &Store, run_id: &str, python: Option<&Path>, json: bool) -> Result<u8> {
+fn execute(
+    store: &Store,
+    run_id: &str,
+    python: Option<&Path>,
+    llm: Option<crate::llm::Llm>,
+    json: bool,
+) -> Result<u8> {
     let env = pyenv::ensure(python)?;
-    let mut runner = Runner::open(store, run_id, env)?;
+    let mut runner = Runner::open(store, run_id, env, llm)?;
     let bar = if json {
         ProgressBar::hidden()
     } else {
@@ -367,6 +483,51 @@ fn cmd_tasks(json: bool) -> Result<u8> {
     Ok(0)
 }
 
+fn write_cassette(store_dir: &Path, run_id: &str, path: &Path) -> Result<()> {
+    let store = Store::open(store_dir)?;
+    let ex = store.exchanges(run_id)?;
+    if ex.is_empty() {
+        bail!("run {run_id} has no recorded LLM exchanges");
+    }
+    let mut text = String::new();
+    for e in &ex {
+        text.push_str(&serde_json::to_string(e)?);
+        text.push('\n');
+    }
+    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+    eprintln!(
+        "ksearch: wrote {} exchanges to {}",
+        ex.len(),
+        path.display()
+    );
+    Ok(())
+}
+
+/// The latest world model of a run: the strategy's live state, else the last snapshot.
+fn cmd_tree(store_dir: &Path, run_id: &str, json: bool) -> Result<u8> {
+    let store = Store::open(store_dir)?;
+    store
+        .run(run_id)?
+        .ok_or_else(|| anyhow!("no run `{run_id}` in {}", store.path().display()))?;
+    let tree = store
+        .strategy_state(run_id)?
+        .and_then(|s| s.get("wm").cloned().filter(|w| !w.is_null()))
+        .and_then(|wm| {
+            serde_json::from_value::<crate::search::world_model::tree::WorldModel>(wm).ok()
+        })
+        .map(|wm| crate::search::world_model::wire::tree_json(&wm))
+        .or_else(|| store.snapshots(run_id).ok().and_then(|s| s.last().cloned()))
+        .ok_or_else(|| {
+            anyhow!("run {run_id} has no world model (only the world-model strategy keeps one)")
+        })?;
+    if json {
+        print_json(&tree);
+    } else {
+        print!("{}", report::tree_text(&tree));
+    }
+    Ok(0)
+}
+
 fn cmd_show(store_dir: &Path, run_id: &str, json: bool, out: Option<&Path>) -> Result<u8> {
     let store = Store::open(store_dir)?;
     let row = store
@@ -396,6 +557,7 @@ fn cmd_show(store_dir: &Path, run_id: &str, json: bool, out: Option<&Path>) -> R
             "attempts": attempts, "config": row.config, "hardware": row.hardware,
             "result": row.result, "error": row.error, "created_at": row.created_at, "updated_at": row.updated_at,
             "evaluated_candidates": row.evaluations,
+            "strategy_state": store.strategy_state(run_id)?,
         }));
         return Ok(0);
     }

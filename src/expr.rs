@@ -284,7 +284,8 @@ fn lex(src: &str) -> Result<Vec<(Tok, usize)>, ExprError> {
             out.push((tok, start));
             continue;
         }
-        let two = if i + 1 < b.len() { &src[i..i + 2] } else { "" };
+        // `get`, not slicing: the next character may be multi-byte (an LLM writing `≤`).
+        let two = src.get(i..i + 2).unwrap_or("");
         let op2 = ["//", "**", "<=", ">=", "==", "!=", "&&", "||"]
             .into_iter()
             .find(|o| *o == two);
@@ -541,6 +542,10 @@ mod tests {
         assert!(Expr::parse("1 2").is_err());
         assert!(Expr::parse("(1").is_err());
         assert!(Expr::parse("$").is_err());
+        assert!(
+            Expr::parse("BM ≤ 64").is_err(),
+            "non-ASCII is an error, not a panic"
+        );
     }
 
     #[test]

@@ -245,3 +245,40 @@ pub fn tasks_table(rows: &[Value]) -> String {
     }
     t.to_string()
 }
+
+/// The world model as an indented tree: status, action, measured time, rating.
+pub fn tree_text(tree: &Value) -> String {
+    let nodes = tree["nodes"].as_array().cloned().unwrap_or_default();
+    let mut out = format!("{}\n", tree["kernel_summary"].as_str().unwrap_or(""));
+    fn walk(nodes: &[Value], id: &str, depth: usize, out: &mut String) {
+        for n in nodes.iter().filter(|n| n["parent_id"].as_str() == Some(id)) {
+            let title = n["action"]["title"]
+                .as_str()
+                .unwrap_or(n["choice"].as_str().unwrap_or(""));
+            let sol = n["solution"]["cost_s"]
+                .as_f64()
+                .map(|c| format!(" [{}]", fmt_time(Some(c))))
+                .unwrap_or_default();
+            let mark = match n["status"].as_str() {
+                Some("solved") => "✓",
+                Some("too_hard") => "✗",
+                _ if n["frontier"] == true => "→",
+                _ => "·",
+            };
+            out.push_str(&format!(
+                "{}{mark} {} {title}{sol} (rating {:.0}, priority {})\n",
+                "  ".repeat(depth),
+                n["node_id"].as_str().unwrap_or("?"),
+                n["overall_rating_0_to_10"].as_f64().unwrap_or(0.0),
+                n["action"]["score_0_to_1"]
+                    .as_f64()
+                    .map(|p| format!("{p:.2}"))
+                    .unwrap_or_else(|| "–".into()),
+            ));
+            walk(nodes, n["node_id"].as_str().unwrap_or(""), depth + 1, out);
+        }
+    }
+    out.push_str("root (the seed)\n");
+    walk(&nodes, "root", 1, &mut out);
+    out
+}

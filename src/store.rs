@@ -80,6 +80,13 @@ CREATE TABLE IF NOT EXISTS evaluations(
     UNIQUE(run_id, phase, candidate, workload));
 CREATE TABLE IF NOT EXISTS strategy_state(
     run_id TEXT PRIMARY KEY REFERENCES runs(run_id), state TEXT NOT NULL, updated_at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS llm_exchanges(
+    run_id TEXT NOT NULL REFERENCES runs(run_id), seq INTEGER NOT NULL, purpose TEXT NOT NULL,
+    provider TEXT NOT NULL, model TEXT NOT NULL, outcome TEXT NOT NULL, exchange TEXT NOT NULL,
+    created_at REAL NOT NULL, PRIMARY KEY(run_id, seq));
+CREATE TABLE IF NOT EXISTS wm_snapshots(
+    run_id TEXT NOT NULL REFERENCES runs(run_id), idx INTEGER NOT NULL, tree TEXT NOT NULL,
+    created_at REAL NOT NULL, PRIMARY KEY(run_id, idx));
 ";
 
 pub fn now() -> f64 {
@@ -406,6 +413,72 @@ impl Store {
             .optional()
             .map_err(|e| self.sql(e))?;
         Ok(s.and_then(|s| serde_json::from_str(&s).ok()))
+    }
+
+    /// Records one LLM exchange (prompt and reply, never a key). Sequence numbers continue across resumes.
+    pub fn put_exchange(&self, run_id: &str, ex: &crate::llm::Exchange) -> Result<()> {
+        let seq: i64 = self
+            .conn
+            .query_row(
+                "SELECT COALESCE(MAX(seq) + 1, 0) FROM llm_exchanges WHERE run_id=?1",
+                [run_id],
+                |r| r.get(0),
+            )
+            .map_err(|e| self.sql(e))?;
+        let outcome = match &ex.outcome {
+            crate::llm::Outcome::Ok { .. } => "ok".to_string(),
+            crate::llm::Outcome::Err { kind, .. } => kind.clone(),
+        };
+        self.conn
+            .execute(
+                "INSERT INTO llm_exchanges(run_id, seq, purpose, provider, model, outcome, exchange, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                params![run_id, seq, ex.purpose, ex.provider, ex.model, outcome, serde_json::to_string(ex).unwrap(), now()],
+            )
+            .map_err(|e| self.sql(e))?;
+        Ok(())
+    }
+
+    pub fn exchanges(&self, run_id: &str) -> Result<Vec<crate::llm::Exchange>> {
+        let mut st = self
+            .conn
+            .prepare("SELECT exchange FROM llm_exchanges WHERE run_id=?1 ORDER BY seq")
+            .map_err(|e| self.sql(e))?;
+        let rows = st
+            .query_map([run_id], |r| r.get::<_, String>(0))
+            .map_err(|e| self.sql(e))?;
+        let mut out = Vec::new();
+        for row in rows {
+            let s = row.map_err(|e| self.sql(e))?;
+            out.push(serde_json::from_str(&s).map_err(|e| StoreError::Other {
+                path: self.path.clone(),
+                message: format!("llm exchange of {run_id}: {e}"),
+            })?);
+        }
+        Ok(out)
+    }
+
+    pub fn put_snapshot(&self, run_id: &str, tree: &Value) -> Result<()> {
+        self.conn
+            .execute(
+                "INSERT INTO wm_snapshots(run_id, idx, tree, created_at)
+                 VALUES (?1, (SELECT COALESCE(MAX(idx) + 1, 0) FROM wm_snapshots WHERE run_id=?1), ?2, ?3)",
+                params![run_id, tree.to_string(), now()],
+            )
+            .map_err(|e| self.sql(e))?;
+        Ok(())
+    }
+
+    pub fn snapshots(&self, run_id: &str) -> Result<Vec<Value>> {
+        let mut st = self
+            .conn
+            .prepare("SELECT tree FROM wm_snapshots WHERE run_id=?1 ORDER BY idx")
+            .map_err(|e| self.sql(e))?;
+        let rows = st
+            .query_map([run_id], |r| r.get::<_, String>(0))
+            .map_err(|e| self.sql(e))?;
+        rows.map(|r| r.map(|s| serde_json::from_str(&s).unwrap_or(Value::Null)))
+            .collect::<std::result::Result<_, _>>()
+            .map_err(|e| self.sql(e))
     }
 
     fn run_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunRow> {

@@ -4,8 +4,13 @@
 //! A strategy proposes from the run's history alone (plus its recorded seed). Resume therefore needs no
 //! saved strategy internals: it reloads the history from the store and asks again.
 
+pub mod agent;
+pub mod evolve;
+pub mod hybrid;
+pub mod once;
 pub mod run;
 pub mod tune;
+pub mod world_model;
 
 use crate::candidate::Candidate;
 use crate::eval::{Summary, WorkloadResult};
@@ -35,12 +40,31 @@ pub struct Proposal {
     pub origin: String,
 }
 
+/// A strategy's answer: evaluate this, or stop (and why).
+#[allow(clippy::large_enum_variant)] // one per evaluation; boxing would buy nothing
+pub enum Next {
+    Propose(Proposal),
+    Done(String),
+}
+
 pub trait Strategy {
     fn name(&self) -> &'static str;
-    /// The next candidate, or `None` when the strategy has nothing left to try.
-    fn propose(&mut self, history: &[Observation]) -> Option<Proposal>;
-    /// A snapshot for the store (for people and reports; resume does not need it).
+    /// The next candidate given every finished evaluation of the run, or why the search should stop.
+    fn propose(&mut self, history: &[Observation]) -> Next;
+    /// A snapshot for the store, saved after every proposal and evaluation.
     fn state(&self) -> serde_json::Value;
+    /// Restores a snapshot on resume. Strategies that propose from history alone ignore it.
+    fn restore(&mut self, _state: &serde_json::Value) -> Result<(), String> {
+        Ok(())
+    }
+    /// World-model snapshots taken since the last call (one per finished cycle), for the store.
+    fn take_snapshots(&mut self) -> Vec<serde_json::Value> {
+        Vec::new()
+    }
+    /// The current world model, if the strategy keeps one.
+    fn tree(&self) -> Option<serde_json::Value> {
+        None
+    }
 }
 
 /// Strategies a user can name. Only `tune` needs no LLM.

@@ -2,10 +2,16 @@
 //! held-out workloads on the best candidates. Every finished workload evaluation is in the store before
 //! the next one starts; `resume` rebuilds the history from the store and carries on.
 
+use super::agent::Agent;
+use super::evolve::{Evolve, EvolveConfig};
+use super::hybrid::Hybrid;
+use super::once::Once;
 use super::tune::Tune;
-use super::{Observation, Strategy, StrategyKind};
+use super::world_model::{WorldModelConfig, WorldModelStrategy};
+use super::{Next, Observation, Strategy, StrategyKind};
 use crate::candidate::Candidate;
 use crate::eval::{self, Evaluator, Settings, Status, WorkloadResult};
+use crate::llm::{Exchange, Llm, LlmConfig};
 use crate::pyenv::PythonEnv;
 use crate::store::Store;
 use crate::target::Target;
@@ -14,6 +20,7 @@ use anyhow::{Context, Result, anyhow, bail};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 /// What a run was started with; stored with the run so `resume` needs nothing else.
@@ -28,6 +35,29 @@ pub struct RunConfig {
     pub checks: usize,
     pub timeout_s: f64,
     pub timing: Value,
+    /// The LLM provider spec (`openai:gpt-5.2`, `replay:RUN`, …) and its settings; never a key.
+    #[serde(default)]
+    pub llm: Option<LlmSettings>,
+    /// Evaluations the hybrid search spends tuning one generated candidate.
+    #[serde(default = "default_tune_budget")]
+    pub tune_budget: usize,
+    /// World-model stagnation window.
+    #[serde(default = "default_window")]
+    pub window: u32,
+}
+
+fn default_tune_budget() -> usize {
+    6
+}
+
+fn default_window() -> u32 {
+    3
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LlmSettings {
+    pub spec: String,
+    pub config: LlmConfig,
 }
 
 /// Progress, for the terminal.
@@ -55,6 +85,9 @@ pub struct Runner<'a> {
     pub target: Target,
     pub config: RunConfig,
     evaluator: Evaluator,
+    strategy: Box<dyn Strategy>,
+    /// Exchanges recorded by the LLM client since the last drain into the store.
+    exchanges: Arc<Mutex<Vec<Exchange>>>,
 }
 
 /// Everything needed to start a run.
@@ -66,6 +99,9 @@ pub struct NewRun<'a> {
     pub settings: Settings,
     pub strategy: StrategyKind,
     pub budget: usize,
+    pub llm: Option<LlmSettings>,
+    pub tune_budget: usize,
+    pub window: u32,
 }
 
 /// Creates a run in the store and returns its id.
@@ -78,6 +114,9 @@ pub fn create(store: &Store, new: NewRun<'_>) -> Result<String> {
         settings: config_base,
         strategy,
         budget,
+        llm,
+        tune_budget,
+        window,
     } = new;
     let run_id = new_run_id(task.name());
     let hash = store.put_candidate(seed)?;
@@ -90,6 +129,9 @@ pub fn create(store: &Store, new: NewRun<'_>) -> Result<String> {
         checks: config_base.checks,
         timeout_s: config_base.timeout_s,
         timing: config_base.timing.clone(),
+        llm,
+        tune_budget,
+        window,
     };
     let dir = task.dir.canonicalize().unwrap_or_else(|_| task.dir.clone());
     store.create_run(
@@ -135,7 +177,13 @@ fn civil_from_days(z: i64) -> (i64, i64, i64) {
 
 impl<'a> Runner<'a> {
     /// Loads a stored run and starts its evaluator (a fresh worker and a fresh secret seed).
-    pub fn open(store: &'a Store, run_id: &str, env: PythonEnv) -> Result<Runner<'a>> {
+    /// `llm` replaces the run's recorded provider (e.g. to resume with another key or a replay).
+    pub fn open(
+        store: &'a Store,
+        run_id: &str,
+        env: PythonEnv,
+        llm: Option<Llm>,
+    ) -> Result<Runner<'a>> {
         let row = store.run(run_id)?.ok_or_else(|| {
             anyhow!(
                 "no run `{run_id}` in {}; `ksearch runs` lists them",
@@ -147,9 +195,14 @@ impl<'a> Runner<'a> {
         let task = Task::load(&PathBuf::from(&row.task_dir))
             .with_context(|| format!("run {run_id}: loading its task"))?;
         let target: Target = row.target.parse().map_err(|e: String| anyhow!(e))?;
-        if config.strategy != StrategyKind::Tune {
+        let llm = match (llm, &config.llm) {
+            (Some(l), _) => Some(l),
+            (None, Some(s)) => Some(make_llm(store, &s.spec, &s.config)?),
+            (None, None) => None,
+        };
+        if config.strategy != StrategyKind::Tune && llm.is_none() {
             bail!(
-                "strategy `{}` needs an LLM provider, which this version of ksearch does not have yet; use --strategy tune",
+                "strategy `{}` needs an LLM: pass --llm PROVIDER:MODEL (or replay:RUN)",
                 config.strategy.name()
             );
         }
@@ -167,6 +220,41 @@ impl<'a> Runner<'a> {
         let evaluator = Evaluator::start(task.clone(), target, env, build, settings)?;
         store.claim_run(run_id)?;
         store.set_hardware(run_id, &evaluator.hello)?;
+        let seed = store
+            .candidate(&config.seed_candidate)?
+            .ok_or_else(|| anyhow!("seed candidate missing from the store"))?;
+        let exchanges = Arc::new(Mutex::new(Vec::new()));
+        let mut strategy: Box<dyn Strategy> = match (config.strategy, llm) {
+            (StrategyKind::Tune, _) => Box::new(Tune::new(seed, config.budget, config.rng_seed)),
+            (kind, Some(mut llm)) => {
+                let sink = exchanges.clone();
+                llm.set_recorder(Box::new(move |ex: &Exchange| {
+                    sink.lock().unwrap().push(ex.clone())
+                }));
+                let agent = Agent::new(llm, &task, target, &evaluator.hello["hardware"]);
+                let (tb, rs) = (config.tune_budget, config.rng_seed);
+                match kind {
+                    StrategyKind::WorldModel => {
+                        let mut cfg = WorldModelConfig::new(rs);
+                        cfg.window = config.window.max(1);
+                        Box::new(Hybrid::new(WorldModelStrategy::new(agent, cfg), tb, rs))
+                    }
+                    StrategyKind::Evolve => Box::new(Hybrid::new(
+                        Evolve::new(agent, EvolveConfig::new(rs)),
+                        tb,
+                        rs,
+                    )),
+                    StrategyKind::Once => Box::new(Hybrid::new(Once::new(agent, 3), tb, rs)),
+                    StrategyKind::Tune => unreachable!(),
+                }
+            }
+            (_, None) => unreachable!("checked above"),
+        };
+        if let Some(state) = store.strategy_state(run_id)? {
+            strategy
+                .restore(&state)
+                .map_err(|e| anyhow!("run {run_id}: {e}"))?;
+        }
         Ok(Runner {
             store,
             run_id: run_id.to_string(),
@@ -174,7 +262,24 @@ impl<'a> Runner<'a> {
             target,
             config,
             evaluator,
+            strategy,
+            exchanges,
         })
+    }
+
+    /// Moves what the strategy produced since the last call into the store: LLM exchanges, tree
+    /// snapshots and its state.
+    fn persist_strategy(&mut self) -> Result<()> {
+        let drained: Vec<Exchange> = std::mem::take(&mut *self.exchanges.lock().unwrap());
+        for ex in &drained {
+            self.store.put_exchange(&self.run_id, ex)?;
+        }
+        for snap in self.strategy.take_snapshots() {
+            self.store.put_snapshot(&self.run_id, &snap)?;
+        }
+        self.store
+            .set_strategy_state(&self.run_id, &self.strategy.state())?;
+        Ok(())
     }
 
     /// Evaluates a candidate on `workloads`, reusing what the store already has for this run.
@@ -243,8 +348,8 @@ impl<'a> Runner<'a> {
             .store
             .candidate(&self.config.seed_candidate)?
             .ok_or_else(|| anyhow!("seed candidate missing from the store"))?;
-        let mut strategy = Tune::new(seed.clone(), self.config.budget, self.config.rng_seed);
         let mut history = self.history()?;
+        let mut stopped: Option<String> = None;
         progress(Event::Started {
             budget: self.config.budget,
             done: history.len(),
@@ -254,9 +359,14 @@ impl<'a> Runner<'a> {
             let (cand, parent, origin) = if history.is_empty() {
                 (seed.clone(), None, "seed".to_string())
             } else {
-                match strategy.propose(&history) {
-                    Some(p) => (p.candidate, p.parent, p.origin),
-                    None => break,
+                let next = self.strategy.propose(&history);
+                self.persist_strategy()?;
+                match next {
+                    Next::Propose(p) => (p.candidate, p.parent, p.origin),
+                    Next::Done(why) => {
+                        stopped = Some(why);
+                        break;
+                    }
                 }
             };
             let seq = history.len();
@@ -277,14 +387,13 @@ impl<'a> Runner<'a> {
             }
             self.store
                 .finish_attempt(&self.run_id, "search", seq as i64, &summary)?;
-            self.store
-                .set_strategy_state(&self.run_id, &strategy.state())?;
             history.push(Observation {
                 hash,
                 candidate: cand,
                 summary,
                 results,
             });
+            self.persist_strategy()?;
             let best = best_of(&history);
             progress(Event::Evaluated {
                 seq,
@@ -333,6 +442,9 @@ impl<'a> Runner<'a> {
             "status": if chosen.is_some() { "completed" } else { "failed" },
             "hardware": self.evaluator.hardware(),
             "worker_restarts": self.evaluator.worker_restarts(),
+            "stopped": stopped,
+            "llm": self.config.llm.as_ref().map(|l| json!({"spec": l.spec, "exchanges": self.store.exchanges(&self.run_id).map(|e| e.len()).unwrap_or(0)})),
+            "world_model_nodes": self.strategy.tree().and_then(|t| t["nodes"].as_array().map(Vec::len)),
             "elapsed_s": started.elapsed().as_secs_f64(),
             "seed": seed_obs.map(|o| json!({"candidate": o.hash, "passed": o.summary.passed, "geomean_s": o.summary.geomean_s, "failure": o.summary.first_failure})),
             "best": chosen.as_ref().map(|(obs, held_ok, held)| {
@@ -368,6 +480,27 @@ impl<'a> Runner<'a> {
             .finish_run(&self.run_id, status, &result, error.as_deref())?;
         Ok(result)
     }
+}
+
+/// Builds the LLM for a spec; `replay:X` replays run X of this store, or the cassette file X.
+pub fn make_llm(store: &Store, spec: &str, cfg: &LlmConfig) -> Result<Llm> {
+    if let Some(src) = spec.strip_prefix("replay:") {
+        let path = std::path::Path::new(src);
+        let exchanges = if path.is_file() {
+            Llm::load_cassette(path)?
+        } else {
+            let ex = store.exchanges(src)?;
+            if ex.is_empty() {
+                bail!(
+                    "replay:{src}: neither a cassette file nor a run with recorded LLM exchanges in {}",
+                    store.path().display()
+                );
+            }
+            ex
+        };
+        return Ok(Llm::replay(exchanges, spec));
+    }
+    Ok(Llm::from_spec(spec, cfg)?)
 }
 
 pub fn workload_json(r: &WorkloadResult) -> Value {

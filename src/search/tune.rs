@@ -9,7 +9,7 @@
 //!
 //! Proposals depend only on the recorded seed and the history, so a resumed run continues exactly.
 
-use super::{Observation, Proposal, Strategy};
+use super::{Next, Observation, Proposal, Strategy};
 use crate::candidate::{Candidate, Params, space};
 use crate::expr::Env;
 use crate::rng::Rng;
@@ -240,14 +240,8 @@ impl Tune {
             }
         }
     }
-}
-
-impl Strategy for Tune {
-    fn name(&self) -> &'static str {
-        "tune"
-    }
-
-    fn propose(&mut self, history: &[Observation]) -> Option<Proposal> {
+    /// The next configuration to evaluate, or `None` once the space is exhausted.
+    pub fn next(&mut self, history: &[Observation]) -> Option<Proposal> {
         let data: Vec<(Vec<usize>, Option<f64>)> = history
             .iter()
             .filter_map(|o| Some((self.index_of(&o.candidate.params())?, o.cost())))
@@ -267,6 +261,19 @@ impl Strategy for Tune {
             return None;
         }
         self.model_step(&seen, &data)
+    }
+}
+
+impl Strategy for Tune {
+    fn name(&self) -> &'static str {
+        "tune"
+    }
+
+    fn propose(&mut self, history: &[Observation]) -> Next {
+        match self.next(history) {
+            Some(p) => Next::Propose(p),
+            None => Next::Done("every valid configuration has been evaluated".into()),
+        }
     }
 
     fn state(&self) -> serde_json::Value {
@@ -316,7 +323,7 @@ mod tests {
         let mut hist = Vec::new();
         let mut order = Vec::new();
         while hist.len() < budget {
-            let Some(p) = t.propose(&hist) else { break };
+            let Some(p) = t.next(&hist) else { break };
             let params = p.candidate.params();
             hist.push(observe(&p.candidate, cost(&params)));
             order.push(params);
@@ -395,7 +402,7 @@ mod tests {
             .iter()
             .map(|p| observe(&b.with_params(p).unwrap(), cost(p)))
             .collect();
-        let next = t.propose(&hist).unwrap().candidate.params();
+        let next = t.next(&hist).unwrap().candidate.params();
         assert_eq!(next, a[10]);
         let other = drive(&mut Tune::new(b, 20, 6), 20, cost);
         assert_ne!(a, other, "another seed explores differently");

@@ -1,6 +1,8 @@
 //! Shared helpers of the integration tests: run the real `ksearch` binary against a private store.
 #![allow(dead_code)]
 
+pub mod server;
+
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

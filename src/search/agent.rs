@@ -1,0 +1,250 @@
+//! What every LLM-driven strategy shares: the prompt context of the task, asking for a candidate or a
+//! JSON object, answering an unusable reply with the precise error, and the rules for giving up.
+
+use super::Observation;
+use crate::candidate::Candidate;
+use crate::llm::{Llm, LlmError, Message, Request};
+use crate::report::fmt_time;
+use crate::target::Target;
+use crate::task::Task;
+use serde::Serialize;
+use serde_json::{Value, json};
+
+/// A reason to end the search early (the LLM budget is spent, the provider keeps failing).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stop(pub String);
+
+/// Consecutive provider failures (after the client's own retries) that end a run.
+pub const MAX_CONSECUTIVE_FAILURES: u32 = 3;
+
+pub struct Agent {
+    pub llm: Llm,
+    pub task: Value,
+    pub target: Value,
+    pub hardware: String,
+    consecutive_failures: u32,
+}
+
+/// One generation's outcome: a usable answer, or why not (the caller records it as a failed attempt).
+pub type Attempt<T> = Result<T, String>;
+
+impl Agent {
+    pub fn new(llm: Llm, task: &Task, target: Target, hardware: &Value) -> Agent {
+        let workloads: Vec<Value> = task
+            .workloads(false)
+            .map(|w| json!({"name": w.name, "dims": w.dims}))
+            .collect();
+        Agent {
+            llm,
+            task: json!({"name": task.name(), "description": task.toml.description, "spec": task.spec, "workloads": workloads}),
+            target: json!({"name": target.name(), "notes": target_notes(target)}),
+            hardware: hardware_line(hardware),
+            consecutive_failures: 0,
+        }
+    }
+
+    /// Context every prompt template gets.
+    pub fn ctx(&self, extra: Value) -> Value {
+        let mut v = json!({"task": self.task, "target": self.target, "hardware": self.hardware});
+        if let (Some(o), Value::Object(e)) = (v.as_object_mut(), extra) {
+            o.extend(e);
+        }
+        v
+    }
+
+    fn call(&mut self, purpose: &str, messages: Vec<Message>) -> Result<Attempt<String>, Stop> {
+        let req = Request {
+            purpose: purpose.to_string(),
+            messages,
+            max_tokens: None,
+            temperature: None,
+        };
+        match self.llm.complete(req) {
+            Ok(r) => {
+                self.consecutive_failures = 0;
+                Ok(Ok(r.text))
+            }
+            Err(LlmError::Budget(m)) => Err(Stop(format!("LLM budget spent: {m}"))),
+            Err(e @ (LlmError::Config(_) | LlmError::Replay(_))) => {
+                Err(Stop(format!("LLM unusable: {e}")))
+            }
+            Err(e) => {
+                self.consecutive_failures += 1;
+                if self.consecutive_failures >= MAX_CONSECUTIVE_FAILURES {
+                    Err(Stop(format!(
+                        "the LLM failed {MAX_CONSECUTIVE_FAILURES} calls in a row; last: {e}"
+                    )))
+                } else {
+                    Ok(Err(format!("LLM call failed: {e}")))
+                }
+            }
+        }
+    }
+
+    /// Asks with `prompt`, parses with `parse`; an unusable reply is answered with the parser's error,
+    /// up to `tries` calls in one conversation.
+    pub fn ask<T>(
+        &mut self,
+        purpose: &str,
+        prompt: String,
+        tries: u32,
+        mut parse: impl FnMut(&str) -> Result<T, String>,
+    ) -> Result<Attempt<T>, Stop> {
+        let mut messages = vec![Message::user(prompt)];
+        let mut last = String::from("no reply");
+        for _ in 0..tries.max(1) {
+            let text = match self.call(purpose, messages.clone())? {
+                Ok(t) => t,
+                Err(e) => return Ok(Err(e)),
+            };
+            match parse(&text) {
+                Ok(v) => return Ok(Ok(v)),
+                Err(e) => {
+                    tracing::info!("unusable {purpose} reply: {e}");
+                    let feedback = crate::prompts::render("reply_error.j2", json!({"error": e}))
+                        .map_err(Stop)?;
+                    messages.push(Message::assistant(text));
+                    messages.push(Message::user(feedback));
+                    last = e;
+                }
+            }
+        }
+        Ok(Err(format!("the reply could not be used: {last}")))
+    }
+
+    /// Asks for a candidate derived from `parent`.
+    pub fn candidate(
+        &mut self,
+        purpose: &str,
+        prompt: String,
+        parent: &Candidate,
+        tries: u32,
+    ) -> Result<Attempt<Candidate>, Stop> {
+        self.ask(purpose, prompt, tries, |text| {
+            crate::reply::candidate_from_reply(text, parent)
+                .map(|r| r.candidate)
+                .map_err(|e| e.to_string())
+        })
+    }
+
+    /// Asks for a JSON object, then validates it with `parse`.
+    pub fn json<T>(
+        &mut self,
+        purpose: &str,
+        prompt: String,
+        tries: u32,
+        mut parse: impl FnMut(&Value) -> Result<T, String>,
+    ) -> Result<Attempt<T>, Stop> {
+        self.ask(purpose, prompt, tries, |text| {
+            let v = crate::reply::first_json_object(text).map_err(|e| e.to_string())?;
+            parse(&v)
+        })
+    }
+}
+
+fn target_notes(t: Target) -> &'static str {
+    match t {
+        Target::Cpu => {
+            "C11 compiled with `cc -O3 -march=native -std=gnu11`, one call per launch, single-threaded; SIMD via auto-vectorisation or GCC vector extensions."
+        }
+        Target::MlxMetal => {
+            "Metal kernel bodies run through mx.fast.metal_kernel (Apple GPU): 32-wide SIMD groups, at most 1024 threads and 32 KB threadgroup memory per threadgroup."
+        }
+        Target::MlxCuda => {
+            "CUDA kernel bodies run through mx.fast.cuda_kernel (NVIDIA GPU, NVRTC, sm_90a): guard every index, MLX launches ceil(grid/threadgroup) blocks."
+        }
+    }
+}
+
+fn hardware_line(hw: &Value) -> String {
+    let mut parts = Vec::new();
+    for (k, label) in [
+        ("name", ""),
+        ("cores", "cores "),
+        ("peak_bandwidth_gbs", "GB/s "),
+        ("peak_gflops", "GFLOP/s "),
+        ("cache_bytes", "cache bytes "),
+    ] {
+        if let Some(v) = hw.get(k).filter(|v| !v.is_null()) {
+            parts.push(format!(
+                "{label}{}",
+                v.as_str()
+                    .map(str::to_string)
+                    .unwrap_or_else(|| v.to_string())
+            ));
+        }
+    }
+    parts.join(", ")
+}
+
+/// How a measured candidate did, in one paragraph for a prompt.
+pub fn perf(obs: &Observation, seed: Option<&Observation>) -> String {
+    if !obs.summary.passed {
+        return format!(
+            "FAILED — {}",
+            obs.summary
+                .first_failure
+                .clone()
+                .unwrap_or_else(|| "did not pass".into())
+        );
+    }
+    let mut s = format!(
+        "passed; geometric-mean time {}",
+        fmt_time(obs.summary.geomean_s)
+    );
+    if let Some(x) = seed.and_then(|s| crate::eval::speedup(&s.results, &obs.results)) {
+        s.push_str(&format!(", {x:.2}x the starting candidate"));
+    }
+    for (b, x) in &obs.summary.speedup_vs_baseline {
+        s.push_str(&format!(", {x:.2}x {b}"));
+    }
+    let per: Vec<String> = obs
+        .results
+        .iter()
+        .map(|r| {
+            format!(
+                "{} {}{}",
+                r.workload,
+                fmt_time(r.median_s()),
+                r.roofline
+                    .as_ref()
+                    .map(|f| format!(" ({:.0}% of roofline)", f.fraction * 100.0))
+                    .unwrap_or_default()
+            )
+        })
+        .collect();
+    if !per.is_empty() {
+        s.push_str(&format!("; per workload: {}", per.join(", ")));
+    }
+    s
+}
+
+/// A candidate as shown in prompts (the same format the LLM answers in).
+pub fn code(c: &Candidate) -> String {
+    crate::reply::render_candidate(c)
+}
+
+/// The file the LLM is most likely to edit, and its fence language, for the answer-format section.
+pub fn source_hint(c: &Candidate) -> Value {
+    let name = c
+        .plan
+        .kernel
+        .first()
+        .map(|k| k.source.clone())
+        .unwrap_or_else(|| "kernel.c".into());
+    let lang = match name.rsplit('.').next() {
+        Some("cu") | Some("cuh") => "cuda",
+        Some("metal") => "metal",
+        _ => "c",
+    };
+    json!({"source_name": name, "source_lang": lang})
+}
+
+/// Serialisable view for templates.
+#[derive(Serialize)]
+pub struct ActionView<'a> {
+    pub title: &'a str,
+    pub description: &'a str,
+    pub difficulty: u8,
+    pub rationale: &'a str,
+}

@@ -1,0 +1,150 @@
+//! Hybrid search: when an LLM-generated candidate passes and exposes tunables, tune them (the tune
+//! strategy, on a small sub-budget) before spending another LLM call. Wraps any LLM strategy; the
+//! wrapped strategy sees the tuned variants in the history like any other evaluation.
+
+use super::tune::Tune;
+use super::{Next, Observation, Proposal, Strategy};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct Tuning {
+    base: String,
+    tried: Vec<String>,
+    remaining: usize,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct State {
+    tuning: Option<Tuning>,
+    /// Every candidate whose tunables were already tuned (or that were tuning variants).
+    done: Vec<String>,
+    seen: usize,
+}
+
+pub struct Hybrid<S> {
+    pub inner: S,
+    /// Evaluations per tuned candidate.
+    budget: usize,
+    seed: u64,
+    st: State,
+}
+
+impl<S: Strategy> Hybrid<S> {
+    pub fn new(inner: S, budget: usize, seed: u64) -> Self {
+        Hybrid {
+            inner,
+            budget,
+            seed,
+            st: State::default(),
+        }
+    }
+
+    fn watch(&mut self, history: &[Observation]) {
+        for obs in &history[self.st.seen.min(history.len())..] {
+            let variant = self
+                .st
+                .tuning
+                .as_ref()
+                .is_some_and(|t| t.tried.contains(&obs.hash));
+            if variant
+                || self.st.done.contains(&obs.hash)
+                || self.st.tuning.is_some()
+                || history.first().is_some_and(|s| s.hash == obs.hash)
+            {
+                continue;
+            }
+            let space: usize = obs
+                .candidate
+                .plan
+                .tunable
+                .values()
+                .map(|t| t.values.len())
+                .product();
+            if obs.summary.passed && space > 1 && self.budget > 0 {
+                self.st.done.push(obs.hash.clone());
+                self.st.tuning = Some(Tuning {
+                    base: obs.hash.clone(),
+                    tried: Vec::new(),
+                    remaining: self.budget.min(space - 1),
+                });
+            }
+        }
+        self.st.seen = history.len();
+    }
+
+    fn tune_step(&mut self, history: &[Observation]) -> Option<Proposal> {
+        let t = self.st.tuning.as_mut()?;
+        let base = history
+            .iter()
+            .find(|o| o.hash == t.base)
+            .map(|o| o.candidate.clone());
+        let (Some(base), true) = (base, t.remaining > 0) else {
+            self.st.tuning = None;
+            return None;
+        };
+        let sub: Vec<Observation> = history
+            .iter()
+            .filter(|o| o.hash == t.base || t.tried.contains(&o.hash))
+            .cloned()
+            .collect();
+        let mut tuner = Tune::new(
+            base,
+            sub.len() + t.remaining,
+            self.seed ^ crate::rng::hash64(&t.base),
+        );
+        match tuner.next(&sub) {
+            Some(p) => {
+                let hash = p.candidate.hash();
+                t.tried.push(hash.clone());
+                self.st.done.push(hash);
+                t.remaining -= 1;
+                Some(Proposal {
+                    candidate: p.candidate,
+                    parent: Some(t.base.clone()),
+                    origin: format!("hybrid: tune {}", t.base),
+                })
+            }
+            None => {
+                self.st.tuning = None;
+                None
+            }
+        }
+    }
+}
+
+impl<S: Strategy> Strategy for Hybrid<S> {
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+
+    fn propose(&mut self, history: &[Observation]) -> Next {
+        self.watch(history);
+        if let Some(p) = self.tune_step(history) {
+            return Next::Propose(p);
+        }
+        self.inner.propose(history)
+    }
+
+    fn state(&self) -> Value {
+        let mut v = self.inner.state();
+        v["hybrid"] = serde_json::to_value(&self.st).unwrap_or(json!(null));
+        v
+    }
+
+    fn restore(&mut self, state: &Value) -> Result<(), String> {
+        if let Some(h) = state.get("hybrid") {
+            self.st =
+                serde_json::from_value(h.clone()).map_err(|e| format!("hybrid state: {e}"))?;
+        }
+        self.inner.restore(state)
+    }
+
+    fn take_snapshots(&mut self) -> Vec<Value> {
+        self.inner.take_snapshots()
+    }
+
+    fn tree(&self) -> Option<Value> {
+        self.inner.tree()
+    }
+}

@@ -1,0 +1,482 @@
+//! The world-model strategy end to end: the real binary and HTTP client against a scripted
+//! OpenAI-compatible server on 127.0.0.1 that plays an LLM (replies chosen by what the prompt asks),
+//! then replay, fault injection, garbage, and budgets.
+
+mod common;
+use common::server::{Recorded, Server, Step};
+use common::*;
+use serde_json::{Value, json};
+use std::path::Path;
+
+/// The text after a `## heading` line of a prompt, up to the next blank line.
+fn section<'a>(prompt: &'a str, heading: &str) -> &'a str {
+    prompt
+        .split(heading)
+        .nth(1)
+        .map(|s| s.trim_start_matches(|c| c != '\n').trim_start())
+        .and_then(|s| s.split("\n\n").next())
+        .unwrap_or("")
+}
+
+/// The scripted "LLM": every reply is a fixed text chosen by the kind of prompt and the action it
+/// names (tests/fixtures/llm/matmul). Candidates are the seed's plan with other tunable defaults, or
+/// kernels that do not compile or compute the wrong result. `feedback` is our own error message when
+/// the previous reply was rejected.
+fn scripted_reply(prompt: &str, feedback: Option<&str>) -> String {
+    let fixtures = fixture("llm/matmul");
+    let seed_plan =
+        std::fs::read_to_string(repo().join("tasks/matmul/seeds/cpu/naive/plan.toml")).unwrap();
+    let plan = |params: &[(&str, i64)]| {
+        let mut text = seed_plan.clone();
+        for (k, v) in params {
+            let head = format!("[tunable.{k}]");
+            let at = text.find(&head).unwrap();
+            let d = at + text[at..].find("default = ").unwrap() + "default = ".len();
+            let end = d + text[d..].find('\n').unwrap();
+            text.replace_range(d..end, &v.to_string());
+        }
+        format!("Here is the change.\n\n### plan.toml\n```toml\n{text}```\n")
+    };
+    let kernel = |name: &str| {
+        let src = std::fs::read_to_string(fixture("matmul").join(name).join("matmul.c")).unwrap();
+        format!("### matmul.c\n```c\n{src}```\n")
+    };
+    if prompt.contains("Before any code is written") {
+        return std::fs::read_to_string(fixtures.join("init.json")).unwrap();
+    }
+    if prompt.contains("You maintain the world model") {
+        let node = prompt
+            .split("The action of node `")
+            .nth(1)
+            .and_then(|s| s.split('`').next())
+            .unwrap_or("");
+        let mut ops = Vec::new();
+        if prompt.contains("was just implemented") {
+            ops.push(json!({"op": "update_node", "node_id": node, "patch": {"notes": "CURRENT: measured. FOLLOW_THROUGH: aligned_with_intent: yes. UPDATE_BELIEF: reuse pays. PERF_GAP: as expected.", "overall_rating_0_to_10": 8, "confidence_0_to_1": 0.8}}));
+            if node != "loop" {
+                ops.push(json!({"op": "insert_node", "parent_id": node, "node": {"node_id": format!("more_{node}"), "decision": "deeper unrolling", "choice": "8x8 micro-kernel",
+                    "action": {"title": format!("Unroll deeper after {node}"), "description": "MR = 8, UNROLL = 8", "difficulty_1_to_5": 3, "score_0_to_1": 0.45}}}));
+            }
+        }
+        if feedback.is_some_and(|f| f.contains("score_0_to_1 > 0.5")) {
+            ops.push(json!({"op": "insert_node", "parent_id": "root", "node": {"node_id": format!("alt_{node}"), "decision": "another route", "choice": "blocked rows",
+                "action": {"title": format!("Another route after {node}"), "description": "MR = 8", "difficulty_1_to_5": 2, "score_0_to_1": 0.55}}}));
+        }
+        return format!("```json\n{}\n```", json!({"ops": ops}));
+    }
+    if prompt.contains("## Parent program") {
+        // evolve: exploration rewrites the loop order, exploitation tiles and blocks
+        return if prompt.contains("substantially different") {
+            plan(&[("LOOP_ORDER", 1)])
+        } else {
+            plan(&[
+                ("LOOP_ORDER", 1),
+                ("BN", 256),
+                ("BK", 256),
+                ("MR", 4),
+                ("UNROLL", 4),
+            ])
+        };
+    }
+    if prompt.contains("Write the fastest correct version") {
+        return plan(&[("LOOP_ORDER", 1), ("MR", 2)]); // once
+    }
+    if prompt.contains("Make it faster") {
+        return kernel("partial"); // IMPROVE never works here: it ends cycles deterministically
+    }
+    let debug_of = section(prompt, "## The action being implemented");
+    if debug_of.starts_with("Unroll the k loop by hand") {
+        return plan(&[("LOOP_ORDER", 1), ("UNROLL", 2)]); // the DEBUG reply fixes the syntax error
+    }
+    let title = section(
+        prompt,
+        "## Implement exactly this action on the parent candidate",
+    );
+    let title = title.lines().next().unwrap_or("");
+    let pick = |t: &str| title.starts_with(t);
+    if pick("Switch to i-k-j loop order") {
+        return plan(&[("LOOP_ORDER", 1)]);
+    }
+    if pick("Tile the i-k-j loops and block registers") {
+        return plan(&[
+            ("LOOP_ORDER", 1),
+            ("BN", 256),
+            ("BK", 256),
+            ("MR", 4),
+            ("UNROLL", 4),
+        ]);
+    }
+    if pick("Tile for L2") {
+        return plan(&[("LOOP_ORDER", 1), ("BN", 256), ("BK", 256)]);
+    }
+    if pick("Block two rows of C") {
+        return plan(&[("LOOP_ORDER", 1), ("MR", 2)]);
+    }
+    kernel("syntax") // anything else (hand unrolling, deeper unrolling, fallbacks) does not compile
+}
+
+fn chat_reply(text: &str) -> Step {
+    Step::ok(&json!({
+        "id": "x", "object": "chat.completion", "model": "scripted",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 100, "completion_tokens": 50, "total_tokens": 150},
+    }))
+}
+
+/// The first user message (the prompt) and, if the conversation went on, the last one (our feedback).
+fn prompt_and_feedback(req: &Recorded) -> (String, Option<String>) {
+    let body = req.json();
+    let users: Vec<String> = body["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|m| m["role"] == "user")
+        .filter_map(|m| m["content"].as_str().map(str::to_string))
+        .collect();
+    let first = users.first().cloned().unwrap_or_default();
+    let feedback = (users.len() > 1).then(|| users.last().cloned().unwrap());
+    (first, feedback)
+}
+
+fn llm_server(faults: impl Fn(usize) -> Option<Step> + Send + Sync + 'static) -> Server {
+    Server::route(move |n, req| {
+        faults(n).unwrap_or_else(|| {
+            let (prompt, feedback) = prompt_and_feedback(req);
+            chat_reply(&scripted_reply(&prompt, feedback.as_deref()))
+        })
+    })
+}
+
+fn wm_args<'a>(url: &'a str, budget: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut a = vec![
+        "run",
+        "matmul",
+        "--strategy",
+        "world-model",
+        "--llm",
+        "llamacpp:scripted",
+        "--llm-base-url",
+        url,
+        "--budget",
+        budget,
+        "--window",
+        "2",
+        "--tune-budget",
+        "0",
+        "--json",
+    ];
+    a.extend_from_slice(QUICK);
+    a.extend_from_slice(extra);
+    a
+}
+
+fn tree(store: &Path, run_id: &str) -> Value {
+    last_json(&run(store, &["show", run_id, "--tree", "--json"]))
+}
+
+#[test]
+fn a_scripted_llm_drives_a_world_model_search_to_a_faster_kernel_and_replays_it() {
+    let server = llm_server(|_| None);
+    let url = format!("{}/v1", server.url());
+    let store = tempfile::tempdir().unwrap();
+    let out = run(store.path(), &wm_args(&url, "9", &[]));
+    let v = last_json(&out);
+    assert_eq!(v["status"], "completed", "{}", stderr(&out));
+    if v["evaluations"] != 9 {
+        let shown = last_json(&run(
+            store.path(),
+            &["show", v["run_id"].as_str().unwrap(), "--json"],
+        ));
+        panic!("{}\n{:#}", v["stopped"], shown["strategy_state"]["log"]);
+    }
+    let best = &v["best"];
+    assert!(best["speedup_vs_seed"].as_f64().unwrap() > 5.0, "{best}");
+    assert_eq!(best["held_out_passed"], true);
+    // The best is the tiled, register-blocked candidate the second cycle produced.
+    assert_eq!(best["params"]["MR"], 4, "{best}");
+    let run_id = v["run_id"].as_str().unwrap().to_string();
+
+    // The tree: the LLM's five hypotheses, two of them solved by now.
+    let t = tree(store.path(), &run_id);
+    let nodes = t["nodes"].as_array().unwrap();
+    assert!(nodes.len() >= 5, "{t}");
+    let solved: Vec<&str> = nodes
+        .iter()
+        .filter(|n| n["status"] == "solved")
+        .map(|n| n["node_id"].as_str().unwrap())
+        .collect();
+    assert!(
+        solved.contains(&"loop") && solved.contains(&"loop_tiles"),
+        "{solved:?}"
+    );
+    assert!(
+        server
+            .requests()
+            .iter()
+            .all(|r| r.path == "/v1/chat/completions")
+    );
+
+    // Every exchange was stored; replaying them twice gives the same tree and the same best candidate.
+    let cassette = store.path().join("run.jsonl");
+    let out = run(
+        store.path(),
+        &[
+            "show",
+            &run_id,
+            "--cassette",
+            cassette.to_str().unwrap(),
+            "--json",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    drop(server);
+    let mut shapes = Vec::new();
+    for _ in 0..2 {
+        let replay = format!("replay:{}", cassette.display());
+        let mut args = vec![
+            "run",
+            "matmul",
+            "--strategy",
+            "world-model",
+            "--llm",
+            &replay,
+            "--budget",
+            "9",
+            "--window",
+            "2",
+            "--tune-budget",
+            "0",
+            "--json",
+        ];
+        args.extend_from_slice(QUICK);
+        let out = run(store.path(), &args);
+        let r = last_json(&out);
+        assert_eq!(r["status"], "completed", "{}", stderr(&out));
+        assert_eq!(r["best"]["candidate"], best["candidate"]);
+        let t = tree(store.path(), r["run_id"].as_str().unwrap());
+        let shape: Vec<(String, String)> = t["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| (n["node_id"].to_string(), n["status"].to_string()))
+            .collect();
+        shapes.push(shape);
+    }
+    assert_eq!(shapes[0], shapes[1]);
+}
+
+#[test]
+fn provider_faults_are_retried_or_recorded_and_the_run_goes_on() {
+    // Each fault is followed by a good answer, which the client's retry (or our repair prompt) gets:
+    // a 500, a 429 with Retry-After, a truncated body, a body that is not JSON, and a reply with no code.
+    let server = llm_server(|n| match n {
+        0 => Some(Step::raw(500, "{\"error\": \"overloaded\"}")),
+        2 => Some(Step::raw(429, "{\"error\": \"slow down\"}").header("Retry-After", "1")),
+        4 => Some(chat_reply("truncated").truncate_after(20)),
+        6 => Some(Step::raw(200, "<html>gateway</html>")),
+        8 => Some(chat_reply(
+            "I would tile the loops, but I won't write code today.",
+        )),
+        _ => None,
+    });
+    let url = format!("{}/v1", server.url());
+    let store = tempfile::tempdir().unwrap();
+    let out = run(store.path(), &wm_args(&url, "5", &["--llm-timeout", "5"]));
+    let v = last_json(&out);
+    assert_eq!(v["status"], "completed", "{}", stderr(&out));
+    let run_id = v["run_id"].as_str().unwrap();
+    let shown = last_json(&run(store.path(), &["show", run_id, "--json"]));
+    let log: Vec<String> = shown["strategy_state"]["log"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.as_str().unwrap().to_string())
+        .collect();
+    assert!(v["evaluations"].as_u64().unwrap() >= 3, "{log:#?}");
+    assert!(
+        log[0].starts_with("initial world model: 6 nodes"),
+        "the 500 was retried: {log:#?}"
+    );
+    // Retries are recorded with the exchange they belong to.
+    let cassette = store.path().join("faults.jsonl");
+    run(
+        store.path(),
+        &["show", run_id, "--cassette", cassette.to_str().unwrap()],
+    );
+    let exchanges: Vec<Value> = std::fs::read_to_string(&cassette)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let retried = exchanges
+        .iter()
+        .filter(|e| e["outcome"]["attempts"].as_u64().unwrap_or(0) >= 2)
+        .count();
+    assert!(retried >= 3, "{exchanges:#?}");
+    assert!(
+        server.requests().len() > exchanges.len(),
+        "retries are extra requests within one exchange"
+    );
+}
+
+#[test]
+fn a_server_that_answers_garbage_ends_the_run_cleanly_within_the_llm_budget() {
+    let server = Server::route(|_, _| chat_reply("lorem ipsum dolor sit amet"));
+    let url = format!("{}/v1", server.url());
+    let store = tempfile::tempdir().unwrap();
+    let out = run(
+        store.path(),
+        &wm_args(&url, "5", &["--max-llm-calls", "12"]),
+    );
+    let v = last_json(&out);
+    // Only the seed is measured; the run stops with a reason instead of hanging or panicking.
+    assert!(!stderr(&out).contains("panicked"), "{}", stderr(&out));
+    assert_eq!(v["evaluations"], 1, "{v}");
+    let why = v["stopped"].as_str().unwrap();
+    assert!(why.contains("budget"), "{why}");
+    assert!(
+        server.requests().len() <= 12,
+        "no call past the cap: {}",
+        server.requests().len()
+    );
+}
+
+#[test]
+fn the_llm_call_budget_stops_a_search_with_a_clear_message() {
+    let server = llm_server(|_| None);
+    let url = format!("{}/v1", server.url());
+    let store = tempfile::tempdir().unwrap();
+    let out = run(
+        store.path(),
+        &wm_args(&url, "20", &["--max-llm-calls", "3"]),
+    );
+    let v = last_json(&out);
+    assert_eq!(v["status"], "completed", "{}", stderr(&out));
+    let why = v["stopped"].as_str().unwrap();
+    assert!(
+        why.contains("LLM budget spent") && why.contains("cap is 3"),
+        "{why}"
+    );
+    assert!((v["evaluations"].as_u64().unwrap()) < 20);
+    assert_eq!(server.requests().len(), 3);
+}
+
+#[test]
+fn api_keys_never_reach_the_store() {
+    let server = llm_server(|_| None);
+    let url = format!("{}/v1", server.url());
+    let store = tempfile::tempdir().unwrap();
+    let key = "sk-test-ksearch-secret-4242";
+    let mut args = vec![
+        "run",
+        "matmul",
+        "--strategy",
+        "world-model",
+        "--llm",
+        "openai:gpt-4.1",
+        "--llm-base-url",
+        url.as_str(),
+        "--budget",
+        "3",
+        "--window",
+        "2",
+        "--tune-budget",
+        "0",
+        "--json",
+    ];
+    args.extend_from_slice(QUICK);
+    let out = ksearch(store.path())
+        .args(&args)
+        .env("OPENAI_API_KEY", key)
+        .output()
+        .unwrap();
+    assert_eq!(last_json(&out)["status"], "completed", "{}", stderr(&out));
+    assert_eq!(
+        server.requests()[0].header("authorization"),
+        Some(format!("Bearer {key}").as_str())
+    );
+    for entry in walk(store.path()) {
+        let bytes = std::fs::read(&entry).unwrap();
+        assert!(
+            !bytes.windows(key.len()).any(|w| w == key.as_bytes()),
+            "{} holds the key",
+            entry.display()
+        );
+    }
+}
+
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        if e.path().is_dir() {
+            out.extend(walk(&e.path()));
+        } else {
+            out.push(e.path());
+        }
+    }
+    out
+}
+
+#[test]
+fn evolve_and_once_run_on_the_same_evaluator_and_once_is_tuned_by_the_hybrid_search() {
+    let server = llm_server(|_| None);
+    let url = format!("{}/v1", server.url());
+    let store = tempfile::tempdir().unwrap();
+    for (strategy, budget, tune) in [("evolve", "4", "0"), ("once", "5", "2")] {
+        let mut args = vec![
+            "run",
+            "matmul",
+            "--strategy",
+            strategy,
+            "--llm",
+            "llamacpp:scripted",
+            "--llm-base-url",
+            url.as_str(),
+            "--budget",
+            budget,
+            "--tune-budget",
+            tune,
+            "--json",
+        ];
+        args.extend_from_slice(QUICK);
+        let out = run(store.path(), &args);
+        let v = last_json(&out);
+        assert_eq!(v["status"], "completed", "{strategy}: {}", stderr(&out));
+        assert!(
+            v["best"]["speedup_vs_seed"].as_f64().unwrap() > 5.0,
+            "{strategy}: {v}"
+        );
+        let shown = last_json(&run(
+            store.path(),
+            &["show", v["run_id"].as_str().unwrap(), "--json"],
+        ));
+        let origins: Vec<&str> = shown["attempts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a["origin"].as_str().unwrap())
+            .collect();
+        match strategy {
+            "evolve" => assert!(
+                origins.iter().any(|o| o.starts_with("evolve: island")),
+                "{origins:?}"
+            ),
+            _ => {
+                assert_eq!(
+                    origins.iter().filter(|o| **o == "once").count(),
+                    1,
+                    "{origins:?}"
+                );
+                assert_eq!(
+                    origins
+                        .iter()
+                        .filter(|o| o.starts_with("hybrid: tune"))
+                        .count(),
+                    2,
+                    "{origins:?}"
+                );
+                assert_eq!(v["stopped"], "the single generation is done", "{v}");
+            }
+        }
+    }
+}
