@@ -158,6 +158,9 @@ struct LlmArgs {
     reasoning_effort: Option<String>,
     #[arg(long)]
     temperature: Option<f32>,
+    /// Cap on the tokens of each reply.
+    #[arg(long)]
+    llm_max_output: Option<u32>,
     /// Caps, checked before each call. Default calls cap: 6 per evaluation in the budget, plus 20.
     #[arg(long)]
     max_llm_calls: Option<u64>,
@@ -186,7 +189,11 @@ impl LlmArgs {
         config.budget.max_tokens = self.max_llm_tokens;
         config.budget.max_cost_usd = self.max_llm_cost;
         config.budget.max_wall_s = self.max_llm_time;
-        Some(run::LlmSettings { spec, config })
+        Some(run::LlmSettings {
+            spec,
+            config,
+            max_output_tokens: self.llm_max_output,
+        })
     }
 }
 

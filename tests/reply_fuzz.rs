@@ -11,6 +11,8 @@ use ksearch::reply::{
     ReplyError, candidate_from_reply, code_blocks, first_json_object, json_objects,
     render_candidate,
 };
+use ksearch::search::world_model::tree::{Solution, Status, WorldModel};
+use ksearch::search::world_model::{ops, wire};
 use proptest::prelude::*;
 use proptest::sample::select;
 use proptest::test_runner::TestRunner;
@@ -408,6 +410,9 @@ fn check_parsers(text: &str, hits: &Hits) -> Result<(), TestCaseError> {
         }
         Err(e) => prop_assert!(!e.to_string().is_empty()),
     }
+    if let Ok(v) = &first {
+        check_world_model(v)?;
+    }
     let all: Vec<Value> = json_objects(text).take(64).collect();
     prop_assert_eq!(first.as_ref().ok(), all.first());
     prop_assert!(all.iter().all(Value::is_object));
@@ -586,5 +591,124 @@ proptest! {
         let reparsed: Plan = toml::from_str(&toml::to_string(&c.plan).unwrap()).unwrap();
         prop_assert_eq!(reparsed, c.plan);
         prop_assert!(r.warnings.is_empty(), "{:?}", r.warnings);
+    }
+}
+
+/// A small solved tree the world-model edits are applied to.
+fn base_tree() -> &'static WorldModel {
+    static T: OnceLock<WorldModel> = OnceLock::new();
+    T.get_or_init(|| {
+        let mut wm = WorldModel::new("k");
+        for (id, parent) in [("a", "root"), ("b", "root"), ("a1", "a")] {
+            let op = wire::parse_ops(
+                &serde_json::json!({"ops": [{"op": "insert_node", "parent_id": parent,
+                "node": {"node_id": id, "action": {"title": id, "score_0_to_1": 0.7}}}]}),
+            )
+            .unwrap();
+            ops::apply(&mut wm, &op, &ops::Requirements::default(), 0).unwrap();
+        }
+        let a = wm.nodes.get_mut("a").unwrap();
+        a.solution = Some(Solution {
+            candidate: "h".into(),
+            cost_s: 1.0,
+            round: 1,
+        });
+        a.status = Status::Solved;
+        wm
+    })
+}
+
+/// The world model's parsers and edit rules on any JSON: no panic, and a rejected edit changes nothing.
+fn check_world_model(v: &Value) -> Result<(), TestCaseError> {
+    if let Ok(init) = wire::parse_init(v) {
+        prop_assert!(init.nodes.iter().any(|n| n.action.is_some()));
+    }
+    if let Ok(list) = wire::parse_ops(v) {
+        let before = base_tree().clone();
+        let mut wm = before.clone();
+        let req = ops::Requirements {
+            solved: Some("a".into()),
+            promising_frontier: true,
+        };
+        match ops::apply(&mut wm, &list, &req, 1) {
+            Ok(_) => prop_assert!(wm.check().is_ok()),
+            Err(errs) => {
+                prop_assert!(!errs.is_empty() && errs.iter().all(|e| !e.is_empty()));
+                prop_assert_eq!(wm, before);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// JSON in the world model's vocabulary: field names, op kinds and node ids the parsers look for.
+fn wm_json() -> impl Strategy<Value = Value> {
+    let key = prop::sample::select(vec![
+        "ops",
+        "op",
+        "node_id",
+        "parent_id",
+        "patch",
+        "node",
+        "into",
+        "action",
+        "title",
+        "description",
+        "score_0_to_1",
+        "difficulty_1_to_5",
+        "overall_rating_0_to_10",
+        "confidence_0_to_1",
+        "notes",
+        "decision",
+        "choice",
+        "decision_tree",
+        "nodes",
+        "kernel_summary",
+        "open_questions",
+        "expected_vs_baseline_factor",
+        "impacts",
+        "memory_bandwidth",
+        "rating_0_to_10",
+        "id",
+    ]);
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        (-1e6f64..1e6).prop_map(Value::from),
+        any::<i64>().prop_map(Value::from),
+        prop::sample::select(vec![
+            "update_node",
+            "insert_node",
+            "split_node",
+            "delete_node",
+            "prune",
+            "root",
+            "a",
+            "b",
+            "a1",
+            "n9",
+            "",
+            "0.7",
+            "x"
+        ])
+        .prop_map(|s| Value::String(s.to_string())),
+        soup(8).prop_map(Value::String),
+    ];
+    leaf.prop_recursive(5, 48, 6, move |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..5).prop_map(Value::Array),
+            prop::collection::btree_map(key.clone().prop_map(str::to_string), inner, 0..6)
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
+        ]
+    })
+}
+
+proptest! {
+    #![proptest_config(config(20_000))]
+    /// World-model replies of any shape: parsed leniently or rejected with a message, never a panic.
+    #[test]
+    fn world_model_replies_never_panic(v in wm_json(), wrap in any::<bool>()) {
+        let v = if wrap { serde_json::json!({"ops": [v]}) } else { v };
+        check_world_model(&v)?;
     }
 }

@@ -268,7 +268,8 @@ fn a_scripted_llm_drives_a_world_model_search_to_a_faster_kernel_and_replays_it(
 #[test]
 fn provider_faults_are_retried_or_recorded_and_the_run_goes_on() {
     // Each fault is followed by a good answer, which the client's retry (or our repair prompt) gets:
-    // a 500, a 429 with Retry-After, a truncated body, a body that is not JSON, and a reply with no code.
+    // a 500, a 429 with Retry-After, a truncated body, a body that is not JSON, a reply with no code,
+    // and a reply slower than the per-call timeout.
     let server = llm_server(|n| match n {
         0 => Some(Step::raw(500, "{\"error\": \"overloaded\"}")),
         2 => Some(Step::raw(429, "{\"error\": \"slow down\"}").header("Retry-After", "1")),
@@ -281,7 +282,7 @@ fn provider_faults_are_retried_or_recorded_and_the_run_goes_on() {
     });
     let url = format!("{}/v1", server.url());
     let store = tempfile::tempdir().unwrap();
-    let out = run(store.path(), &wm_args(&url, "5", &["--llm-timeout", "5"]));
+    let out = run(store.path(), &wm_args(&url, "5", &["--llm-timeout", "2"]));
     let v = last_json(&out);
     assert_eq!(v["status"], "completed", "{}", stderr(&out));
     let run_id = v["run_id"].as_str().unwrap();
@@ -312,7 +313,7 @@ fn provider_faults_are_retried_or_recorded_and_the_run_goes_on() {
         .iter()
         .filter(|e| e["outcome"]["attempts"].as_u64().unwrap_or(0) >= 2)
         .count();
-    assert!(retried >= 3, "{exchanges:#?}");
+    assert!(retried >= 4, "{exchanges:#?}");
     assert!(
         server.requests().len() > exchanges.len(),
         "retries are extra requests within one exchange"
@@ -479,4 +480,65 @@ fn evolve_and_once_run_on_the_same_evaluator_and_once_is_tuned_by_the_hybrid_sea
             }
         }
     }
+}
+
+/// The recording shipped in the repository (README): a world-model search on matmul driven by the
+/// scripted LLM of this file. Regenerate with `cargo test --test world_model -- --ignored record`.
+const SHIPPED: &str = "recordings/matmul-world-model.jsonl";
+const SHIPPED_ARGS: &[&str] = &["--budget", "9", "--window", "2", "--tune-budget", "0"];
+
+#[test]
+#[ignore = "regenerates the shipped recording"]
+fn record_the_shipped_recording() {
+    let server = llm_server(|_| None);
+    let url = format!("{}/v1", server.url());
+    let store = tempfile::tempdir().unwrap();
+    let mut args = vec![
+        "run",
+        "matmul",
+        "--strategy",
+        "world-model",
+        "--llm",
+        "llamacpp:scripted",
+        "--llm-base-url",
+        url.as_str(),
+        "--json",
+    ];
+    args.extend_from_slice(SHIPPED_ARGS);
+    let v = last_json(&run(store.path(), &args));
+    assert_eq!(v["status"], "completed");
+    let out = run(
+        store.path(),
+        &[
+            "show",
+            v["run_id"].as_str().unwrap(),
+            "--cassette",
+            repo().join(SHIPPED).to_str().unwrap(),
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+#[test]
+fn the_shipped_recording_replays_to_a_tree_and_the_tiled_kernel() {
+    let store = tempfile::tempdir().unwrap();
+    let replay = format!("replay:{}", repo().join(SHIPPED).display());
+    let mut args = vec![
+        "run",
+        "matmul",
+        "--strategy",
+        "world-model",
+        "--llm",
+        replay.as_str(),
+        "--json",
+    ];
+    args.extend_from_slice(SHIPPED_ARGS);
+    args.extend_from_slice(QUICK);
+    let out = run(store.path(), &args);
+    let v = last_json(&out);
+    assert_eq!(v["status"], "completed", "{}", stderr(&out));
+    assert_eq!(v["evaluations"], 9);
+    assert_eq!(v["best"]["params"]["MR"], 4, "{v}");
+    let t = tree(store.path(), v["run_id"].as_str().unwrap());
+    assert!(t["nodes"].as_array().unwrap().len() >= 5, "{t}");
 }

@@ -22,6 +22,7 @@ pub struct Agent {
     pub task: Value,
     pub target: Value,
     pub hardware: String,
+    pub max_output_tokens: Option<u32>,
     consecutive_failures: u32,
 }
 
@@ -39,6 +40,7 @@ impl Agent {
             task: json!({"name": task.name(), "description": task.toml.description, "spec": task.spec, "workloads": workloads}),
             target: json!({"name": target.name(), "notes": target_notes(target)}),
             hardware: hardware_line(hardware),
+            max_output_tokens: None,
             consecutive_failures: 0,
         }
     }

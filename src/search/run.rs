@@ -58,6 +58,9 @@ fn default_window() -> u32 {
 pub struct LlmSettings {
     pub spec: String,
     pub config: LlmConfig,
+    /// Cap on the tokens of each reply (the provider's default when unset).
+    #[serde(default)]
+    pub max_output_tokens: Option<u32>,
 }
 
 /// Progress, for the terminal.
@@ -231,7 +234,8 @@ impl<'a> Runner<'a> {
                 llm.set_recorder(Box::new(move |ex: &Exchange| {
                     sink.lock().unwrap().push(ex.clone())
                 }));
-                let agent = Agent::new(llm, &task, target, &evaluator.hello["hardware"]);
+                let mut agent = Agent::new(llm, &task, target, &evaluator.hello["hardware"]);
+                agent.max_output_tokens = config.llm.as_ref().and_then(|l| l.max_output_tokens);
                 let (tb, rs) = (config.tune_budget, config.rng_seed);
                 match kind {
                     StrategyKind::WorldModel => {
