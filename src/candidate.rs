@@ -55,6 +55,18 @@ pub struct Launch {
     pub threadgroup: Option<Vec<ExprField>>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub template: Vec<String>,
+    /// GPU targets: type template arguments, each the dtype of a named tensor (`{ T = "u" }`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub type_args: BTreeMap<String, String>,
+    /// mlx-cuda: bytes of dynamic shared memory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared_memory: Option<ExprField>,
+    /// GPU targets: the value outputs start at (default: NaN poison, so unwritten elements fail).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub init_value: Option<f64>,
+    /// mlx-metal: outputs become `device atomic<T>*`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub atomic_outputs: bool,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
@@ -114,6 +126,13 @@ pub struct ResolvedLaunch {
     pub grid: Option<Vec<i64>>,
     pub threadgroup: Option<Vec<i64>>,
     pub template: Option<BTreeMap<String, i64>>,
+    /// GPU targets: the names the scalars are passed under (each scalar is a plain name there).
+    pub scalar_names: Vec<String>,
+    /// Type argument name -> dtype name.
+    pub type_args: BTreeMap<String, String>,
+    pub shared_memory: Option<i64>,
+    pub init_value: Option<f64>,
+    pub atomic_outputs: bool,
 }
 
 fn plain_file_name(s: &str) -> bool {
@@ -200,7 +219,13 @@ impl Candidate {
                     "field `launch[{i}].outputs`: a launch must write at least one output or buffer"
                 ));
             }
-            let gpu_only = l.grid.is_some() || l.threadgroup.is_some() || !l.template.is_empty();
+            let gpu_only = l.grid.is_some()
+                || l.threadgroup.is_some()
+                || !l.template.is_empty()
+                || !l.type_args.is_empty()
+                || l.shared_memory.is_some()
+                || l.init_value.is_some()
+                || l.atomic_outputs;
             if p.target.is_gpu() {
                 for (what, v) in [("grid", &l.grid), ("threadgroup", &l.threadgroup)] {
                     match v {
@@ -213,9 +238,25 @@ impl Candidate {
                         }
                     }
                 }
+                if let Some(s) = l.scalars.iter().find(|s| !is_ident(s.0.src())) {
+                    return Err(format!(
+                        "field `launch[{i}].scalars`: `{}`: on GPU targets a scalar is passed by name, so it must be a dim or a tunable",
+                        s.0
+                    ));
+                }
+                if l.shared_memory.is_some() && p.target != Target::MlxCuda {
+                    return Err(format!(
+                        "field `launch[{i}].shared_memory`: only mlx-cuda has dynamic shared memory; declare a threadgroup array sized by a template int"
+                    ));
+                }
+                if l.atomic_outputs && p.target != Target::MlxMetal {
+                    return Err(format!(
+                        "field `launch[{i}].atomic_outputs`: only mlx-metal has it; on mlx-cuda call atomicAdd on the output pointer"
+                    ));
+                }
             } else if gpu_only {
                 return Err(format!(
-                    "field `launch[{i}]`: grid, threadgroup and template are for GPU targets; a cpu kernel is called once"
+                    "field `launch[{i}]`: grid, threadgroup, template, type_args, shared_memory, init_value and atomic_outputs are for GPU targets; a cpu kernel is called once"
                 ));
             }
             for t in &l.template {
@@ -288,6 +329,13 @@ impl Candidate {
                     return Err(format!(
                         "field `launch[{i}].inputs`: `{n}` is neither a task input nor a [[buffer]] (task inputs: {:?})",
                         t.input.iter().map(|i| &i.name).collect::<Vec<_>>()
+                    ));
+                }
+            }
+            for (arg, n) in &l.type_args {
+                if !(is_input(n) || is_output(n) || is_buffer(n)) {
+                    return Err(format!(
+                        "field `launch[{i}].type_args.{arg}`: `{n}` is not a tensor of the task or a [[buffer]]"
                     ));
                 }
             }
@@ -432,6 +480,28 @@ impl Candidate {
                 threadgroup: l.threadgroup.as_deref().map(ints).transpose()?,
                 template: (!l.template.is_empty())
                     .then(|| l.template.iter().map(|t| (t.clone(), params[t])).collect()),
+                scalar_names: l.scalars.iter().map(|s| s.0.src().to_string()).collect(),
+                type_args: l
+                    .type_args
+                    .iter()
+                    .map(|(k, t)| {
+                        let d = rw
+                            .dtypes
+                            .get(t)
+                            .copied()
+                            .or_else(|| buffers.iter().find(|b| &b.name == t).map(|b| b.dtype))
+                            .ok_or_else(|| format!("type argument `{k}`: no tensor `{t}`"))?;
+                        Ok((k.clone(), d.name().to_string()))
+                    })
+                    .collect::<Result<_, String>>()?,
+                shared_memory: l
+                    .shared_memory
+                    .as_ref()
+                    .map(|e| e.0.eval_int(&env))
+                    .transpose()
+                    .map_err(|e| e.to_string())?,
+                init_value: l.init_value,
+                atomic_outputs: l.atomic_outputs,
             });
         }
         Ok(ResolvedPlan { buffers, launches })

@@ -209,6 +209,41 @@ impl Evaluator {
         if self.compiled.contains(&key) {
             return Ok(key);
         }
+        let deadline = Duration::from_secs_f64(self.settings.compile_timeout_s);
+        if self.target.is_gpu() {
+            // MLX compiles kernel bodies itself, at their first launch; the worker records them.
+            let kernels: Vec<Value> = cand
+                .plan
+                .kernel
+                .iter()
+                .map(|k| {
+                    json!({"name": k.name, "source": cand.files[&k.source],
+                           "header": k.header.as_ref().map(|h| cand.files[h].clone()).unwrap_or_default()})
+                })
+                .collect();
+            return match self.worker.request(
+                "compile",
+                json!({"key": key, "kernels": kernels}),
+                deadline,
+            ) {
+                Ok(Reply::Ok(r)) if r["status"] == "compiled" => {
+                    self.compiled.insert(key.clone());
+                    Ok(key)
+                }
+                Ok(Reply::Ok(r)) => Err((
+                    Status::CompileError,
+                    r["log"].as_str().unwrap_or("").to_string(),
+                    r,
+                )),
+                Ok(Reply::Err { kind, message }) => {
+                    Err((Status::Error, format!("{kind}: {message}"), Value::Null))
+                }
+                Err(f) => {
+                    self.compiled.clear();
+                    Err(failure_status(&f))
+                }
+            };
+        }
         let dir = self.build_root.join(&key);
         cand.write_dir(&dir)
             .and_then(|_| std::fs::write(dir.join("ksearch_plan.h"), &header))
@@ -225,7 +260,6 @@ impl Evaluator {
             s
         };
         let body = json!({"key": key, "dir": dir, "sources": sources, "include": "ksearch_plan.h"});
-        let deadline = Duration::from_secs_f64(self.settings.compile_timeout_s);
         match self.worker.request("compile", body, deadline) {
             Ok(Reply::Ok(r)) if r["status"] == "compiled" => {
                 self.compiled.insert(key.clone());
@@ -339,6 +373,7 @@ impl Evaluator {
         out.status = match r["status"].as_str() {
             Some("passed") => Status::Passed,
             Some("wrong") => Status::Wrong,
+            Some("compile_error") => Status::CompileError,
             _ => Status::Error,
         };
         out.message = r["message"].as_str().unwrap_or("").to_string();

@@ -82,8 +82,14 @@ impl Worker {
 
     fn spawn(&mut self) -> Result<(), WorkerFailure> {
         let mut cmd = Command::new(&self.env.python);
+        // The worker package first; a PYTHONPATH the user set (e.g. where MLX is unpacked) stays behind it.
+        let mut path = std::ffi::OsString::from(self.env.worker_path.as_os_str());
+        if let Some(user) = std::env::var_os("PYTHONPATH").filter(|p| !p.is_empty()) {
+            path.push(":");
+            path.push(user);
+        }
         cmd.args(["-m", "ksearch_worker", "--target", self.target.name()])
-            .env("PYTHONPATH", &self.env.worker_path)
+            .env("PYTHONPATH", path)
             .env("PYTHONUNBUFFERED", "1")
             .env("PYTHONDONTWRITEBYTECODE", "1")
             .stdin(Stdio::piped())

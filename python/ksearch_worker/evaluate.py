@@ -26,7 +26,8 @@ class RunRequest:
     key: str
     dims: dict[str, int]
     shapes: dict[str, tuple[int, ...]]
-    dtypes: dict[str, np.dtype]  # inputs, outputs and buffers
+    dtypes: dict[str, np.dtype]  # inputs, outputs and buffers (numpy targets)
+    mx_dtypes: dict[str, str]  # the same by name, bfloat16 included (MLX targets)
     buffers: list[str]
     launches: list[dict[str, Any]]
     seeds: list[int]
@@ -41,19 +42,20 @@ def _field(obj: Mapping[str, Any], name: str, kind: type | tuple[type, ...], whe
     return value
 
 
-def parse_request(req: Mapping[str, Any], task: Task) -> RunRequest:
+def parse_request(req: Mapping[str, Any], task: Task, numpy_dtypes: bool = True) -> RunRequest:
     """Everything the Rust side must get right; a mistake here is `bad_request`, never the candidate's."""
     workload = _field(req, "workload", dict)
     dims = _field(workload, "dims", dict, "workload")
     shapes = {n: tuple(int(d) for d in s) for n, s in _field(workload, "shapes", dict, "workload").items()}
-    dtypes = {n: np_dtype(d) for n, d in _field(workload, "dtypes", dict, "workload").items()}
+    names = {n: str(d) for n, d in _field(workload, "dtypes", dict, "workload").items()}
     buffers: list[str] = []
     for b in req.get("buffers") or []:
         shapes[b["name"]] = tuple(int(d) for d in b["shape"])
-        dtypes[b["name"]] = np_dtype(b["dtype"])
+        names[b["name"]] = str(b["dtype"])
         buffers.append(b["name"])
+    dtypes = {n: np_dtype(d) for n, d in names.items()} if numpy_dtypes else {}
     for name in [n for n, _ in task.inputs] + task.outputs:
-        if name not in shapes or name not in dtypes:
+        if name not in shapes or name not in names:
             raise WorkerError("bad_request", f"workload gives no shape or dtype for {name!r}")
     launches = _field(req, "launches", list)
     for launch in launches:
@@ -73,6 +75,7 @@ def parse_request(req: Mapping[str, Any], task: Task) -> RunRequest:
         raise WorkerError("bad_request", "run: `seeds` must be a non-empty list of non-negative integers")
     return RunRequest(
         key=_field(req, "key", str), dims={k: int(v) for k, v in dims.items()}, shapes=shapes, dtypes=dtypes,
+        mx_dtypes=names,
         buffers=buffers, launches=launches, seeds=seeds, timing=TimingConfig.from_json(req.get("timing")),
         baselines=baselines,
     )
@@ -143,9 +146,12 @@ def _time(r: RunRequest, task: Task, target: Target, inputs: Arrays) -> tuple[di
 def run(req: Mapping[str, Any], task: Task | None, target: Target) -> dict[str, Any]:
     if task is None:
         raise WorkerError("bad_request", "run before load_task")
-    r = parse_request(req, task)
+    own = getattr(target, "evaluate", None)  # MLX targets check and time on the device themselves
+    r = parse_request(req, task, numpy_dtypes=own is None)
     if not target.compiled(r.key):
         raise WorkerError("not_compiled", f"key {r.key} has not been compiled by this worker")
+    if own is not None:
+        return own(r, task)
     checks: list[dict[str, Any]] = []
     try:
         pristine: Arrays = {}

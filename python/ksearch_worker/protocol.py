@@ -39,6 +39,11 @@ class Worker:
         return {"baselines": list(self.task.baselines)}
 
     def compile(self, req: dict[str, Any]) -> dict[str, Any]:
+        if "kernels" in req and hasattr(self.target, "compile_mlx"):
+            key, kernels = req.get("key"), req.get("kernels")
+            if not isinstance(key, str) or not isinstance(kernels, list):
+                raise WorkerError("bad_request", "compile needs `key` and `kernels` (a list of {name, source, header})")
+            return self.target.compile_mlx(key, kernels)
         key, dir, sources, include = req.get("key"), req.get("dir"), req.get("sources"), req.get("include")
         if not (isinstance(key, str) and isinstance(dir, str) and isinstance(sources, list)
                 and all(isinstance(s, str) for s in sources) and (include is None or isinstance(include, str))):

@@ -9,7 +9,7 @@ import numpy as np
 
 from ..errors import WorkerError
 
-TARGETS = ("cpu",)
+TARGETS = ("cpu", "mlx-metal", "mlx-cuda")
 
 Launch = Mapping[str, Any]  # one resolved `launches` entry of a run request
 
@@ -42,4 +42,7 @@ def make_target(name: str) -> Target:
     if name == "cpu":
         from .cpu import CpuTarget
         return CpuTarget()
+    if name in ("mlx-metal", "mlx-cuda"):
+        from .mlx import MlxTarget
+        return MlxTarget(name)
     raise WorkerError("bad_request", f"unknown target {name!r}; this worker serves {', '.join(TARGETS)}")

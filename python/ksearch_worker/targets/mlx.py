@@ -1,0 +1,311 @@
+"""MLX targets: a plan's launches become `mx.fast.metal_kernel` / `mx.fast.cuda_kernel` calls.
+
+MLX compiles a custom kernel when it is first evaluated, so `compile` only records the sources and a
+compiler error surfaces on the first check, where it is reported as `compile_error`. Timing follows MLX's
+rules: inputs materialised first, JIT warm-up, `mx.eval` plus `mx.synchronize` around the measured work,
+and several launches per evaluation when a launch takes microseconds.
+"""
+
+from __future__ import annotations
+
+import math
+import platform
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..check import compare
+from ..errors import WorkerError
+from ..inputs import make_inputs
+
+# MLX is imported lazily: a worker for another target must not need it.
+mx: Any = None
+
+
+def _mlx() -> Any:
+    global mx
+    if mx is None:
+        try:
+            import mlx.core as mlx_core
+        except ImportError as exc:
+            raise WorkerError("bad_request", f"the MLX targets need the `mlx` package: {exc}") from None
+        mx = mlx_core
+    return mx
+
+
+def _mx_dtype(name: str) -> Any:
+    m = _mlx()
+    table = {"float16": m.float16, "bfloat16": m.bfloat16, "float32": m.float32, "int32": m.int32,
+             "int64": m.int64, "uint32": m.uint32, "int8": m.int8, "uint8": m.uint8, "int16": m.int16,
+             "bool": m.bool_}
+    if name not in table:
+        raise WorkerError("unsupported_dtype", f"dtype {name} is not supported by the MLX targets")
+    return table[name]
+
+
+@dataclass
+class _Build:
+    files: dict[str, str]
+    kernels: dict[str, dict[str, Any]]  # name -> {source, header}
+    objects: dict[tuple[Any, ...], Any] = field(default_factory=dict)
+
+
+class MlxTarget:
+    def __init__(self, name: str) -> None:
+        self.name = name  # "mlx-metal" or "mlx-cuda"
+        self._builds: dict[str, _Build] = {}
+
+    # -- hello ------------------------------------------------------------------------------------
+    def describe(self) -> dict[str, Any]:
+        m = _mlx()
+        info: dict[str, Any] = {"kind": "gpu", "target": self.name, "mlx": m.__version__,
+                                "system": platform.system(), "machine": platform.machine()}
+        try:
+            info.update({k: (v if isinstance(v, (int, float, str, bool)) else str(v))
+                         for k, v in m.device_info(m.gpu).items()})
+        except Exception as exc:  # a CPU-only MLX has no GPU device
+            info["device_info_error"] = str(exc)
+        info["backend_available"] = self._available()
+        if self.name == "mlx-cuda":
+            info.update(_nvidia_smi())
+        if info["backend_available"]:
+            info["peak_bandwidth_gbs"] = round(self._bandwidth(), 1)
+            info["peak_gflops"] = round(self._matmul_rate(), 1)
+        return {"hardware": info, "compiler": {"name": "MLX JIT", "version": m.__version__, "flags": []}}
+
+    def _available(self) -> bool:
+        m = _mlx()
+        if self.name == "mlx-metal":
+            return bool(getattr(m, "metal", None) and m.metal.is_available())
+        return bool(getattr(m, "cuda", None) and m.cuda.is_available())
+
+    def _bandwidth(self) -> float:
+        """Device copy of 1 GiB, bytes read plus written, best of a few."""
+        m = _mlx()
+        x = m.random.uniform(shape=(256 << 20,), dtype=m.float32)
+        m.eval(x)
+        best = math.inf
+        for _ in range(6):
+            m.synchronize()
+            t0 = time.perf_counter()
+            y = x + 1.0
+            m.eval(y)
+            m.synchronize()
+            best = min(best, time.perf_counter() - t0)
+        return 2 * x.nbytes / best / 1e9
+
+    def _matmul_rate(self) -> float:
+        m = _mlx()
+        n = 8192
+        a = m.random.normal(shape=(n, n)).astype(m.bfloat16)
+        b = m.random.normal(shape=(n, n)).astype(m.bfloat16)
+        m.eval(a, b)
+        best = math.inf
+        for _ in range(4):
+            m.synchronize()
+            t0 = time.perf_counter()
+            m.eval(a @ b)
+            m.synchronize()
+            best = min(best, time.perf_counter() - t0)
+        return 2 * n**3 / best / 1e9
+
+    def cache_bytes(self) -> int:
+        return 64 << 20  # about an H200's L2 (60 MB); Apple's SLC is of the same order
+
+    # -- compile ----------------------------------------------------------------------------------
+    def compile(self, key: str, dir: str, sources: Sequence[str], include: str | None) -> dict[str, Any]:
+        raise WorkerError("bad_request", "MLX targets compile through `compile_mlx`")
+
+    def compile_mlx(self, key: str, kernels: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        """Records the kernel bodies; MLX compiles them at their first launch."""
+        start = time.perf_counter()
+        k = {str(x["name"]): {"source": str(x["source"]), "header": str(x.get("header") or "")} for x in kernels}
+        self._builds[key] = _Build(files={}, kernels=k)
+        return {"status": "compiled", "log": "recorded; MLX compiles each kernel at its first launch",
+                "seconds": time.perf_counter() - start, "command": f"mx.fast.{self._api()}", "compiler": "MLX JIT"}
+
+    def compiled(self, key: str) -> bool:
+        return key in self._builds
+
+    def _api(self) -> str:
+        return "metal_kernel" if self.name == "mlx-metal" else "cuda_kernel"
+
+    # -- launching --------------------------------------------------------------------------------
+    def _kernel(self, key: str, launch: Mapping[str, Any]) -> Any:
+        """The MLX kernel object of one launch (cached: MLX keys its compiled code by name and source)."""
+        m = _mlx()
+        build = self._builds[key]
+        name = launch["kernel"]
+        spec = build.kernels[name]
+        inputs = tuple(launch["inputs"]) + tuple(launch.get("scalar_names") or [])
+        outputs = tuple(launch["outputs"])
+        sig = (name, inputs, outputs, launch.get("shared_memory") or 0, bool(launch.get("atomic_outputs")))
+        if sig not in build.objects:
+            mlx_name = f"{name}_{key[:10]}"
+            if self.name == "mlx-metal":
+                build.objects[sig] = m.fast.metal_kernel(
+                    name=mlx_name, input_names=list(inputs), output_names=list(outputs), source=spec["source"],
+                    header=spec["header"], ensure_row_contiguous=True, atomic_outputs=bool(launch.get("atomic_outputs")))
+            else:
+                build.objects[sig] = m.fast.cuda_kernel(
+                    name=mlx_name, input_names=list(inputs), output_names=list(outputs), source=spec["source"],
+                    header=spec["header"], ensure_row_contiguous=True, shared_memory=int(launch.get("shared_memory") or 0))
+        return build.objects[sig]
+
+    def launch_all(self, key: str, launches: Sequence[Mapping[str, Any]], arrays: dict[str, Any],
+                   shapes: Mapping[str, Sequence[int]], dtypes: Mapping[str, str]) -> dict[str, Any]:
+        """Runs every launch lazily; returns the named arrays (inputs, buffers and outputs)."""
+        m = _mlx()
+        env = dict(arrays)
+        for launch in launches:
+            kernel = self._kernel(key, launch)
+            ins = [env[n] for n in launch["inputs"]] + [int(s) for s in launch.get("scalars") or []]
+            template: list[tuple[str, Any]] = [(k, int(v)) for k, v in (launch.get("template") or {}).items()]
+            template += [(k, _mx_dtype(str(d))) for k, d in (launch.get("type_args") or {}).items()]
+            init = launch.get("init_value")
+            outs = kernel(
+                inputs=ins,
+                output_shapes=[tuple(shapes[n]) for n in launch["outputs"]],
+                output_dtypes=[_mx_dtype(dtypes[n]) for n in launch["outputs"]],
+                grid=tuple(int(g) for g in launch["grid"]),
+                threadgroup=tuple(int(t) for t in launch["threadgroup"]),
+                template=template or None,
+                # NaN poison unless the plan asks for a start value (e.g. 0 for atomic accumulation).
+                init_value=float("nan") if init is None else float(init),
+                stream=m.gpu,
+            )
+            env.update(zip(launch["outputs"], outs, strict=True))
+        return env
+
+    # -- run --------------------------------------------------------------------------------------
+    def evaluate(self, r: Any, task: Any) -> dict[str, Any]:
+        """Checks every seed on fresh inputs, then times the candidate next to the baselines."""
+        m = _mlx()
+        if not self._available():
+            raise WorkerError("backend_unavailable", f"{self.name}: this machine's MLX has no "
+                              f"{'Metal' if self.name == 'mlx-metal' else 'CUDA'} back-end")
+        dtypes = {n: str(d) if not isinstance(d, str) else d for n, d in r.mx_dtypes.items()}
+        checks: list[dict[str, Any]] = []
+        pristine_mx: dict[str, Any] = {}
+        for seed in r.seeds:
+            pristine, mx_inputs = self._inputs(r, task, seed, dtypes)
+            try:
+                env = self.launch_all(r.key, r.launches, mx_inputs, r.shapes, dtypes)
+                m.eval([env[n] for n in task.outputs])
+                m.synchronize()
+            except Exception as exc:
+                text = str(exc)
+                status = "compile_error" if _looks_like_compile_error(text) else "error"
+                return {"status": status, "message": text[-8000:], "checks": checks, "timing": None, "baselines": {}}
+            ref_inputs = {n: a.astype(np.float64) if a.dtype.kind == "f" else a.copy() for n, a in pristine.items()}
+            expected = task.reference(ref_inputs, dict(r.dims))
+            outputs: dict[str, Any] = {}
+            problems: list[str] = []
+            for name in task.outputs:
+                got = np.array(env[name].astype(m.float32) if dtypes[name] == "bfloat16" else env[name])
+                atol, rtol = task.tolerances[dtypes[name]]
+                result = compare(name, got, np.asarray(expected[name]), atol, rtol)
+                outputs[name] = result.to_json()
+                if result.problem:
+                    problems.append(result.problem)
+            checks.append({"seed": seed, "passed": not problems, "outputs": outputs, "inputs_modified": [],
+                           "overruns": []})
+            if problems:
+                return {"status": "wrong", "message": "; ".join(problems), "checks": checks, "timing": None,
+                        "baselines": {}}
+            pristine_mx = mx_inputs
+        timing, baselines = self._time(r, task, pristine_mx, dtypes) if r.timing.enabled else (None, {})
+        return {"status": "passed", "message": f"passed {len(r.seeds)} seeds", "checks": checks, "timing": timing,
+                "baselines": baselines}
+
+    def _inputs(self, r: Any, task: Any, seed: int, dtypes: Mapping[str, str]) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """Fresh inputs; bfloat16 ones are drawn in float32 and rounded by MLX, and the reference sees
+        exactly the rounded values."""
+        m = _mlx()
+        np_dtypes = {n: np.dtype("float32") if d == "bfloat16" else np.dtype(d) for n, d in dtypes.items()}
+        raw = make_inputs(task.inputs, r.shapes, np_dtypes, r.dims, np.random.default_rng(seed), task.make_inputs)
+        mx_in: dict[str, Any] = {}
+        pristine: dict[str, np.ndarray] = {}
+        for n, a in raw.items():
+            x = m.array(a)
+            if dtypes[n] == "bfloat16":
+                x = x.astype(m.bfloat16)
+                pristine[n] = np.array(x.astype(m.float32))
+            else:
+                pristine[n] = a
+            mx_in[n] = x
+        m.eval(list(mx_in.values()))
+        return pristine, mx_in
+
+    def _time(self, r: Any, task: Any, inputs: dict[str, Any], dtypes: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, Any]]:
+        from ..timing import measure
+
+        m = _mlx()
+        nbytes = sum(int(a.nbytes) for a in inputs.values())
+        copies = max(1, min(8, math.ceil(2 * self.cache_bytes() / max(nbytes, 1)))) if nbytes < 2 * self.cache_bytes() else 1
+        sets = [inputs] + [{n: m.array(a) + 0 if a.dtype != m.bool_ else m.array(a) for n, a in inputs.items()}
+                           for _ in range(copies - 1)]
+        for s in sets:
+            m.eval(list(s.values()))
+
+        def one(s: dict[str, Any]) -> Any:
+            env = self.launch_all(r.key, r.launches, s, r.shapes, dtypes)
+            return [env[n] for n in task.outputs]
+
+        # Several launches per evaluation when one launch is short: each mx.eval costs tens of µs.
+        m.eval(one(sets[0]))
+        m.synchronize()
+        t0 = time.perf_counter()
+        m.eval(one(sets[0]))
+        m.synchronize()
+        single = time.perf_counter() - t0
+        per_eval = 1 if single > 1e-3 else 8
+
+        def call() -> None:
+            outs = [one(sets[i % len(sets)]) for i in range(per_eval)]
+            m.eval(outs)
+            m.synchronize()
+
+        entries: list[list[Any]] = [[call]]
+        for name in r.baselines:
+            fn = task.baselines[name]
+
+            def base(fn: Any = fn) -> None:
+                outs = [fn(dict(sets[i % len(sets)]), dict(r.dims)) for i in range(per_eval)]
+                m.eval([list(o.values()) for o in outs])
+                m.synchronize()
+
+            try:
+                base()
+            except Exception as exc:
+                raise WorkerError("bad_task", f"baseline {name} raised: {exc}") from None
+            entries.append([base])
+        stats = measure(entries, r.timing)
+        for s in stats:
+            for k in ("median_s", "iqr_s", "min_s", "max_s"):
+                s[k] /= per_eval
+            s["launches_per_eval"] = per_eval
+        return stats[0], dict(zip(r.baselines, stats[1:], strict=True))
+
+
+def _looks_like_compile_error(text: str) -> bool:
+    needles = ("error:", "nvrtc", "NVRTC", "compile", "Unable to build", "program_source")
+    return any(n in text for n in needles)
+
+
+def _nvidia_smi() -> dict[str, Any]:
+    fields = "name,memory.total,driver_version,clocks.max.sm"
+    try:
+        out = subprocess.run(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    line = out.stdout.strip().splitlines()[:1]
+    if not line:
+        return {}
+    parts = [p.strip() for p in line[0].split(",")]
+    return dict(zip(["name", "memory_total", "driver", "max_sm_clock"], parts, strict=False))
