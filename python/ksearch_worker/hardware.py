@@ -94,8 +94,9 @@ def peak_bandwidth_gbs() -> float:
 FMA_CHAINS, FMA_LANES = 12, 16  # as in peak_fma.c
 
 
-def fma_peak_gflops(compiler: tuple[str, ...], flags: tuple[str, ...]) -> float | None:
-    """Single-core float32 FMA ceiling measured with peak_fma.c built like a kernel; None if it won't build."""
+def compiled_peaks(compiler: tuple[str, ...], flags: tuple[str, ...]) -> tuple[float | None, float | None]:
+    """Single-core float32 FMA rate (GFLOP/s) and read bandwidth (GB/s), measured with peak_fma.c built
+    like a kernel; None where it won't build."""
     source = Path(__file__).with_name("peak_fma.c")
     with tempfile.TemporaryDirectory(prefix="ksearch-peak-") as tmp:
         lib_path = Path(tmp) / "peak.so"
@@ -103,15 +104,23 @@ def fma_peak_gflops(compiler: tuple[str, ...], flags: tuple[str, ...]) -> float 
             proc = subprocess.run([*compiler, *flags, str(source), "-o", str(lib_path)],
                                   capture_output=True, timeout=60)
         except (OSError, subprocess.SubprocessError):
-            return None
+            return None, None
         if proc.returncode != 0:
-            return None
-        fn = ctypes.CDLL(str(lib_path)).ksearch_fma_peak
-        fn.argtypes = [ctypes.c_long]
-        fn.restype = ctypes.c_float
+            return None, None
+        lib = ctypes.CDLL(str(lib_path))
+        fma = lib.ksearch_fma_peak
+        fma.argtypes = [ctypes.c_long]
+        fma.restype = ctypes.c_float
         iters = 2_000_000
-        seconds = _best_of(lambda: fn(iters), 5, 0.3)
-    return 2 * FMA_CHAINS * FMA_LANES * iters / seconds / 1e9
+        seconds = _best_of(lambda: fma(iters), 5, 0.3)
+        gflops = 2 * FMA_CHAINS * FMA_LANES * iters / seconds / 1e9
+        read = lib.ksearch_read_peak
+        read.argtypes = [ctypes.c_void_p, ctypes.c_long]
+        read.restype = ctypes.c_float
+        x = np.ones(min(max(4 * cache_bytes(), 64 << 20), 256 << 20) // 4, dtype=np.float32)
+        seconds = _best_of(lambda: read(x.ctypes.data, x.size), 6, 0.3)
+        read_gbs = x.nbytes / seconds / 1e9
+    return gflops, read_gbs
 
 
 def blas_gflops() -> float:
@@ -132,13 +141,16 @@ def describe(compiler: tuple[str, ...] = ("cc",), flags: tuple[str, ...] = ()) -
     The compute peak is the larger of an FMA loop built with the kernels' own compiler and flags and a
     BLAS matmul, so a kernel that is genuinely fast cannot land above it."""
     blas = blas_gflops()
-    fma = fma_peak_gflops(compiler, (*flags, "-shared", "-fPIC")) if compiler else None
+    fma, read = compiled_peaks(compiler, (*flags, "-shared", "-fPIC")) if compiler else (None, None)
+    copy = peak_bandwidth_gbs()
     return {
         "kind": "cpu",
         "name": cpu_name(),
         "cores": cores(),
         "cache_bytes": cache_bytes(),
-        "peak_bandwidth_gbs": round(peak_bandwidth_gbs(), 2),
+        "peak_bandwidth_gbs": round(max(copy, read or 0.0), 2),
+        "peak_bandwidth_copy_gbs": round(copy, 2),
+        "peak_bandwidth_read_gbs": round(read, 2) if read else None,
         "peak_gflops": round(max(blas, fma or 0.0), 2),
         "peak_gflops_blas": round(blas, 2),
         "peak_gflops_fma": round(fma, 2) if fma else None,

@@ -18,3 +18,21 @@ float ksearch_fma_peak(long iters) {
     for (int i = 0; i < 16; ++i) r += s[i];
     return r; /* keeps the chains live */
 }
+
+/* Peak single-core read bandwidth: a sum over a large array with independent accumulators. Kernels that
+ * mostly read (a matrix-vector product, a reduction) can stream faster than a copy, which also writes. */
+float ksearch_read_peak(const float* x, long n) {
+    vec16 acc[4] = {{0}, {0}, {0}, {0}};
+    long i = 0;
+    for (; i + 64 <= n; i += 64)
+        for (int c = 0; c < 4; ++c) {
+            vec16 v;
+            __builtin_memcpy(&v, x + i + 16 * c, sizeof v);
+            acc[c] += v;
+        }
+    vec16 s = acc[0] + acc[1] + acc[2] + acc[3];
+    float r = 0.0f;
+    for (int k = 0; k < 16; ++k) r += s[k];
+    for (; i < n; ++i) r += x[i];
+    return r;
+}
