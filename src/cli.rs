@@ -412,6 +412,9 @@ fn execute(
     json: bool,
 ) -> Result<u8> {
     let env = pyenv::ensure(python)?;
+    if let Some(row) = store.run(run_id)? {
+        env.ensure_target(row.target.parse().map_err(|e: String| anyhow!(e))?)?;
+    }
     let mut runner = Runner::open(store, run_id, env, llm)?;
     let bar = if json {
         ProgressBar::hidden()
@@ -652,6 +655,7 @@ fn cmd_eval(
     let target = target.unwrap_or(probe.plan.target);
     let cand = load_candidate(dir, &task, target)?;
     let env = pyenv::ensure(python)?;
+    env.ensure_target(target)?;
     let build = std::env::temp_dir().join(format!("ksearch-eval-{}", std::process::id()));
     let mut ev = Evaluator::start(task.clone(), target, env, build.clone(), settings)?;
     let mut results = Vec::new();
@@ -678,6 +682,9 @@ fn cmd_eval(
                 let mut v = run::workload_json(r);
                 v["held_out"] = json!(task.toml.workload.iter().any(|w| w.name == r.workload && w.held_out));
                 v["seeds"] = json!(r.seeds);
+                if !r.metal_sources.is_empty() {
+                    v["metal_sources"] = json!(r.metal_sources);
+                }
                 v
             }).collect::<Vec<_>>(),
         }));
@@ -689,6 +696,15 @@ fn cmd_eval(
             task.name()
         );
         println!("{}", report::workloads_table(&results));
+        if let Some(r) = results.iter().find(|r| !r.metal_sources.is_empty()) {
+            println!(
+                "\nThe Metal source MLX generates for workload {} (checked instead of running):",
+                r.workload
+            );
+            for s in &r.metal_sources {
+                println!("{s}\n");
+            }
+        }
     }
     Ok(if summary.passed { 0 } else { 1 })
 }

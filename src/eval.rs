@@ -28,6 +28,9 @@ pub enum Status {
     Invalid,
     /// The worker reported an error of its own while running the candidate.
     Error,
+    /// The target's device is not on this machine (mlx-metal off a Mac); what was checked instead is in
+    /// the result (the generated Metal source).
+    Unavailable,
 }
 
 impl Status {
@@ -40,6 +43,7 @@ impl Status {
             Status::Crash => "crash",
             Status::Invalid => "invalid",
             Status::Error => "error",
+            Status::Unavailable => "unavailable",
         }
     }
 }
@@ -93,6 +97,9 @@ pub struct WorkloadResult {
     pub checks: Value,
     #[serde(default)]
     pub compile: Value,
+    /// mlx-metal without Metal: the source MLX generated for each launch.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub metal_sources: Vec<String>,
     pub seeds: Vec<u64>,
     /// Wall time this evaluation took, compile included (a hang shows here as the deadline).
     #[serde(default)]
@@ -305,6 +312,7 @@ impl Evaluator {
             roofline: None,
             checks: Value::Null,
             compile: Value::Null,
+            metal_sources: Vec::new(),
             seeds: seeds.clone(),
             elapsed_s: 0.0,
         };
@@ -374,8 +382,17 @@ impl Evaluator {
             Some("passed") => Status::Passed,
             Some("wrong") => Status::Wrong,
             Some("compile_error") => Status::CompileError,
+            Some("unavailable") => Status::Unavailable,
             _ => Status::Error,
         };
+        out.metal_sources = r["metal_sources"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|s| s.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default();
         out.message = r["message"].as_str().unwrap_or("").to_string();
         out.checks = r["checks"].clone();
         let worst = |key: &str| {

@@ -98,6 +98,42 @@ pub fn ensure(explicit: Option<&Path>) -> Result<PythonEnv> {
 }
 
 impl PythonEnv {
+    /// Makes sure the packages `target` needs are there. The managed environment gets MLX installed on
+    /// first use of an MLX target; an interpreter given with `--python` is used as it is.
+    pub fn ensure_target(&self, target: crate::target::Target) -> Result<()> {
+        if !self.managed || !target.is_gpu() {
+            return Ok(());
+        }
+        let ready = self
+            .python
+            .parent()
+            .and_then(Path::parent)
+            .map(|v| v.join(".ksearch-mlx-ready"));
+        if ready.as_ref().is_some_and(|r| r.exists()) {
+            return Ok(());
+        }
+        eprintln!(
+            "ksearch: installing MLX into the worker's environment (first use of an MLX target)"
+        );
+        run(
+            Command::new(&self.python)
+                .args([
+                    "-m",
+                    "pip",
+                    "install",
+                    "--quiet",
+                    "--disable-pip-version-check",
+                    "-r",
+                ])
+                .arg(self.worker_path.join("requirements-mlx.txt")),
+            "installing MLX for the MLX targets",
+        )?;
+        if let Some(r) = ready {
+            std::fs::write(r, b"")?;
+        }
+        Ok(())
+    }
+
     /// Installs the test requirements into the managed environment (the test suite uses this).
     pub fn install_test_requirements(&self) -> Result<()> {
         run(

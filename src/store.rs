@@ -567,6 +567,7 @@ mod tests {
             roofline: None,
             checks: Value::Null,
             compile: Value::Null,
+            metal_sources: Vec::new(),
             seeds: vec![1, 2, 3],
             elapsed_s: 0.0,
         }

@@ -182,9 +182,66 @@ class MlxTarget:
         return env
 
     # -- run --------------------------------------------------------------------------------------
+    def metal_sources(self, r: Any, dtypes: Mapping[str, str]) -> list[str]:
+        """The Metal source MLX generates for every launch, without a Metal device.
+
+        Tracing the launches inside `mx.export_function` builds each kernel's full source (signature,
+        template instantiation) and `verbose=True` prints it, on the C++ side's stdout; fd 1 is pointed at a
+        file for the duration so the protocol stream stays clean.
+        """
+        import os
+        import tempfile
+
+        m = _mlx()
+        names = list(r.shapes)
+        inputs = [n for n in names if n in {i for launch in r.launches for i in launch["inputs"]}]
+
+        def traced(*xs: Any) -> Any:
+            env = dict(zip(inputs, xs, strict=True))
+            outs: list[Any] = []
+            for launch in r.launches:
+                kernel = self._kernel(r.key, launch)
+                ins = [env[n] for n in launch["inputs"]] + [int(s) for s in launch.get("scalars") or []]
+                template = [(k, int(v)) for k, v in (launch.get("template") or {}).items()]
+                template += [(k, _mx_dtype(str(d))) for k, d in (launch.get("type_args") or {}).items()]
+                res = kernel(inputs=ins, output_shapes=[tuple(r.shapes[n]) for n in launch["outputs"]],
+                             output_dtypes=[_mx_dtype(dtypes[n]) for n in launch["outputs"]],
+                             grid=tuple(int(g) for g in launch["grid"]),
+                             threadgroup=tuple(int(t) for t in launch["threadgroup"]),
+                             template=template or None, init_value=launch.get("init_value"), verbose=True)
+                env.update(zip(launch["outputs"], res, strict=True))
+                outs += res
+            return outs
+
+        args = [m.zeros(tuple(r.shapes[n]), dtype=_mx_dtype(dtypes[n])) for n in inputs]
+        with tempfile.TemporaryDirectory(prefix="ksearch-metal-") as tmp:
+            capture = os.path.join(tmp, "source.txt")
+            saved = os.dup(1)
+            fd = os.open(capture, os.O_WRONLY | os.O_CREAT)
+            try:
+                os.dup2(fd, 1)
+                m.export_function(os.path.join(tmp, "f.mlxfn"), traced, *args)
+            finally:
+                os.dup2(saved, 1)
+                os.close(saved)
+                os.close(fd)
+            text = open(capture).read()
+        return [part.split("```")[0].strip() for part in text.split("```\n")[1::2]] or [text]
+
     def evaluate(self, r: Any, task: Any) -> dict[str, Any]:
         """Checks every seed on fresh inputs, then times the candidate next to the baselines."""
         m = _mlx()
+        if self.name == "mlx-metal" and not self._available():
+            dtypes = dict(r.mx_dtypes)
+            try:
+                sources = self.metal_sources(r, dtypes)
+            except Exception as exc:
+                return {"status": "error", "message": f"generating the Metal source failed: {exc}", "checks": [],
+                        "timing": None, "baselines": {}}
+            return {"status": "unavailable", "checks": [], "timing": None, "baselines": {}, "metal_sources": sources,
+                    "message": "Metal is not available on this machine, so nothing ran; checked instead: MLX "
+                               "generated the Metal source of every launch (signature and template instantiation), "
+                               "returned in metal_sources"}
         if not self._available():
             raise WorkerError("backend_unavailable", f"{self.name}: this machine's MLX has no "
                               f"{'Metal' if self.name == 'mlx-metal' else 'CUDA'} back-end")
