@@ -157,8 +157,11 @@ class MlxTarget:
         return build.objects[sig]
 
     def launch_all(self, key: str, launches: Sequence[Mapping[str, Any]], arrays: dict[str, Any],
-                   shapes: Mapping[str, Sequence[int]], dtypes: Mapping[str, str]) -> dict[str, Any]:
-        """Runs every launch lazily; returns the named arrays (inputs, buffers and outputs)."""
+                   shapes: Mapping[str, Sequence[int]], dtypes: Mapping[str, str], poison: bool = True) -> dict[str, Any]:
+        """Runs every launch lazily; returns the named arrays (inputs, buffers and outputs).
+
+        `poison` fills outputs with NaN first (checks); timed runs skip it, since MLX does the fill with a
+        kernel of its own that would be charged to the candidate."""
         m = _mlx()
         env = dict(arrays)
         for launch in launches:
@@ -175,7 +178,7 @@ class MlxTarget:
                 threadgroup=tuple(int(t) for t in launch["threadgroup"]),
                 template=template or None,
                 # NaN poison unless the plan asks for a start value (e.g. 0 for atomic accumulation).
-                init_value=float("nan") if init is None else float(init),
+                init_value=float(init) if init is not None else (float("nan") if poison else None),
                 stream=m.gpu,
             )
             env.update(zip(launch["outputs"], outs, strict=True))
@@ -309,43 +312,42 @@ class MlxTarget:
         for s in sets:
             m.eval(list(s.values()))
 
-        def one(s: dict[str, Any]) -> Any:
-            env = self.launch_all(r.key, r.launches, s, r.shapes, dtypes)
+        def candidate(s: dict[str, Any]) -> list[Any]:
+            env = self.launch_all(r.key, r.launches, s, r.shapes, dtypes, poison=False)
             return [env[n] for n in task.outputs]
 
-        # Several launches per evaluation when one launch is short: each mx.eval costs tens of µs.
-        m.eval(one(sets[0]))
-        m.synchronize()
-        t0 = time.perf_counter()
-        m.eval(one(sets[0]))
-        m.synchronize()
-        single = time.perf_counter() - t0
-        per_eval = 1 if single > 1e-3 else 8
+        def baseline(fn: Any) -> Any:
+            return lambda s: list(fn(dict(s), dict(r.dims)).values())
 
-        def call() -> None:
-            outs = [one(sets[i % len(sets)]) for i in range(per_eval)]
-            m.eval(outs)
-            m.synchronize()
-
-        entries: list[list[Any]] = [[call]]
-        for name in r.baselines:
-            fn = task.baselines[name]
-
-            def base(fn: Any = fn) -> None:
-                outs = [fn(dict(sets[i % len(sets)]), dict(r.dims)) for i in range(per_eval)]
-                m.eval([list(o.values()) for o in outs])
-                m.synchronize()
-
+        runs = [candidate] + [baseline(task.baselines[n]) for n in r.baselines]
+        names = ["candidate", *r.baselines]
+        # Several launches per evaluation for short work (each mx.eval costs tens of µs), counted per
+        # entry: a slow baseline is not called eight times per sample.
+        per_eval: list[int] = []
+        for name, fn in zip(names, runs, strict=True):
             try:
-                base()
+                m.eval(fn(sets[0]))
+                m.synchronize()
+                t0 = time.perf_counter()
+                m.eval(fn(sets[0]))
+                m.synchronize()
             except Exception as exc:
+                if name == "candidate":
+                    raise
                 raise WorkerError("bad_task", f"baseline {name} raised: {exc}") from None
-            entries.append([base])
-        stats = measure(entries, r.timing)
-        for s in stats:
-            for k in ("median_s", "iqr_s", "min_s", "max_s"):
-                s[k] /= per_eval
-            s["launches_per_eval"] = per_eval
+            per_eval.append(1 if time.perf_counter() - t0 > 1e-3 else 8)
+
+        def timed(fn: Any, k: int) -> Any:
+            def call() -> None:
+                m.eval([fn(sets[i % len(sets)]) for i in range(k)])
+                m.synchronize()
+            return call
+
+        stats = measure([[timed(fn, k)] for fn, k in zip(runs, per_eval, strict=True)], r.timing)
+        for s, k in zip(stats, per_eval, strict=True):
+            for key in ("median_s", "iqr_s", "min_s", "max_s"):
+                s[key] /= k
+            s["launches_per_eval"] = k
         return stats[0], dict(zip(r.baselines, stats[1:], strict=True))
 
 

@@ -1,0 +1,90 @@
+//! The Metal path on a machine without Metal: for every shipped mlx-metal seed, `ksearch eval` says
+//! plainly that nothing ran, and returns the Metal source MLX generates for each launch (through
+//! export tracing with MLX's CPU build), whose signature must hold every buffer of the launch.
+
+mod common;
+use common::*;
+use ksearch::candidate::Candidate;
+
+fn metal_seeds() -> Vec<(String, std::path::PathBuf)> {
+    let mut out = Vec::new();
+    for task in std::fs::read_dir(repo().join("tasks")).unwrap().flatten() {
+        let dir = task.path().join("seeds/mlx-metal");
+        if let Ok(seeds) = std::fs::read_dir(&dir) {
+            for s in seeds
+                .flatten()
+                .filter(|s| s.path().join("plan.toml").is_file())
+            {
+                out.push((task.file_name().to_string_lossy().to_string(), s.path()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn every_shipped_metal_seed_gets_its_generated_signature_checked() {
+    if cfg!(target_os = "macos") {
+        return; // there the seeds run for real
+    }
+    let seeds = metal_seeds();
+    assert!(!seeds.is_empty(), "no mlx-metal seeds found");
+    let store = tempfile::tempdir().unwrap();
+    for (task, seed) in seeds {
+        let out = run(
+            store.path(),
+            &[
+                "eval",
+                repo().join("tasks").join(&task).to_str().unwrap(),
+                seed.to_str().unwrap(),
+                "--target",
+                "mlx-metal",
+                "--checks",
+                "1",
+                "--json",
+            ],
+        );
+        let v = last_json(&out);
+        let plan = Candidate::load(&seed).unwrap().plan;
+        for w in v["workloads"].as_array().unwrap() {
+            assert_eq!(w["status"], "unavailable", "{task}/{}: {w}", seed.display());
+            assert!(
+                w["message"]
+                    .as_str()
+                    .unwrap()
+                    .contains("Metal is not available"),
+                "{w}"
+            );
+            let sources = w["metal_sources"].as_array().unwrap();
+            assert_eq!(
+                sources.len(),
+                plan.launch.len(),
+                "one source per launch: {w}"
+            );
+            for (src, launch) in sources
+                .iter()
+                .map(|s| s.as_str().unwrap())
+                .zip(&plan.launch)
+            {
+                assert!(
+                    src.contains("[[kernel]]") && src.contains("template [[host_name("),
+                    "{src}"
+                );
+                for name in launch.inputs.iter().chain(&launch.outputs) {
+                    assert!(
+                        src.contains(&format!(" {name} [[buffer(")),
+                        "`{name}` is not a buffer of the signature:\n{src}"
+                    );
+                }
+                for s in &launch.scalars {
+                    assert!(
+                        src.contains(&format!("constant int32_t& {} [[buffer(", s.0.src())),
+                        "scalar `{}` missing:\n{src}",
+                        s.0
+                    );
+                }
+            }
+        }
+    }
+}
