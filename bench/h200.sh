@@ -46,6 +46,21 @@ for task in $tasks; do
     record "$task/tune/expert" run "tasks/$task" --target mlx-cuda --seed expert --budget "$budget"
   fi
 done
+# The exported module of each expert seed, and its own test, on the kernel's path.
+for task in $tasks; do
+  seed="tasks/$task/seeds/mlx-cuda/expert"
+  [ -d "$seed" ] || continue
+  exp=$(mktemp -d)
+  if "$bin" export "$seed" --task "tasks/$task" --out "$exp" >> "$log" 2>&1; then
+    f=$(ls "$exp" | grep -v _test.py | head -1)
+    line=$(cd "$exp" && python3 "${f%.py}_test.py" 2>&1 | tail -n 1)
+  else
+    line="export failed"
+  fi
+  echo "== $task/export: $line" >> "$log"
+  python3 -c 'import json,sys; print(json.dumps({"name": sys.argv[1], "command": sys.argv[2], "result": {"test": sys.argv[3]}}))' \
+    "$task/export" "ksearch export $seed --task tasks/$task --format mlx-python; python3 <module>_test.py" "$line" >> "$results"
+done
 python3 - "$results" "$out/h200.json" <<'PY'
 import json, platform, subprocess, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
@@ -61,5 +76,8 @@ json.dump({"machine": {"gpu": smi, "system": platform.platform()}, "versions": v
 for r in rows:
     res = r["result"]
     ws = res.get("workloads") or (res.get("best") or {}).get("workloads") or []
+    if "test" in res:
+        print(r["name"], "|", res["test"])
+        continue
     print(r["name"], "|", ", ".join(f"{w['workload']}: {w['status']} {w.get('median_s')}" for w in ws)[:600])
 PY

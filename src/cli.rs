@@ -129,6 +129,17 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Export a kernel as a Python module for MLX programs (with its test): the best candidate of RUN,
+    /// or the candidate in a folder (then name its task with --task).
+    Export {
+        source: String,
+        #[arg(long)]
+        task: Option<String>,
+        #[arg(long, default_value = "mlx-python")]
+        format: String,
+        #[arg(long, default_value = ".")]
+        out: PathBuf,
+    },
     /// Check the installation: Python environment, compiler, worker, hardware, store.
     Doctor {
         #[arg(long)]
@@ -373,6 +384,45 @@ fn dispatch(cli: Cli) -> Result<u8> {
             cmd_eval(task, &candidate, target, settings, python.as_deref(), json)
         }
         Command::Doctor { json } => cmd_doctor(&store_dir, python.as_deref(), json),
+        Command::Export {
+            source,
+            task,
+            format,
+            out,
+        } => {
+            if format != "mlx-python" {
+                bail!("--format {format}: the only export format is mlx-python");
+            }
+            let dir = Path::new(&source);
+            let (task, cand) = if dir.join("plan.toml").is_file() {
+                let task =
+                    task.ok_or_else(|| anyhow!("exporting a candidate folder needs --task TASK"))?;
+                let task = Task::load(&builtin::task_dir(&task)?)?;
+                let c = Candidate::load(dir)?;
+                c.check_against(&task)
+                    .map_err(|m| anyhow!("{}: {m}", dir.join("plan.toml").display()))?;
+                (task, c)
+            } else {
+                let store = Store::open(&store_dir)?;
+                let row = store.run(&source)?.ok_or_else(|| {
+                    anyhow!(
+                        "`{source}` is neither a candidate folder nor a run in {}",
+                        store.path().display()
+                    )
+                })?;
+                let hash = row.result["best"]["candidate"]
+                    .as_str()
+                    .ok_or_else(|| anyhow!("run {source} has no best candidate"))?
+                    .to_string();
+                let c = store
+                    .candidate(&hash)?
+                    .ok_or_else(|| anyhow!("candidate {hash} missing from the store"))?;
+                (Task::load(Path::new(&row.task_dir))?, c)
+            };
+            let (module, test) = crate::export::mlx_python(&task, &cand, &out)?;
+            println!("{}\n{}", module.display(), test.display());
+            Ok(0)
+        }
     }
 }
 

@@ -5,6 +5,7 @@ pub mod candidate;
 pub mod cli;
 pub mod dtype;
 pub mod eval;
+pub mod export;
 pub mod expr;
 pub mod llm;
 pub mod prompts;

@@ -1,0 +1,158 @@
+//! `ksearch export`: the best kernel as a self-contained Python module for MLX programs, with the
+//! reference's signature, a fallback to the task's baseline for shapes, dtypes or machines the kernel
+//! does not support, and a test that checks it against the reference on fresh inputs.
+//!
+//! The module's code is a template (`templates/mlx_module.py.j2`); what differs per kernel is data (the
+//! plan, its expressions, the kernel bodies), embedded as JSON.
+
+use crate::candidate::Candidate;
+use crate::target::Target;
+use crate::task::Task;
+use anyhow::{Context, Result, bail};
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+
+const MODULE: &str = include_str!("../templates/mlx_module.py.j2");
+const TEST: &str = include_str!("../templates/mlx_module_test.py.j2");
+
+/// The Python identifier the function gets: the task's name with `-` as `_`.
+pub fn function_name(task: &Task) -> String {
+    let f: String = task
+        .name()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    if f.starts_with(|c: char| c.is_ascii_digit()) {
+        format!("k_{f}")
+    } else {
+        f
+    }
+}
+
+fn spec(task: &Task, c: &Candidate) -> Result<Value> {
+    let t = &task.toml;
+    let target = c.plan.target;
+    if !target.is_gpu() {
+        bail!("--format mlx-python exports MLX kernels; this candidate is for {target}");
+    }
+    let shapes = |list: &[crate::task::TensorSpec]| -> Value {
+        list.iter()
+            .map(|s| {
+                (
+                    s.name.clone(),
+                    json!(
+                        s.shape
+                            .iter()
+                            .map(|e| e.0.src().to_string())
+                            .collect::<Vec<_>>()
+                    ),
+                )
+            })
+            .collect::<serde_json::Map<_, _>>()
+            .into()
+    };
+    let mut type_vars = serde_json::Map::new();
+    for i in &t.input {
+        if t.types.contains_key(&i.dtype) && !type_vars.contains_key(&i.dtype) {
+            type_vars.insert(i.dtype.clone(), json!(i.name));
+        }
+    }
+    let launches: Vec<Value> = c
+        .plan
+        .launch
+        .iter()
+        .map(|l| {
+            json!({
+                "kernel": l.kernel, "inputs": l.inputs, "outputs": l.outputs,
+                "scalars": l.scalars.iter().map(|s| s.0.src().to_string()).collect::<Vec<_>>(),
+                "grid": l.grid.iter().flatten().map(|e| e.0.src().to_string()).collect::<Vec<_>>(),
+                "threadgroup": l.threadgroup.iter().flatten().map(|e| e.0.src().to_string()).collect::<Vec<_>>(),
+                "template": l.template.iter().map(|n| (n.clone(), json!(c.params()[n]))).collect::<serde_json::Map<_, _>>(),
+                "type_args": l.type_args, "shared_memory": l.shared_memory.as_ref().map(|e| e.0.src().to_string()),
+                "init_value": l.init_value, "atomic_outputs": l.atomic_outputs,
+            })
+        })
+        .collect();
+    let kernels: serde_json::Map<String, Value> = c
+        .plan
+        .kernel
+        .iter()
+        .map(|k| (k.name.clone(), json!({"source": c.files[&k.source], "header": k.header.as_ref().map(|h| c.files[h].clone()).unwrap_or_default()})))
+        .collect();
+    let mut combos = Vec::new();
+    let mut resolved = Vec::new();
+    for w in &t.workload {
+        let rw = task.resolve(w).map_err(anyhow::Error::msg)?;
+        let combo: serde_json::Map<String, Value> = t
+            .input
+            .iter()
+            .map(|i| (i.name.clone(), json!(rw.dtypes[&i.name].name())))
+            .collect();
+        if !combos.contains(&Value::Object(combo.clone())) {
+            combos.push(Value::Object(combo));
+        }
+        let size: i64 = rw.shapes.values().map(|s| s.iter().product::<i64>()).sum();
+        resolved.push((
+            size,
+            json!({"name": rw.name, "dims": rw.dims, "shapes": rw.shapes, "dtypes": rw.dtypes}),
+        ));
+    }
+    resolved.sort_by_key(|(s, _)| *s);
+    let baseline = task
+        .baselines_for(target)
+        .first()
+        .map(|b| b.function.clone());
+    let read = |name: &str| std::fs::read_to_string(task.dir.join(name)).unwrap_or_default();
+    Ok(json!({
+        "function": function_name(task), "task": task.name(), "candidate": c.hash(), "target": target.name(),
+        "inputs": t.input.iter().map(|i| i.name.clone()).collect::<Vec<_>>(),
+        "outputs": t.output.iter().map(|o| o.name.clone()).collect::<Vec<_>>(),
+        "input_shapes": shapes(&t.input), "output_shapes": shapes(&t.output),
+        "output_dtypes": t.output.iter().map(|o| (o.name.clone(), json!(o.dtype))).collect::<serde_json::Map<_, _>>(),
+        "type_vars": type_vars,
+        "inits": t.input.iter().map(|i| (i.name.clone(), json!(i.init.clone().unwrap_or_else(|| "normal(0, 1)".into())))).collect::<serde_json::Map<_, _>>(),
+        "kernels": kernels, "launches": launches,
+        "buffers": c.plan.buffer.iter().map(|b| json!({"name": b.name, "shape": b.shape.iter().map(|e| e.0.src().to_string()).collect::<Vec<_>>(), "dtype": b.dtype})).collect::<Vec<_>>(),
+        "params": c.params(), "constraints": c.plan.constraints.iter().map(|e| e.0.src().to_string()).collect::<Vec<_>>(),
+        "dtype_combos": combos,
+        "baseline": baseline, "baselines_py": read("baselines.py"), "reference_py": read("reference.py"),
+        "tolerances": t.tolerance,
+        "test_workloads": resolved.into_iter().take(3).map(|(_, v)| v).collect::<Vec<_>>(),
+    }))
+}
+
+/// Writes `<function>.py` and `<function>_test.py` into `out`; returns their paths.
+pub fn mlx_python(task: &Task, c: &Candidate, out: &Path) -> Result<(PathBuf, PathBuf)> {
+    let spec = spec(task, c)?;
+    let function = function_name(task);
+    let backend = if c.plan.target == Target::MlxMetal {
+        "Metal"
+    } else {
+        "CUDA"
+    };
+    let mut env = minijinja::Environment::new();
+    env.set_undefined_behavior(minijinja::UndefinedBehavior::Strict);
+    env.add_template("module", MODULE)?;
+    env.add_template("test", TEST)?;
+    // A JSON string is a valid Python string literal: the module parses it back at import.
+    let literal = serde_json::to_string(&serde_json::to_string(&spec)?)?;
+    let ctx = json!({
+        "function": function, "module": function, "task": task.name(), "candidate": c.hash(), "target": c.plan.target.name(),
+        "backend": backend, "inputs": spec["inputs"], "outputs": spec["outputs"], "baseline": spec["baseline"],
+        "description": task.toml.description.replace('"', "'"), "spec_literal": literal,
+    });
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    let module = out.join(format!("{function}.py"));
+    let test = out.join(format!("{function}_test.py"));
+    std::fs::write(
+        &module,
+        env.get_template("module")?
+            .render(minijinja::value::Serde(&ctx))?,
+    )?;
+    std::fs::write(
+        &test,
+        env.get_template("test")?
+            .render(minijinja::value::Serde(&ctx))?,
+    )?;
+    Ok((module, test))
+}
