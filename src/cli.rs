@@ -524,7 +524,14 @@ fn execute(
 fn cmd_tasks(json: bool) -> Result<u8> {
     let mut rows = Vec::new();
     for name in builtin::task_names() {
-        let task = Task::load(&builtin::task_dir(&name)?)?;
+        // One broken task folder is reported, not fatal to the listing.
+        let task = match builtin::task_dir(&name).and_then(|d| Ok(Task::load(&d)?)) {
+            Ok(t) => t,
+            Err(e) => {
+                rows.push(json!({"name": name, "error": format!("{e:#}"), "targets": [], "workloads": 0, "held_out": 0, "baselines": []}));
+                continue;
+            }
+        };
         rows.push(json!({
             "name": task.name(),
             "description": task.toml.description,
@@ -726,7 +733,7 @@ fn cmd_eval(
     if json {
         print_json(&json!({
             "task": task.name(), "target": target.name(), "candidate": cand.hash(), "name": cand.plan.name,
-            "params": cand.params(), "passed": summary.passed, "hardware": ev.hardware(),
+            "params": cand.params(), "passed": summary.passed, "hardware": ev.hardware(), "sandbox": ev.hello["sandbox"],
             "speedup_vs_baselines": summary.speedup_vs_baseline,
             "workloads": results.iter().map(|r| {
                 let mut v = run::workload_json(r);

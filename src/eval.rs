@@ -28,6 +28,9 @@ pub enum Status {
     Invalid,
     /// The worker reported an error of its own while running the candidate.
     Error,
+    /// Passed every check but measured faster than the roofline floor allows: a measurement problem or
+    /// work skipped, never a win.
+    Implausible,
     /// The target's device is not on this machine (mlx-metal off a Mac); what was checked instead is in
     /// the result (the generated Metal source).
     Unavailable,
@@ -44,6 +47,7 @@ impl Status {
             Status::Invalid => "invalid",
             Status::Error => "error",
             Status::Unavailable => "unavailable",
+            Status::Implausible => "implausible",
         }
     }
 }
@@ -74,6 +78,11 @@ pub struct RooflineFigure {
     pub fraction: f64,
     /// Faster than the floor: a measurement problem or a kernel skipping work, never a win.
     pub beats_roofline: bool,
+    /// So far past the floor that it cannot be real: more useful flops than the measured compute peak
+    /// allows, or twice the bytes the measured bandwidth allows (caches can beat the bandwidth floor a
+    /// little, never by that much). Such a result is rejected.
+    #[serde(default)]
+    pub implausible: bool,
 }
 
 /// What happened to one candidate on one workload.
@@ -157,12 +166,19 @@ impl Evaluator {
         build_root: PathBuf,
         settings: Settings,
     ) -> anyhow::Result<Evaluator> {
+        // Absolute: the worker runs in a private directory of its own.
+        std::fs::create_dir_all(&build_root)?;
+        let build_root = build_root.canonicalize()?;
         let mut worker = Worker::new(env, target);
-        let hello = match worker.request("hello", json!({}), HELLO_DEADLINE)? {
+        worker.writable = vec![build_root.clone()];
+        let mut hello = match worker.request("hello", json!({}), HELLO_DEADLINE)? {
             Reply::Ok(v) => v,
             Reply::Err { kind, message } => anyhow::bail!("worker hello failed: {kind}: {message}"),
         };
-        let body = json!({"dir": task.dir, "task": task.worker_json(target)});
+        hello["sandbox"] = worker.sandbox.clone();
+        hello["sandbox"]["landlock_abi"] = hello["landlock_abi"].clone();
+        remember_peaks(&mut hello["hardware"]);
+        let body = json!({"dir": task.dir.canonicalize().unwrap_or_else(|_| task.dir.clone()), "task": task.worker_json(target)});
         match worker.preamble("load_task", body, HELLO_DEADLINE)? {
             Reply::Ok(_) => {}
             Reply::Err { kind, message } => anyhow::bail!(
@@ -171,7 +187,6 @@ impl Evaluator {
                 task.dir.display()
             ),
         }
-        std::fs::create_dir_all(&build_root)?;
         Ok(Evaluator {
             task,
             target,
@@ -422,11 +437,11 @@ impl Evaluator {
         }
         if let Some(t) = &out.timing {
             out.roofline = Some(self.roofline(rw, t.median_s));
-            if out.status == Status::Passed
-                && out.roofline.as_ref().is_some_and(|r| r.beats_roofline)
+            if out.status == Status::Passed && out.roofline.as_ref().is_some_and(|r| r.implausible)
             {
+                out.status = Status::Implausible;
                 out.message = format!(
-                    "faster than the roofline floor ({:.3e} s, floor {:.3e} s, margin {ROOFLINE_MARGIN}x): check the measurement before believing it",
+                    "implausible: {:.3e} s is far below the roofline floor of {:.3e} s; rejected",
                     t.median_s,
                     out.roofline.as_ref().unwrap().floor_s
                 );
@@ -451,10 +466,42 @@ impl Evaluator {
             } else {
                 0.0
             },
-            // The peaks are measured, so they carry noise (and a busy machine measures them low): only a
-            // result well past the floor is implausible.
+            // The peaks are measured, so they carry noise: only a result well past the floor is flagged.
             beats_roofline: floor_s > 0.0 && median_s * ROOFLINE_MARGIN < floor_s,
+            implausible: (t_flops > 0.0 && median_s * ROOFLINE_MARGIN < t_flops)
+                || (t_bytes > 0.0 && median_s * 2.0 < t_bytes),
         }
+    }
+}
+
+/// A measured peak can only come out low (a busy machine, a cold clock), never high: keep the best ever
+/// measured on this machine (in the cache, by hardware name) and use the larger of it and today's.
+fn remember_peaks(hw: &mut Value) {
+    let Some(name) = hw["name"].as_str().map(str::to_string) else {
+        return;
+    };
+    let path = crate::builtin::cache_root().join("peaks.json");
+    let mut all: serde_json::Map<String, Value> = std::fs::read_to_string(&path)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_default();
+    let known = all.entry(name).or_insert_with(|| json!({}));
+    for key in ["peak_bandwidth_gbs", "peak_gflops"] {
+        let now = hw[key].as_f64().unwrap_or(0.0);
+        let best = known[key].as_f64().unwrap_or(0.0).max(now);
+        if best > 0.0 {
+            known[key] = json!(best);
+            if best > now {
+                hw[format!("{key}_measured_now")] = json!(now);
+                hw[key] = json!(best);
+            }
+        }
+    }
+    // Best effort: a read-only cache only means today's measurement is used alone.
+    let _ = std::fs::create_dir_all(crate::builtin::cache_root());
+    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    if std::fs::write(&tmp, serde_json::to_string_pretty(&all).unwrap_or_default()).is_ok() {
+        let _ = std::fs::rename(&tmp, &path);
     }
 }
 

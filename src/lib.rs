@@ -13,6 +13,7 @@ pub mod pyenv;
 pub mod reply;
 pub mod report;
 pub mod rng;
+pub mod sandbox;
 pub mod search;
 pub mod store;
 pub mod target;

@@ -59,6 +59,12 @@ pub struct Worker {
     /// Requests replayed after every restart (`load_task`), so a new worker is in the same state.
     preamble: Vec<(String, Value)>,
     pub restarts: u32,
+    /// The worker's private working and temporary directory (removed with the worker).
+    private: Option<std::path::PathBuf>,
+    /// What the last spawn achieved of the sandbox (for `hello` and reports).
+    pub sandbox: Value,
+    /// Directories the worker may write beneath besides its private one (the build directory).
+    pub writable: Vec<std::path::PathBuf>,
 }
 
 impl Worker {
@@ -73,6 +79,9 @@ impl Worker {
             next_id: 1,
             preamble: Vec::new(),
             restarts: 0,
+            private: None,
+            sandbox: Value::Null,
+            writable: Vec::new(),
         }
     }
 
@@ -87,6 +96,17 @@ impl Worker {
         if let Some(user) = std::env::var_os("PYTHONPATH").filter(|p| !p.is_empty()) {
             path.push(":");
             path.push(user);
+        }
+        let private = std::env::temp_dir().join(format!(
+            "ksearch-worker-{}-{}",
+            std::process::id(),
+            crate::rng::splitmix(self.next_id ^ u64::from(self.restarts) << 32)
+        ));
+        std::fs::create_dir_all(&private)
+            .map_err(|e| WorkerFailure::Spawn(format!("private dir {}: {e}", private.display())))?;
+        crate::sandbox::confine(&mut cmd, self.target, &private);
+        if let Ok(w) = std::env::join_paths(&self.writable) {
+            cmd.env("KSEARCH_WRITABLE", w);
         }
         cmd.args(["-m", "ksearch_worker", "--target", self.target.name()])
             .env("PYTHONPATH", path)
@@ -131,6 +151,15 @@ impl Worker {
                 t.push_back(line);
             }
         });
+        self.sandbox = json!({
+            "private_dir": true,
+            "secrets_removed_from_env": true,
+            "no_core_dumps": true,
+            "file_size_limit_bytes": crate::sandbox::FILE_SIZE,
+            "address_space_limit_bytes": (self.target == Target::Cpu).then_some(crate::sandbox::CPU_ADDRESS_SPACE),
+            "network_isolated": crate::sandbox::network_isolated(child.id()),
+        });
+        self.private = Some(private);
         self.stdin = child.stdin.take();
         self.child = Some(child);
         self.rx = Some(rx);
@@ -151,6 +180,9 @@ impl Worker {
         }
         self.stdin = None;
         self.rx = None;
+        if let Some(p) = self.private.take() {
+            let _ = std::fs::remove_dir_all(p);
+        }
     }
 
     fn stderr_tail(&self) -> String {
@@ -225,8 +257,13 @@ impl Worker {
     ) -> Result<Reply, WorkerFailure> {
         let id = self.next_id;
         self.next_id += 1;
+        // A nonce the worker must echo: candidate code runs inside the worker and can write to its
+        // reply pipe, so a reply is believed only with the nonce of its request, and any other line
+        // on the pipe is a forgery.
+        let nonce = format!("{:016x}", crate::rng::splitmix(fresh_entropy() ^ id));
         body["id"] = json!(id);
         body["op"] = json!(op);
+        body["nonce"] = json!(nonce);
         let line = serde_json::to_string(&body).expect("request serialises") + "\n";
         let wrote = self
             .stdin
@@ -241,15 +278,15 @@ impl Worker {
             let rx = self.rx.as_ref().expect("started");
             match rx.recv_timeout(left) {
                 Ok(Line::Text(text)) => {
-                    let v: Value = match serde_json::from_str(&text) {
-                        Ok(v) => v,
-                        Err(_) => {
-                            tracing::warn!("worker wrote a non-protocol line: {text}");
-                            continue;
-                        }
-                    };
-                    if v["id"].as_u64() != Some(id) {
-                        continue; // a late reply to an earlier request
+                    let v: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+                    if v["id"].as_u64() != Some(id) || v["nonce"].as_str() != Some(nonce.as_str()) {
+                        // Not the reply to this request: written by the candidate, or the protocol broke.
+                        // Either way nothing more from this worker can be trusted.
+                        let head: String = text.chars().take(200).collect();
+                        self.kill();
+                        return Err(WorkerFailure::Protocol(format!(
+                            "the worker's reply pipe carried a line that is not the reply to request {id} (a forged or corrupted reply; the worker was killed): {head}"
+                        )));
                     }
                     return Ok(if v["ok"].as_bool() == Some(true) {
                         Reply::Ok(v["result"].clone())
@@ -274,6 +311,16 @@ impl Drop for Worker {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// Entropy for nonces: the time and the process, mixed; unpredictable to code that cannot read our memory.
+fn fresh_entropy() -> u64 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    let local = 0u8;
+    t ^ (std::process::id() as u64).rotate_left(32) ^ (&local as *const u8 as u64)
 }
 
 fn signal_name(sig: i32) -> &'static str {

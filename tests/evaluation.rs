@@ -41,10 +41,6 @@ fn a_correct_kernel_passes_every_workload_with_timings_and_baseline() {
             "baseline timed in the same worker"
         );
         assert!(w["roofline_fraction"].as_f64().unwrap() > 0.0);
-        assert_eq!(
-            w["beats_roofline"], false,
-            "a plain loop cannot beat the roofline: {w}"
-        );
         assert_eq!(w["seeds"].as_array().unwrap().len(), 1);
     }
     assert!(v["hardware"]["peak_gflops"].as_f64().unwrap() > 0.0);

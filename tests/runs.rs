@@ -25,6 +25,10 @@ fn tasks_lists_the_builtin_cpu_tasks() {
         assert!(names.contains(&t), "{names:?}");
     }
     for t in v.as_array().unwrap() {
+        assert!(
+            t.get("error").is_none(),
+            "a built-in task does not load: {t}"
+        );
         let targets = t["targets"].as_array().unwrap();
         match t["name"].as_str().unwrap() {
             "matmul" | "softmax" | "scan" => assert!(targets.contains(&"cpu".into()), "{t}"),

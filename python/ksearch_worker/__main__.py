@@ -48,6 +48,12 @@ def main(argv: list[str] | None = None) -> int:
     _die_with_parent()
     requests, replies = _take_protocol_fds()
     faulthandler.enable()  # a crashing kernel leaves a Python traceback on stderr
+    if args.target == "cpu":
+        # Candidate code (and the compiler) may write only beneath the private and build directories.
+        from .landlock import restrict_writes
+
+        writable = [os.getcwd(), "/dev", *filter(None, os.environ.get("KSEARCH_WRITABLE", "").split(os.pathsep))]
+        os.environ["KSEARCH_LANDLOCK_ABI"] = str(restrict_writes(writable) or 0)
 
     from .protocol import serve
     from .targets import make_target

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from .arrays import alloc, alloc_copy, np_dtype
+from .arrays import alloc, alloc_copy, fill_poison, np_dtype
 from .check import compare, modified, overruns
 from .errors import WorkerError
 from .inputs import make_inputs
@@ -89,13 +89,44 @@ def _arrays(r: RunRequest, task: Task, inputs: Arrays) -> Arrays:
     return arrays
 
 
-def check_seed(r: RunRequest, task: Task, target: Target, seed: int) -> tuple[dict[str, Any], list[str], Arrays]:
-    """Runs the launches once on fresh inputs; returns the check, its problems and the pristine inputs."""
-    pristine = make_inputs(task.inputs, r.shapes, r.dtypes, r.dims, np.random.default_rng(seed), task.make_inputs)
-    arrays = _arrays(r, task, pristine)
-    target.bind(r.key, r.launches, arrays)()
+def _differences(a: np.ndarray, b: np.ndarray) -> tuple[int, tuple[int, ...]]:
+    """Elements whose bytes differ between two runs, and the first of them."""
+    diff = a.view(np.uint8).reshape(a.size, -1) != b.view(np.uint8).reshape(b.size, -1)
+    bad = np.flatnonzero(diff.any(axis=1))
+    first = tuple(int(i) for i in np.unravel_index(int(bad[0]), a.shape)) if bad.size else ()
+    return int(bad.size), first
 
-    problems: list[str] = []
+
+def check_seed(r: RunRequest, task: Task, target: Target, seed: int, twice: bool = False,
+               into: Arrays | None = None) -> tuple[dict[str, Any], list[str], Arrays]:
+    """Runs the launches on fresh inputs; returns the check, its problems and the pristine inputs.
+
+    `twice` runs them a second time on separate copies of the same inputs: a correct CPU kernel is
+    deterministic, so any difference is a race or state kept between calls. `into` writes the fresh
+    inputs into existing arrays (the ones timing used, at the same addresses) instead of new ones."""
+    pristine = make_inputs(task.inputs, r.shapes, r.dtypes, r.dims, np.random.default_rng(seed), task.make_inputs)
+    if into is None:
+        arrays = _arrays(r, task, pristine)
+        call = target.bind(r.key, r.launches, arrays)
+    else:
+        arrays = into
+        for n, a in pristine.items():
+            np.copyto(arrays[n], a)
+        for n in [*task.outputs, *r.buffers]:
+            fill_poison(arrays[n])
+        call = target.bind(r.key, r.launches, arrays)
+    call()
+    problems_first: list[str] = []
+    if twice:
+        again = _arrays(r, task, pristine)
+        target.bind(r.key, r.launches, again)()
+        for name in task.outputs:
+            count, first = _differences(arrays[name], again[name])
+            if count:
+                problems_first.append(f"output {name}: nondeterministic: two runs on the same inputs differ in "
+                                      f"{count} elements, first at {list(first)} (a race, or state kept between calls)")
+
+    problems: list[str] = list(problems_first)
     over = overruns(arrays)
     role = {**{n: "buffer" for n in r.buffers}, **{n: "output" for n in task.outputs}, **{n: "input" for n in pristine}}
     problems += [f"{role[n]} {n}: written past its end" for n in over]
@@ -126,7 +157,7 @@ def check_seed(r: RunRequest, task: Task, target: Target, seed: int) -> tuple[di
     return check, problems, pristine
 
 
-def _time(r: RunRequest, task: Task, target: Target, inputs: Arrays) -> tuple[dict[str, Any], dict[str, Any]]:
+def _time(r: RunRequest, task: Task, target: Target, inputs: Arrays) -> tuple[dict[str, Any], dict[str, Any], Arrays]:
     sample = _arrays(r, task, inputs)
     copies = copies_for(sum(a.nbytes for a in sample.values()), target.cache_bytes())
     sets = [sample] + [_arrays(r, task, inputs) for _ in range(copies - 1)]
@@ -140,7 +171,7 @@ def _time(r: RunRequest, task: Task, target: Target, inputs: Arrays) -> tuple[di
             raise WorkerError("bad_task", f"baseline {name} raised:\n{tail(traceback.format_exc())}") from None
         entries.append(calls)
     stats = measure(entries, r.timing)
-    return stats[0], dict(zip(r.baselines, stats[1:], strict=True))
+    return stats[0], dict(zip(r.baselines, stats[1:], strict=True)), sets[0]
 
 
 def run(req: Mapping[str, Any], task: Task | None, target: Target) -> dict[str, Any]:
@@ -155,13 +186,23 @@ def run(req: Mapping[str, Any], task: Task | None, target: Target) -> dict[str, 
     checks: list[dict[str, Any]] = []
     try:
         pristine: Arrays = {}
-        for seed in r.seeds:
-            check, problems, pristine = check_seed(r, task, target, seed)
+        for i, seed in enumerate(r.seeds):
+            check, problems, pristine = check_seed(r, task, target, seed, twice=i == 0)
             checks.append(check)
             if problems:
                 return {"status": "wrong", "message": "; ".join(problems), "checks": checks, "timing": None,
                         "baselines": {}}
-        timing, baselines = _time(r, task, target, pristine) if r.timing.enabled else (None, {})
+        timing, baselines, timed = _time(r, task, target, pristine) if r.timing.enabled else (None, {}, None)
+        if timed is not None:
+            # Fresh inputs in the very buffers timing used: caches keyed by address, stale outputs and
+            # kernels that stop working after a number of calls all fail here.
+            recheck_seed = (r.seeds[-1] * 6364136223846793005 + 1442695040888963407) % (1 << 63)
+            check, problems, _ = check_seed(r, task, target, recheck_seed, into=timed)
+            check["after_timing"] = True
+            checks.append(check)
+            if problems:
+                return {"status": "wrong", "message": "after timing, on fresh inputs in the timed buffers: "
+                        + "; ".join(problems), "checks": checks, "timing": timing, "baselines": baselines}
     except WorkerError:
         raise
     except Exception:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import math
 import platform
 import traceback
@@ -29,7 +30,8 @@ class Worker:
 
     def hello(self, req: dict[str, Any]) -> dict[str, Any]:
         return {"worker_version": WORKER_VERSION, "python": platform.python_version(), "numpy": np.__version__,
-                "target": self.target.name, **self.target.describe()}
+                "target": self.target.name, "landlock_abi": int(os.environ.get("KSEARCH_LANDLOCK_ABI", "0")),
+                **self.target.describe()}
 
     def load_task(self, req: dict[str, Any]) -> dict[str, Any]:
         dir, spec = req.get("dir"), req.get("task")
@@ -54,6 +56,18 @@ class Worker:
         return evaluate.run(req, self.task, self.target)
 
     def reply(self, line: bytes) -> dict[str, Any]:
+        """The reply to one request line, carrying the request's `nonce` back (the Rust side believes a
+        reply only with it: candidate code runs in this process and could write to the reply pipe)."""
+        out = self._reply(line)
+        try:
+            nonce = json.loads(line).get("nonce")
+        except (ValueError, AttributeError):
+            nonce = None
+        if isinstance(nonce, str):
+            out["nonce"] = nonce
+        return out
+
+    def _reply(self, line: bytes) -> dict[str, Any]:
         try:
             req = json.loads(line)
         except ValueError as exc:
