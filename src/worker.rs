@@ -12,7 +12,7 @@ use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const STDERR_TAIL_LINES: usize = 40;
 
@@ -272,36 +272,32 @@ impl Worker {
         if !matches!(wrote, Some(Ok(()))) {
             return Err(self.crashed());
         }
-        let start = Instant::now();
-        loop {
-            let left = deadline.saturating_sub(start.elapsed());
-            let rx = self.rx.as_ref().expect("started");
-            match rx.recv_timeout(left) {
-                Ok(Line::Text(text)) => {
-                    let v: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
-                    if v["id"].as_u64() != Some(id) || v["nonce"].as_str() != Some(nonce.as_str()) {
-                        // Not the reply to this request: written by the candidate, or the protocol broke.
-                        // Either way nothing more from this worker can be trusted.
-                        let head: String = text.chars().take(200).collect();
-                        self.kill();
-                        return Err(WorkerFailure::Protocol(format!(
-                            "the worker's reply pipe carried a line that is not the reply to request {id} (a forged or corrupted reply; the worker was killed): {head}"
-                        )));
-                    }
-                    return Ok(if v["ok"].as_bool() == Some(true) {
-                        Reply::Ok(v["result"].clone())
-                    } else {
-                        Reply::Err {
-                            kind: v["error"]["kind"].as_str().unwrap_or("unknown").to_string(),
-                            message: v["error"]["message"].as_str().unwrap_or("").to_string(),
-                        }
-                    });
-                }
-                Ok(Line::Eof) | Err(RecvTimeoutError::Disconnected) => return Err(self.crashed()),
-                Err(RecvTimeoutError::Timeout) => {
+        let rx = self.rx.as_ref().expect("started");
+        match rx.recv_timeout(deadline) {
+            Ok(Line::Text(text)) => {
+                let v: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+                if v["id"].as_u64() != Some(id) || v["nonce"].as_str() != Some(nonce.as_str()) {
+                    // Not the reply to this request: written by the candidate, or the protocol broke.
+                    // Either way nothing more from this worker can be trusted.
+                    let head: String = text.chars().take(200).collect();
                     self.kill();
-                    return Err(WorkerFailure::Timeout(deadline.as_secs_f64()));
+                    return Err(WorkerFailure::Protocol(format!(
+                        "the worker's reply pipe carried a line that is not the reply to request {id} (a forged or corrupted reply; the worker was killed): {head}"
+                    )));
                 }
+                Ok(if v["ok"].as_bool() == Some(true) {
+                    Reply::Ok(v["result"].clone())
+                } else {
+                    Reply::Err {
+                        kind: v["error"]["kind"].as_str().unwrap_or("unknown").to_string(),
+                        message: v["error"]["message"].as_str().unwrap_or("").to_string(),
+                    }
+                })
+            }
+            Ok(Line::Eof) | Err(RecvTimeoutError::Disconnected) => Err(self.crashed()),
+            Err(RecvTimeoutError::Timeout) => {
+                self.kill();
+                Err(WorkerFailure::Timeout(deadline.as_secs_f64()))
             }
         }
     }
