@@ -11,6 +11,8 @@ bin=${KSEARCH_BIN:-.device/bin/ksearch}
 out=${OUT:-/tmp/ksearch-out}
 tasks=${TASKS:-mamba-scan}
 budget=${BUDGET:-12}
+checks=${CHECKS:-3}      # fresh random inputs per workload in the evals
+tune=${TUNE:-1}          # 0 skips the tune runs
 mkdir -p "$out"
 store=$(mktemp -d)
 log="$out/h200.log"
@@ -40,14 +42,14 @@ PY
 for task in $tasks; do
   for seed in tasks/$task/seeds/mlx-cuda/*/; do
     s=$(basename "$seed")
-    record "$task/eval/$s" eval "tasks/$task" "$seed" --target mlx-cuda
+    record "$task/eval/$s" eval "tasks/$task" "$seed" --target mlx-cuda --checks "$checks"
   done
-  if [ -d "tasks/$task/seeds/mlx-cuda/expert" ]; then
+  if [ "$tune" = 1 ] && [ -d "tasks/$task/seeds/mlx-cuda/expert" ]; then
     record "$task/tune/expert" run "tasks/$task" --target mlx-cuda --seed expert --budget "$budget"
   fi
 done
 # The exported module of each expert seed, and its own test, on the kernel's path.
-for task in $tasks; do
+for task in ${EXPORT_TASKS:-$tasks}; do
   seed="tasks/$task/seeds/mlx-cuda/expert"
   [ -d "$seed" ] || continue
   exp=$(mktemp -d)
