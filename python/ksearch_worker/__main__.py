@@ -52,7 +52,11 @@ def main(argv: list[str] | None = None) -> int:
         # Candidate code (and the compiler) may write only beneath the private and build directories.
         from .landlock import restrict_writes
 
-        writable = [os.getcwd(), "/dev", *filter(None, os.environ.get("KSEARCH_WRITABLE", "").split(os.pathsep))]
+        import tempfile
+
+        # The temporary directory is the private one when ksearch starts the worker (TMPDIR).
+        writable = [os.getcwd(), tempfile.gettempdir(), "/dev",
+                    *filter(None, os.environ.get("KSEARCH_WRITABLE", "").split(os.pathsep))]
         os.environ["KSEARCH_LANDLOCK_ABI"] = str(restrict_writes(writable) or 0)
 
     from .protocol import serve
