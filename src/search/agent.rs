@@ -7,7 +7,6 @@ use crate::llm::{Llm, LlmError, Message, Request};
 use crate::report::fmt_time;
 use crate::target::Target;
 use crate::task::Task;
-use serde::Serialize;
 use serde_json::{Value, json};
 
 /// A reason to end the search early (the LLM budget is spent, the provider keeps failing).
@@ -240,13 +239,4 @@ pub fn source_hint(c: &Candidate) -> Value {
         _ => "c",
     };
     json!({"source_name": name, "source_lang": lang})
-}
-
-/// Serialisable view for templates.
-#[derive(Serialize)]
-pub struct ActionView<'a> {
-    pub title: &'a str,
-    pub description: &'a str,
-    pub difficulty: u8,
-    pub rationale: &'a str,
 }

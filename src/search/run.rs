@@ -239,8 +239,10 @@ impl<'a> Runner<'a> {
                 let (tb, rs) = (config.tune_budget, config.rng_seed);
                 match kind {
                     StrategyKind::WorldModel => {
-                        let mut cfg = WorldModelConfig::new(rs);
-                        cfg.window = config.window.max(1);
+                        let cfg = WorldModelConfig {
+                            window: config.window.max(1),
+                            ..Default::default()
+                        };
                         Box::new(Hybrid::new(WorldModelStrategy::new(agent, cfg), tb, rs))
                     }
                     StrategyKind::Evolve => Box::new(Hybrid::new(

@@ -30,16 +30,14 @@ pub struct WorldModelConfig {
     pub max_cycle_rounds: u32,
     /// LLM calls per edit or generation before giving up on it (errors are fed back each time).
     pub tries: u32,
-    pub rng_seed: u64,
 }
 
-impl WorldModelConfig {
-    pub fn new(rng_seed: u64) -> Self {
+impl Default for WorldModelConfig {
+    fn default() -> Self {
         WorldModelConfig {
             window: 3,
             max_cycle_rounds: 8,
             tries: 3,
-            rng_seed,
         }
     }
 }
