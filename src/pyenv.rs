@@ -38,6 +38,23 @@ fn run(cmd: &mut Command, what: &str) -> Result<()> {
     Ok(())
 }
 
+/// `pip install -r requirements` into the environment of `python`.
+fn pip_install(python: &Path, requirements: &Path, what: &str) -> Result<()> {
+    run(
+        Command::new(python)
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "-r",
+            ])
+            .arg(requirements),
+        what,
+    )
+}
+
 /// Finds or creates the worker's Python. `explicit` comes from `--python` or `KSEARCH_PYTHON`.
 pub fn ensure(explicit: Option<&Path>) -> Result<PythonEnv> {
     let worker_path = crate::builtin::python_dir()?;
@@ -75,17 +92,9 @@ pub fn ensure(explicit: Option<&Path>) -> Result<PythonEnv> {
             Command::new(base_python()).args(["-m", "venv"]).arg(&dir),
             "creating the virtual environment (set KSEARCH_BASE_PYTHON to pick the interpreter)",
         )?;
-        run(
-            Command::new(&python)
-                .args([
-                    "-m",
-                    "pip",
-                    "install",
-                    "--quiet",
-                    "--disable-pip-version-check",
-                    "-r",
-                ])
-                .arg(worker_path.join("requirements.txt")),
+        pip_install(
+            &python,
+            &worker_path.join("requirements.txt"),
             "installing the worker's pinned packages",
         )?;
         std::fs::write(&ready, crate::builtin::requirements())?;
@@ -115,17 +124,9 @@ impl PythonEnv {
         eprintln!(
             "ksearch: installing MLX into the worker's environment (first use of an MLX target)"
         );
-        run(
-            Command::new(&self.python)
-                .args([
-                    "-m",
-                    "pip",
-                    "install",
-                    "--quiet",
-                    "--disable-pip-version-check",
-                    "-r",
-                ])
-                .arg(self.worker_path.join("requirements-mlx.txt")),
+        pip_install(
+            &self.python,
+            &self.worker_path.join("requirements-mlx.txt"),
             "installing MLX for the MLX targets",
         )?;
         if let Some(r) = ready {
@@ -136,17 +137,9 @@ impl PythonEnv {
 
     /// Installs the test requirements into the managed environment (the test suite uses this).
     pub fn install_test_requirements(&self) -> Result<()> {
-        run(
-            Command::new(&self.python)
-                .args([
-                    "-m",
-                    "pip",
-                    "install",
-                    "--quiet",
-                    "--disable-pip-version-check",
-                    "-r",
-                ])
-                .arg(self.worker_path.join("requirements-test.txt")),
+        pip_install(
+            &self.python,
+            &self.worker_path.join("requirements-test.txt"),
             "installing the worker's test packages",
         )
     }

@@ -4,36 +4,8 @@
 mod common;
 use common::*;
 use ksearch::store::Store;
-use std::collections::BTreeMap;
-use std::path::Path;
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
-
-type Snapshot = BTreeMap<i64, String>;
-
-fn snapshot(store: &Path, run_id: &str) -> Snapshot {
-    Store::open(store)
-        .unwrap()
-        .evaluations(run_id)
-        .unwrap()
-        .into_iter()
-        .map(|(id, phase, cand, r)| {
-            (
-                id,
-                format!("{phase}/{cand}/{}/{:?}", r.workload, r.median_s()),
-            )
-        })
-        .collect()
-}
-
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill(); // SIGKILL
-        let _ = self.0.wait();
-    }
-}
 
 #[test]
 fn kill_9_at_many_moments_then_resume_loses_no_finished_evaluation() {
@@ -41,7 +13,7 @@ fn kill_9_at_many_moments_then_resume_loses_no_finished_evaluation() {
     let mut args = vec!["run", "matmul", "--budget", "14"];
     args.extend_from_slice(QUICK);
     let mut run_id: Option<String> = None;
-    let mut kept = Snapshot::new();
+    let mut kept = std::collections::BTreeMap::new();
     // Kill after 1, 3, 2, 4, 1, 3, 2 more stored evaluations: inside compiles, checks, timing and
     // between attempts, wherever the process happens to be.
     for step in [1usize, 3, 2, 4, 1, 3, 2] {

@@ -5,7 +5,6 @@ use common::*;
 use ksearch::candidate::Candidate;
 use ksearch::store::Store;
 use serde_json::Value;
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -127,28 +126,6 @@ fn a_hang_costs_one_candidate_and_the_run_goes_on() {
     assert!(timeouts[0]["elapsed_s"].as_f64().unwrap() < 2.0 + 5.0);
 }
 
-type Snapshot = BTreeMap<i64, (String, String, String, Option<f64>)>;
-
-fn snapshot(store: &Path, run_id: &str) -> Snapshot {
-    Store::open(store)
-        .unwrap()
-        .evaluations(run_id)
-        .unwrap()
-        .into_iter()
-        .map(|(id, phase, cand, r)| (id, (phase, cand, r.workload.clone(), r.median_s())))
-        .collect()
-}
-
-/// Kills and reaps the child however the test leaves the scope.
-struct Killed(std::process::Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill(); // SIGKILL
-        let _ = self.0.wait();
-    }
-}
-
 /// Starts a run, kills it with SIGKILL once `kill_after` evaluations are stored, returns the run id.
 fn start_and_kill(
     store: &Path,
@@ -222,9 +199,12 @@ fn a_run_killed_with_sigkill_resumes_and_loses_no_finished_evaluation() {
     }
     // No candidate was evaluated twice on the same workload in the search phase.
     let mut seen = std::collections::BTreeSet::new();
-    for (phase, cand, w, _) in after.values() {
+    for key in after.values() {
+        let (phase, rest) = key.split_once('/').unwrap();
+        let (cand, rest) = rest.split_once('/').unwrap();
+        let w = rest.split_once('/').unwrap().0;
         assert!(
-            seen.insert((phase.clone(), cand.clone(), w.clone())),
+            seen.insert((phase, cand, w)),
             "{cand} on {w} measured twice"
         );
     }

@@ -46,3 +46,29 @@ pub fn last_json(o: &Output) -> Value {
 
 /// Fast settings for tests: one input check and a short timing budget (speed is not under test).
 pub const QUICK: &[&str] = &["--checks", "1", "--timing-budget", "0.1"];
+
+/// Kills (SIGKILL) and reaps the child however the test leaves the scope.
+pub struct Killed(pub std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Every stored evaluation of a run, by id, as text: what must survive kills unchanged.
+pub fn snapshot(store: &Path, run_id: &str) -> std::collections::BTreeMap<i64, String> {
+    ksearch::store::Store::open(store)
+        .unwrap()
+        .evaluations(run_id)
+        .unwrap()
+        .into_iter()
+        .map(|(id, phase, cand, r)| {
+            (
+                id,
+                format!("{phase}/{cand}/{}/{:?}", r.workload, r.median_s()),
+            )
+        })
+        .collect()
+}
