@@ -11,7 +11,7 @@ use std::time::Duration;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    #[error("store {}: {source}", path.display())]
+    #[error("store {}: {source}{}", path.display(), hint(source))]
     Sql {
         path: PathBuf,
         source: rusqlite::Error,
@@ -21,6 +21,33 @@ pub enum StoreError {
 }
 
 pub type Result<T> = std::result::Result<T, StoreError>;
+
+/// What to do about the SQLite errors a user can meet.
+fn hint(e: &rusqlite::Error) -> String {
+    use rusqlite::ErrorCode::*;
+    let code = match e {
+        rusqlite::Error::SqliteFailure(f, _) => f.code,
+        _ => return String::new(),
+    };
+    match code {
+        DatabaseBusy | DatabaseLocked => format!(
+            " — another process held the store locked for longer than {} ms (KSEARCH_STORE_BUSY_MS); \
+             wait for it or use another --store; nothing finished is lost",
+            busy_ms()
+        ),
+        DiskFull => " — the disk holding the store is full: free space, then `ksearch resume RUN`; every finished evaluation is kept".into(),
+        ReadOnly | CannotOpen | PermissionDenied => " — the store cannot be written here: check the folder's permissions, or pass --store DIR".into(),
+        _ => String::new(),
+    }
+}
+
+/// How long to wait for another process's lock on the store.
+fn busy_ms() -> u64 {
+    std::env::var("KSEARCH_STORE_BUSY_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(30_000)
+}
 
 pub struct Store {
     conn: Connection,
@@ -116,7 +143,8 @@ impl Store {
         })?;
         let conn = Connection::open(&path).map_err(wrap)?;
         // Another run or a reader may hold the lock briefly; wait rather than fail.
-        conn.busy_timeout(Duration::from_secs(30)).map_err(wrap)?;
+        conn.busy_timeout(Duration::from_millis(busy_ms()))
+            .map_err(wrap)?;
         let mode: String = conn
             .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
             .map_err(wrap)?;
@@ -611,6 +639,26 @@ mod tests {
         // A second connection sees committed data at once (what `ksearch runs` does during a run).
         let s2 = Store::open(dir.path()).unwrap();
         assert_eq!(s2.evaluations("r1").unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_store_locked_too_long_says_so() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Store::open(dir.path()).unwrap();
+        let other = Connection::open(dir.path().join("ksearch.db")).unwrap();
+        other.execute_batch("BEGIN EXCLUSIVE").unwrap();
+        s.conn.busy_timeout(Duration::from_millis(100)).unwrap();
+        let err = s
+            .create_run("r1", "t", Path::new("/x"), "cpu", "tune", 5, &Value::Null)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("ksearch.db") && err.contains("locked") && err.contains("another --store"),
+            "{err}"
+        );
+        other.execute_batch("ROLLBACK").unwrap();
+        s.create_run("r1", "t", Path::new("/x"), "cpu", "tune", 5, &Value::Null)
+            .unwrap();
     }
 
     #[test]
