@@ -7,6 +7,7 @@ pub mod dtype;
 pub mod eval;
 pub mod export;
 pub mod expr;
+pub mod knowledge;
 pub mod llm;
 pub mod prompts;
 pub mod pyenv;

@@ -79,6 +79,9 @@ pub struct TaskToml {
     pub description: String,
     #[serde(default)]
     pub timeout_s: Option<f64>,
+    /// Kernel family (attention, scan, reduction, matmul): selects the knowledge an LLM gets.
+    #[serde(default)]
+    pub family: Option<String>,
     pub dims: BTreeMap<String, String>,
     #[serde(default)]
     pub types: BTreeMap<String, String>,

@@ -21,6 +21,8 @@ pub struct Agent {
     pub task: Value,
     pub target: Value,
     pub hardware: String,
+    /// The knowledge section for the MLX targets (empty on the CPU).
+    pub knowledge: String,
     pub max_output_tokens: Option<u32>,
     consecutive_failures: u32,
 }
@@ -39,6 +41,7 @@ impl Agent {
             task: json!({"name": task.name(), "description": task.toml.description, "spec": task.spec, "workloads": workloads}),
             target: json!({"name": target.name(), "notes": target_notes(target)}),
             hardware: hardware_line(hardware),
+            knowledge: crate::knowledge::prompt_section(target, task.toml.family.as_deref()),
             max_output_tokens: None,
             consecutive_failures: 0,
         }
@@ -46,7 +49,7 @@ impl Agent {
 
     /// Context every prompt template gets.
     pub fn ctx(&self, extra: Value) -> Value {
-        let mut v = json!({"task": self.task, "target": self.target, "hardware": self.hardware});
+        let mut v = json!({"task": self.task, "target": self.target, "hardware": self.hardware, "knowledge": self.knowledge});
         if let (Some(o), Value::Object(e)) = (v.as_object_mut(), extra) {
             o.extend(e);
         }
