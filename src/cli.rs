@@ -486,16 +486,7 @@ fn execute(
             let status = if obs.summary.passed {
                 report::fmt_time(obs.summary.geomean_s)
             } else {
-                obs.summary
-                    .first_failure
-                    .clone()
-                    .unwrap_or_default()
-                    .lines()
-                    .next()
-                    .unwrap_or("")
-                    .chars()
-                    .take(60)
-                    .collect()
+                report::head_line(obs.summary.first_failure.as_deref().unwrap_or(""), 60)
             };
             bar.set_message(format!(
                 "last {status} | best {}",
@@ -655,16 +646,7 @@ fn cmd_show(store_dir: &Path, run_id: &str, json: bool, out: Option<&Path>) -> R
             match s {
                 None => "in progress".into(),
                 Some(s) if s.passed => "passed".into(),
-                Some(s) => s
-                    .first_failure
-                    .clone()
-                    .unwrap_or_default()
-                    .lines()
-                    .next()
-                    .unwrap_or("")
-                    .chars()
-                    .take(70)
-                    .collect(),
+                Some(s) => report::head_line(s.first_failure.as_deref().unwrap_or(""), 70),
             },
             report::fmt_time(s.and_then(|s| s.geomean_s)),
         ]);

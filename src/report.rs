@@ -85,6 +85,11 @@ pub fn workloads_table(results: &[WorkloadResult]) -> String {
     out
 }
 
+/// The first line of a message, cut to `n` characters (for table cells and progress bars).
+pub fn head_line(s: &str, n: usize) -> String {
+    s.lines().next().unwrap_or("").chars().take(n).collect()
+}
+
 fn first_lines(s: &str, n: usize) -> String {
     let lines: Vec<&str> = s.lines().collect();
     if lines.len() <= n {
