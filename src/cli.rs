@@ -762,13 +762,8 @@ fn cmd_doctor(store_dir: &Path, python: Option<&Path>, json: bool) -> Result<u8>
             );
             let task = Task::load(&builtin::task_dir(DEFAULT_TASK)?)?;
             let build = std::env::temp_dir().join(format!("ksearch-doctor-{}", std::process::id()));
-            match Evaluator::start(
-                task,
-                Target::Cpu,
-                env,
-                build.clone(),
-                Settings::for_task(&Task::load(&builtin::task_dir(DEFAULT_TASK)?)?),
-            ) {
+            let settings = Settings::for_task(&task);
+            match Evaluator::start(task, Target::Cpu, env, build.clone(), settings) {
                 Ok(ev) => {
                     report.insert("worker".into(), ev.hello.clone());
                 }

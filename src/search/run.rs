@@ -209,11 +209,12 @@ impl<'a> Runner<'a> {
                 config.strategy.name()
             );
         }
+        // The task's defaults, with what the run was started with.
         let settings = Settings {
             checks: config.checks,
             timeout_s: config.timeout_s,
-            compile_timeout_s: 120.0,
             timing: config.timing.clone(),
+            ..Settings::for_task(&task)
         };
         let build = store
             .path()

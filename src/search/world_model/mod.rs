@@ -259,7 +259,7 @@ impl WorldModelStrategy {
         let attempts = self.st.cycle.as_ref().map_or(0, |c| c.attempts);
         let ctx = self.agent.ctx(json!({
             "mode": mode, "node": node_view.unwrap_or(json!({"id": "", "title": ""})), "attempts": attempts,
-            "tree": wire::prompt_json(self.wm(), 400), "evidence": evidence, "code": code.unwrap_or_default(), "feedback": "",
+            "tree": wire::prompt_json(self.wm(), 400), "evidence": evidence, "code": code.unwrap_or_default(),
         }));
         let prompt = crate::prompts::render("wm_edit.j2", ctx).map_err(Stop)?;
         let base = self.wm().clone();
