@@ -38,12 +38,19 @@ pub struct BufferDecl {
     pub shape: Vec<ExprField>,
     /// A dtype, or a type variable of the task.
     pub dtype: String,
+    /// The buffer exists only for workloads where this holds (e.g. `"Tq == 1"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub when: Option<ExprField>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Launch {
     pub kernel: String,
+    /// The launch runs only for workloads where this holds, so one candidate can dispatch on
+    /// shape (a split-K decode for `Tq == 1`, a tiled prefill otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub when: Option<ExprField>,
     #[serde(default)]
     pub inputs: Vec<String>,
     pub outputs: Vec<String>,
@@ -260,9 +267,9 @@ impl Candidate {
                 ));
             }
             for t in &l.template {
-                if !p.tunable.contains_key(t) {
+                if !is_ident(t) {
                     return Err(format!(
-                        "field `launch[{i}].template`: `{t}` is not a [tunable]"
+                        "field `launch[{i}].template`: `{t}` must be the name of a tunable or a dim"
                     ));
                 }
             }
@@ -315,10 +322,11 @@ impl Candidate {
                     b.dtype
                 ));
             }
-            for e in &b.shape {
+            for e in b.shape.iter().chain(b.when.iter()) {
                 if let Some(v) = e.0.vars().into_iter().find(|v| !known(v)) {
                     return Err(format!(
-                        "field `buffer[{i}].shape`: `{v}` is neither a dim of the task nor a tunable"
+                        "field `buffer[{i}]`: `{v}` (in `{}`) is neither a dim of the task nor a tunable",
+                        e.0
                     ));
                 }
             }
@@ -347,11 +355,17 @@ impl Candidate {
                     ));
                 }
             }
+            if let Some(t) = l.template.iter().find(|t| !known(t)) {
+                return Err(format!(
+                    "field `launch[{i}].template`: `{t}` is neither a [tunable] nor a dim of the task"
+                ));
+            }
             let exprs = l
                 .scalars
                 .iter()
                 .chain(l.grid.iter().flatten())
-                .chain(l.threadgroup.iter().flatten());
+                .chain(l.threadgroup.iter().flatten())
+                .chain(l.when.iter());
             for e in exprs {
                 if let Some(v) = e.0.vars().into_iter().find(|v| !known(v)) {
                     return Err(format!(
@@ -454,8 +468,17 @@ impl Candidate {
                 .map(|e| e.0.eval_int(&env).map_err(|e| e.to_string()))
                 .collect()
         };
+        let holds = |when: &Option<ExprField>| -> Result<bool, String> {
+            when.as_ref().map_or(Ok(true), |w| {
+                w.0.eval_bool(&env)
+                    .map_err(|e| format!("`when = \"{}\"`: {e}", w.0))
+            })
+        };
         let mut buffers = Vec::new();
         for b in &self.plan.buffer {
+            if !holds(&b.when)? {
+                continue;
+            }
             let shape = ints(&b.shape)?;
             if shape.iter().any(|d| *d <= 0) {
                 return Err(format!(
@@ -471,6 +494,9 @@ impl Candidate {
         }
         let mut launches = Vec::new();
         for l in &self.plan.launch {
+            if !holds(&l.when)? {
+                continue;
+            }
             launches.push(ResolvedLaunch {
                 kernel: l.kernel.clone(),
                 inputs: l.inputs.clone(),
@@ -478,8 +504,22 @@ impl Candidate {
                 scalars: ints(&l.scalars)?,
                 grid: l.grid.as_deref().map(ints).transpose()?,
                 threadgroup: l.threadgroup.as_deref().map(ints).transpose()?,
+                // A template int is a tunable or, for shape-specialised code (e.g. the head dim), a dim.
                 template: (!l.template.is_empty())
-                    .then(|| l.template.iter().map(|t| (t.clone(), params[t])).collect()),
+                    .then(|| {
+                        l.template
+                            .iter()
+                            .map(|t| match params.get(t) {
+                                Some(v) => Ok((t.clone(), *v)),
+                                None => {
+                                    env.get(t).map(|v| (t.clone(), *v as i64)).ok_or_else(|| {
+                                        format!("template `{t}`: no tunable or dim of that name")
+                                    })
+                                }
+                            })
+                            .collect::<Result<_, String>>()
+                    })
+                    .transpose()?,
                 scalar_names: l.scalars.iter().map(|s| s.0.src().to_string()).collect(),
                 type_args: l
                     .type_args
@@ -503,6 +543,30 @@ impl Candidate {
                 init_value: l.init_value,
                 atomic_outputs: l.atomic_outputs,
             });
+        }
+        // With `when`, a workload may leave out launches and buffers: what runs must still be whole.
+        for l in &launches {
+            let missing = l.inputs.iter().chain(&l.outputs).find(|n| {
+                self.plan.buffer.iter().any(|b| &b.name == *n)
+                    && !buffers.iter().any(|b| &b.name == *n)
+            });
+            if let Some(n) = missing {
+                return Err(format!(
+                    "launch of `{}` uses buffer `{n}`, whose `when` excludes workload `{}`",
+                    l.kernel, rw.name
+                ));
+            }
+        }
+        if let Some(o) = task
+            .toml
+            .output
+            .iter()
+            .find(|o| !launches.iter().any(|l| l.outputs.contains(&o.name)))
+        {
+            return Err(format!(
+                "no launch writes `{}` in workload `{}`: every output needs a launch whose `when` holds",
+                o.name, rw.name
+            ));
         }
         Ok(ResolvedPlan { buffers, launches })
     }
@@ -646,6 +710,7 @@ pub fn space(c: &Candidate) -> Vec<(String, Vec<i64>)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::expr::Expr;
 
     fn plan(extra: &str) -> Candidate {
         let text = format!(
@@ -712,6 +777,83 @@ default = 2
         assert!(
             !c.satisfies_constraints(&[("N".to_string(), 5.0)].into())
                 .unwrap()
+        );
+    }
+
+    /// mamba-scan's expert seed (one launch writing y and state), with `edit` applied to its plan.
+    fn scan_expert(edit: impl FnOnce(&mut Plan)) -> (Task, Candidate) {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tasks/mamba-scan");
+        let task = Task::load(&root).unwrap();
+        let mut c = Candidate::load(&root.join("seeds/mlx-cuda/expert")).unwrap();
+        edit(&mut c.plan);
+        c.validate().unwrap();
+        c.check_against(&task).unwrap();
+        (task, c)
+    }
+
+    fn when(src: &str) -> Option<ExprField> {
+        Some(ExprField(Expr::parse(src).unwrap()))
+    }
+
+    fn resolve_named(task: &Task, c: &Candidate, name: &str) -> Result<ResolvedPlan, String> {
+        let w = task.toml.workload.iter().find(|w| w.name == name).unwrap();
+        c.resolve(task, &task.resolve(w).unwrap())
+    }
+
+    #[test]
+    fn when_selects_launches_and_buffers_per_workload() {
+        // A second launch writing a scratch buffer, both only for long sequences.
+        let (task, c) = scan_expert(|p| {
+            let mut extra = p.launch[0].clone();
+            extra.outputs = vec!["scratch".into()];
+            extra.when = when("L >= 1024");
+            p.launch.push(extra);
+            p.buffer.push(BufferDecl {
+                name: "scratch".into(),
+                shape: vec![ExprField(Expr::parse("L").unwrap())],
+                dtype: "float32".into(),
+                when: when("L >= 1024"),
+            });
+        });
+        let long = resolve_named(&task, &c, "ks_d768_l2048").unwrap();
+        assert_eq!((long.launches.len(), long.buffers.len()), (2, 1));
+        let short = resolve_named(&task, &c, "ks_d768_l512").unwrap();
+        assert_eq!((short.launches.len(), short.buffers.len()), (1, 0));
+
+        // A buffer left out while a launch that runs still writes it.
+        let (task, c) = scan_expert(|p| {
+            p.launch[0].outputs.push("scratch".into());
+            p.buffer.push(BufferDecl {
+                name: "scratch".into(),
+                shape: vec![ExprField(Expr::parse("L").unwrap())],
+                dtype: "float32".into(),
+                when: when("L >= 1024"),
+            });
+        });
+        let err = resolve_named(&task, &c, "ks_d768_l512").unwrap_err();
+        assert!(err.contains("buffer `scratch`"), "{err}");
+
+        // A `when` that leaves an output unwritten is named.
+        let (task, c) = scan_expert(|p| p.launch[0].when = when("L >= 1024"));
+        let err = resolve_named(&task, &c, "ks_d768_l512").unwrap_err();
+        assert!(err.contains("no launch writes `y`"), "{err}");
+    }
+
+    #[test]
+    fn template_may_name_a_dim() {
+        let (task, c) = scan_expert(|p| p.launch[0].template.push("N".into()));
+        let r = resolve_named(&task, &c, "ks_d768_l512").unwrap();
+        let t = r.launches[0].template.as_ref().unwrap();
+        assert_eq!(t["N"], 16);
+        assert_eq!(t["NS"], c.params()["NS"]);
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tasks/mamba-scan");
+        let task = Task::load(&root).unwrap();
+        let mut c = Candidate::load(&root.join("seeds/mlx-cuda/expert")).unwrap();
+        c.plan.launch[0].template.push("NOPE".into());
+        let err = c.check_against(&task).unwrap_err();
+        assert!(
+            err.contains("`NOPE` is neither a [tunable] nor a dim"),
+            "{err}"
         );
     }
 

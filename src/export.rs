@@ -67,7 +67,9 @@ fn spec(task: &Task, c: &Candidate) -> Result<Value> {
                 "scalars": l.scalars.iter().map(|s| s.0.src().to_string()).collect::<Vec<_>>(),
                 "grid": l.grid.iter().flatten().map(|e| e.0.src().to_string()).collect::<Vec<_>>(),
                 "threadgroup": l.threadgroup.iter().flatten().map(|e| e.0.src().to_string()).collect::<Vec<_>>(),
-                "template": l.template.iter().map(|n| (n.clone(), json!(c.params()[n]))).collect::<serde_json::Map<_, _>>(),
+                // A tunable's chosen value, or a dim's name (evaluated per call).
+                "template": l.template.iter().map(|n| (n.clone(), json!(c.params().get(n).map_or(n.clone(), |v| v.to_string())))).collect::<serde_json::Map<_, _>>(),
+                "when": l.when.as_ref().map(|e| e.0.src().to_string()),
                 "type_args": l.type_args, "shared_memory": l.shared_memory.as_ref().map(|e| e.0.src().to_string()),
                 "init_value": l.init_value, "atomic_outputs": l.atomic_outputs,
             })
@@ -112,7 +114,7 @@ fn spec(task: &Task, c: &Candidate) -> Result<Value> {
         "type_vars": type_vars,
         "inits": t.input.iter().map(|i| (i.name.clone(), json!(i.init.clone().unwrap_or_else(|| "normal(0, 1)".into())))).collect::<serde_json::Map<_, _>>(),
         "kernels": kernels, "launches": launches,
-        "buffers": c.plan.buffer.iter().map(|b| json!({"name": b.name, "shape": b.shape.iter().map(|e| e.0.src().to_string()).collect::<Vec<_>>(), "dtype": b.dtype})).collect::<Vec<_>>(),
+        "buffers": c.plan.buffer.iter().map(|b| json!({"name": b.name, "shape": b.shape.iter().map(|e| e.0.src().to_string()).collect::<Vec<_>>(), "dtype": b.dtype, "when": b.when.as_ref().map(|e| e.0.src().to_string())})).collect::<Vec<_>>(),
         "params": c.params(), "constraints": c.plan.constraints.iter().map(|e| e.0.src().to_string()).collect::<Vec<_>>(),
         "dtype_combos": combos,
         "baseline": baseline, "baselines_py": read("baselines.py"), "reference_py": read("reference.py"),
