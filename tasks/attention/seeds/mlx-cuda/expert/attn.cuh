@@ -1,0 +1,646 @@
+// attention, expert (MLX CUDA): device code shared by the three launches (prefill, decode split, decode combine).
+//
+// Conventions. q (B, Hq, Tq, D), k and v (B, Hkv, Tk, D), o (B, Hq, Tq, D), row-major, in T (__half,
+// __nv_bfloat16 or float). Query head h reads key/value head h / (Hq / Hkv). Causal: query row i sees keys
+// j <= i + (Tk - Tq). Scores are kept in raw units; the softmax uses exp2 with log2(e) / sqrt(D) folded into
+// one multiply-add: p = 2^(s * c - m * c), so no exp and no separate scaling pass.
+namespace ksattn {
+
+#define KSATTN_LOG2E 1.4426950408889634f
+__device__ __forceinline__ float neg_inf() { return -__int_as_float(0x7f800000); }
+
+// 2^x with the hardware approximation (relative error ~2^-22; 2^-inf = +0).
+__device__ __forceinline__ float ex2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+__device__ __forceinline__ float to_f(float x) { return x; }
+__device__ __forceinline__ float to_f(__half x) { return __half2float(x); }
+__device__ __forceinline__ float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+template <typename T> __device__ __forceinline__ T from_f(float x);
+template <> __device__ __forceinline__ float from_f<float>(float x) { return x; }
+template <> __device__ __forceinline__ __half from_f<__half>(float x) { return __float2half_rn(x); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+
+// Two floats as one 32-bit register of two 16-bit T (the low half is the first).
+__device__ __forceinline__ unsigned pack2(float a, float b, __half) {
+  __half2 h = __floats2half2_rn(a, b);
+  return *reinterpret_cast<unsigned*>(&h);
+}
+__device__ __forceinline__ unsigned pack2(float a, float b, __nv_bfloat16) {
+  __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+  return *reinterpret_cast<unsigned*>(&h);
+}
+
+// Eight 16-bit T in a 16-byte word, to floats.
+__device__ __forceinline__ void unpack8(const uint4& u, float* f, __half) {
+  const __half2* h = reinterpret_cast<const __half2*>(&u);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 x = __half22float2(h[i]);
+    f[2 * i] = x.x;
+    f[2 * i + 1] = x.y;
+  }
+}
+__device__ __forceinline__ void unpack8(const uint4& u, float* f, __nv_bfloat16) {
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 x = __bfloat1622float2(h[i]);
+    f[2 * i] = x.x;
+    f[2 * i + 1] = x.y;
+  }
+}
+
+// A lane's 8 consecutive elements as loaded (one 16-byte word of 16-bit T, two of float), to floats.
+__device__ __forceinline__ void lane8(const uint4* w, float* f, __half) { unpack8(w[0], f, __half()); }
+__device__ __forceinline__ void lane8(const uint4* w, float* f, __nv_bfloat16) { unpack8(w[0], f, __nv_bfloat16()); }
+__device__ __forceinline__ void lane8(const uint4* w, float* f, float) {
+  const float* x = reinterpret_cast<const float*>(w);
+#pragma unroll
+  for (int e = 0; e < 8; ++e) f[e] = x[e];
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Tensor-core primitives (sm_80+): one m16n8k16 MMA with fp32 accumulators, ldmatrix, cp.async.
+template <typename T> struct Mma;
+template <> struct Mma<__half> {
+  static __device__ __forceinline__ void run(float* c, const unsigned* a, unsigned b0, unsigned b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+};
+template <> struct Mma<__nv_bfloat16> {
+  static __device__ __forceinline__ void run(float* c, const unsigned* a, unsigned b0, unsigned b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+};
+
+__device__ __forceinline__ unsigned smem_u32(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void ldsm_x4(unsigned* r, unsigned addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x4_t(unsigned* r, unsigned addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+// 16 bytes global -> shared, asynchronously; with ok == false the 16 bytes are zero-filled (nothing is read).
+__device__ __forceinline__ void cp16(unsigned dst, const void* src, bool ok) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(ok ? 16 : 0));
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+// Shared tiles of rows of D 16-bit elements (DC = D / 8 chunks of 16 bytes). Chunk c of row r is stored at
+// chunk c ^ (r & 7): the 8 rows one ldmatrix reads (same logical chunk) fall in 8 different bank groups.
+template <int D> __device__ __forceinline__ int swz(int r, int c) { return r * D + ((c ^ (r & 7)) << 3); }
+
+// ---------------------------------------------------------------------------------------------------------
+// Prefill, fp16 / bf16: FlashAttention-2 style on mma.sync.
+// Block = NW warps = BQ = 16 * WM * NW query rows of one (b, h); warp w owns rows [16 WM w, 16 WM (w + 1)).
+// Key tiles of BK rows of K and V are double-buffered in shared memory (cp.async, prefetch of tile j + 1
+// while tile j is used). Per tile: S = Q K^T (A = Q via ldmatrix, B = K via ldmatrix), online softmax on the
+// accumulators in registers (a row lives in the 4 lanes of a quad), P re-packed in registers as the A
+// operand of O += P V (B = V via ldmatrix.trans). Causal: tiles past the block's last visible key are never
+// loaded; only tiles that cross the diagonal (or the end of Tk) are masked.
+// Shared memory: (BQ + 4 BK) * D * 2 bytes (Q, then K[2], V[2]); the Q tile is reused to stage O.
+template <typename T, int D, int NW, int WM, int BK>
+__device__ __forceinline__ void prefill_mma(const T* __restrict__ q, const T* __restrict__ k,
+                                            const T* __restrict__ v, T* __restrict__ o, int Hq, int Hkv,
+                                            int Tq, int Tk, int causal, unsigned char* smem) {
+  constexpr int BQ = 16 * WM * NW;
+  constexpr int NT = 32 * NW;
+  constexpr int DC = D / 8;   // 16-byte chunks per row
+  constexpr int KD = D / 16;  // k-steps of S = Q K^T
+  constexpr int NS = BK / 8;  // n8 tiles of S
+  constexpr int ND = D / 8;   // n8 tiles of O
+  static_assert(BK % 16 == 0 && D % 16 == 0, "tile shapes");
+  T* sQ = reinterpret_cast<T*>(smem);
+  T* sK = sQ + BQ * D;
+  T* sV = sK + 2 * BK * D;
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, t4 = lane & 3;
+  const int bh = blockIdx.x;
+  const int b = bh / Hq, h = bh % Hq, kvh = h / (Hq / Hkv);
+  const int qt = gridDim.y - 1 - blockIdx.y;  // heaviest (causal) tiles first
+  const int q0 = qt * BQ;
+  const int off = Tk - Tq;
+  const T* qg = q + ((size_t)bh * Tq + q0) * D;
+  const T* kg = k + (size_t)(b * Hkv + kvh) * Tk * D;
+  const T* vg = v + (size_t)(b * Hkv + kvh) * Tk * D;
+  T* og = o + ((size_t)bh * Tq + q0) * D;
+
+  const int kend = causal ? min(Tk, q0 + BQ + off) : Tk;  // keys past kend are seen by no row of the block
+  const int ntiles = (kend + BK - 1) / BK;
+  const float c = rsqrtf((float)D) * KSATTN_LOG2E;
+
+  // Q tile (rows past Tq are zero).
+  for (int i = tid; i < BQ * DC; i += NT) {
+    const int r = i / DC, ch = i % DC;
+    const bool ok = q0 + r < Tq;
+    cp16(smem_u32(sQ + swz<D>(r, ch)), ok ? (const void*)(qg + (size_t)r * D + ch * 8) : (const void*)qg, ok);
+  }
+  auto load_kv = [&](int j, int st) {
+    const int n0 = j * BK;
+    T* dk = sK + st * BK * D;
+    T* dv = sV + st * BK * D;
+    for (int i = tid; i < BK * DC; i += NT) {
+      const int r = i / DC, ch = i % DC;
+      const bool ok = n0 + r < Tk;
+      const size_t go = ok ? (size_t)(n0 + r) * D + ch * 8 : 0;
+      cp16(smem_u32(dk + swz<D>(r, ch)), kg + go, ok);
+      cp16(smem_u32(dv + swz<D>(r, ch)), vg + go, ok);
+    }
+  };
+  if (ntiles > 0) load_kv(0, 0);
+  cp_commit();
+
+  const int wr0 = warp * 16 * WM;  // the warp's first row in the tile
+  float acc[WM][ND][4];
+  float mrow[WM][2], lrow[WM][2];
+#pragma unroll
+  for (int wm = 0; wm < WM; ++wm) {
+#pragma unroll
+    for (int n = 0; n < ND; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[wm][n][e] = 0.0f;
+    mrow[wm][0] = mrow[wm][1] = neg_inf();
+    lrow[wm][0] = lrow[wm][1] = 0.0f;
+  }
+
+  for (int j = 0; j < ntiles; ++j) {
+    if (j + 1 < ntiles) {
+      load_kv(j + 1, (j + 1) & 1);
+      cp_commit();
+      cp_wait<1>();
+    } else {
+      cp_wait<0>();
+    }
+    __syncthreads();
+    const T* cK = sK + (j & 1) * BK * D;
+    const T* cV = sV + (j & 1) * BK * D;
+    const int n0 = j * BK;
+
+    // S = Q K^T
+    float s[WM][NS][4];
+#pragma unroll
+    for (int wm = 0; wm < WM; ++wm)
+#pragma unroll
+      for (int n = 0; n < NS; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[wm][n][e] = 0.0f;
+#pragma unroll
+    for (int kd = 0; kd < KD; ++kd) {
+      unsigned a[WM][4];
+#pragma unroll
+      for (int wm = 0; wm < WM; ++wm)
+        ldsm_x4(a[wm], smem_u32(sQ + swz<D>(wr0 + wm * 16 + (lane & 15), 2 * kd + (lane >> 4))));
+#pragma unroll
+      for (int np = 0; np < NS / 2; ++np) {
+        unsigned bb[4];
+        ldsm_x4(bb, smem_u32(cK + swz<D>(np * 16 + (lane & 7) + ((lane >> 4) << 3), 2 * kd + ((lane >> 3) & 1))));
+#pragma unroll
+        for (int wm = 0; wm < WM; ++wm) {
+          Mma<T>::run(s[wm][2 * np], a[wm], bb[0], bb[1]);
+          Mma<T>::run(s[wm][2 * np + 1], a[wm], bb[2], bb[3]);
+        }
+      }
+    }
+
+    // Mask (only tiles that cross the end of Tk or, causal, the warp's diagonal).
+    const bool need_mask = (n0 + BK > Tk) || (causal && n0 + BK - 1 > q0 + wr0 + off);
+    if (need_mask) {
+#pragma unroll
+      for (int wm = 0; wm < WM; ++wm)
+#pragma unroll
+        for (int n = 0; n < NS; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int key = n0 + n * 8 + 2 * t4 + (e & 1);
+            const int row = q0 + wr0 + wm * 16 + g + ((e >> 1) << 3);
+            if (key >= Tk || (causal && key > row + off)) s[wm][n][e] = neg_inf();
+          }
+    }
+
+    // Online softmax: rows g (e = 0, 1) and g + 8 (e = 2, 3) of each m16 tile.
+#pragma unroll
+    for (int wm = 0; wm < WM; ++wm) {
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        float mx = mrow[wm][hr];
+#pragma unroll
+        for (int n = 0; n < NS; ++n) mx = fmaxf(mx, fmaxf(s[wm][n][2 * hr], s[wm][n][2 * hr + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float ms = (mx == neg_inf()) ? 0.0f : mx * c;
+        const float alpha = ex2(mrow[wm][hr] * c - ms);
+        mrow[wm][hr] = mx;
+        float ls = 0.0f;
+#pragma unroll
+        for (int n = 0; n < NS; ++n) {
+          const float p0 = ex2(fmaf(s[wm][n][2 * hr], c, -ms));
+          const float p1 = ex2(fmaf(s[wm][n][2 * hr + 1], c, -ms));
+          s[wm][n][2 * hr] = p0;
+          s[wm][n][2 * hr + 1] = p1;
+          ls += p0 + p1;
+        }
+        lrow[wm][hr] = lrow[wm][hr] * alpha + ls;
+#pragma unroll
+        for (int n = 0; n < ND; ++n) {
+          acc[wm][n][2 * hr] *= alpha;
+          acc[wm][n][2 * hr + 1] *= alpha;
+        }
+      }
+    }
+
+    // O += P V
+#pragma unroll
+    for (int kk = 0; kk < BK / 16; ++kk) {
+      unsigned pa[WM][4];
+#pragma unroll
+      for (int wm = 0; wm < WM; ++wm) {
+        pa[wm][0] = pack2(s[wm][2 * kk][0], s[wm][2 * kk][1], T());
+        pa[wm][1] = pack2(s[wm][2 * kk][2], s[wm][2 * kk][3], T());
+        pa[wm][2] = pack2(s[wm][2 * kk + 1][0], s[wm][2 * kk + 1][1], T());
+        pa[wm][3] = pack2(s[wm][2 * kk + 1][2], s[wm][2 * kk + 1][3], T());
+      }
+#pragma unroll
+      for (int dp = 0; dp < ND / 2; ++dp) {
+        unsigned bb[4];
+        ldsm_x4_t(bb, smem_u32(cV + swz<D>(kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3), 2 * dp + (lane >> 4))));
+#pragma unroll
+        for (int wm = 0; wm < WM; ++wm) {
+          Mma<T>::run(acc[wm][2 * dp], pa[wm], bb[0], bb[1]);
+          Mma<T>::run(acc[wm][2 * dp + 1], pa[wm], bb[2], bb[3]);
+        }
+      }
+    }
+    __syncthreads();  // the next iteration's prefetch overwrites this tile's buffers
+  }
+  cp_wait<0>();
+
+  // Epilogue: O / l in T, staged in the warp's own rows of the Q tile, then 16-byte coalesced stores.
+#pragma unroll
+  for (int wm = 0; wm < WM; ++wm) {
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      float l = lrow[wm][hr];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+      const int r = wr0 + wm * 16 + g + 8 * hr;
+#pragma unroll
+      for (int n = 0; n < ND; ++n) {
+        const unsigned w = pack2(acc[wm][n][2 * hr] * inv, acc[wm][n][2 * hr + 1] * inv, T());
+        *reinterpret_cast<unsigned*>(sQ + swz<D>(r, n) + 2 * t4) = w;
+      }
+    }
+  }
+  __syncwarp();
+  for (int i = lane; i < 16 * WM * DC; i += 32) {
+    const int r = wr0 + i / DC, ch = i % DC;
+    if (q0 + r < Tq)
+      *reinterpret_cast<uint4*>(og + (size_t)r * D + ch * 8) = *reinterpret_cast<const uint4*>(sQ + swz<D>(r, ch));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Prefill, float32: the same blocking (BQ rows of one (b, h) per block of NT threads) on plain fp32 FMAs,
+// so no precision is lost to tensor-core inputs. Two threads per query row, each owning half of the head
+// dimension (interleaved float4 chunks); the block walks its rows in passes of NT / 2 rows. K and V tiles of
+// 32 keys are staged as float in shared memory (2 * 32 * D * 4 bytes, within the launch's dynamic size).
+template <int D, int NW, int WM, int BK>
+__device__ __forceinline__ void prefill_f32(const float* __restrict__ q, const float* __restrict__ k,
+                                            const float* __restrict__ v, float* __restrict__ o, int Hq, int Hkv,
+                                            int Tq, int Tk, int causal, unsigned char* smem) {
+  constexpr int BQ = 16 * WM * NW;
+  constexpr int NT = 32 * NW;
+  constexpr int RP = NT / 2;  // rows per pass
+  constexpr int KB = 32;      // keys per shared tile
+  constexpr int DH = D / 2;   // floats per thread
+  float* sK = reinterpret_cast<float*>(smem);
+  float* sV = sK + KB * D;
+
+  const int tid = threadIdx.x, half = tid & 1;
+  const int bh = blockIdx.x;
+  const int b = bh / Hq, h = bh % Hq, kvh = h / (Hq / Hkv);
+  const int qt = gridDim.y - 1 - blockIdx.y;
+  const int q0 = qt * BQ;
+  const int off = Tk - Tq;
+  const float* kg = k + (size_t)(b * Hkv + kvh) * Tk * D;
+  const float* vg = v + (size_t)(b * Hkv + kvh) * Tk * D;
+  const float c = rsqrtf((float)D) * KSATTN_LOG2E;
+
+  for (int p0 = 0; p0 < BQ; p0 += RP) {
+    const int row = q0 + p0 + (tid >> 1);
+    const bool valid = row < Tq;
+    const float* qr = q + ((size_t)bh * Tq + (valid ? row : 0)) * D;
+    float qv[DH], acc[DH];
+#pragma unroll
+    for (int i = 0; i < DH / 4; ++i) {
+      const float4 x = *reinterpret_cast<const float4*>(qr + 8 * i + 4 * half);
+      qv[4 * i] = x.x * c;
+      qv[4 * i + 1] = x.y * c;
+      qv[4 * i + 2] = x.z * c;
+      qv[4 * i + 3] = x.w * c;
+    }
+#pragma unroll
+    for (int i = 0; i < DH; ++i) acc[i] = 0.0f;
+    float m = neg_inf(), l = 0.0f;
+    const int last = min(q0 + p0 + RP, Tq) - 1;  // last row of the pass
+    const int kend = causal ? min(Tk, last + off + 1) : Tk;
+    for (int n0 = 0; n0 < kend; n0 += KB) {
+      __syncthreads();
+      for (int i = tid; i < KB * D / 4; i += NT) {
+        const int r = i / (D / 4), c4 = i % (D / 4);
+        float4 kx = make_float4(0.f, 0.f, 0.f, 0.f), vx = kx;
+        if (n0 + r < Tk) {
+          kx = *reinterpret_cast<const float4*>(kg + (size_t)(n0 + r) * D + 4 * c4);
+          vx = *reinterpret_cast<const float4*>(vg + (size_t)(n0 + r) * D + 4 * c4);
+        }
+        *reinterpret_cast<float4*>(sK + r * D + 4 * c4) = kx;
+        *reinterpret_cast<float4*>(sV + r * D + 4 * c4) = vx;
+      }
+      __syncthreads();
+      float s[KB];
+      float mx = m;
+#pragma unroll
+      for (int jj = 0; jj < KB; ++jj) {
+        const float* kr = sK + jj * D + 4 * half;
+        float d0 = 0.0f, d1 = 0.0f;
+#pragma unroll
+        for (int i = 0; i < DH / 4; ++i) {
+          const float4 x = *reinterpret_cast<const float4*>(kr + 8 * i);
+          d0 = fmaf(qv[4 * i], x.x, d0);
+          d1 = fmaf(qv[4 * i + 1], x.y, d1);
+          d0 = fmaf(qv[4 * i + 2], x.z, d0);
+          d1 = fmaf(qv[4 * i + 3], x.w, d1);
+        }
+        float d = d0 + d1;
+        d += __shfl_xor_sync(0xffffffffu, d, 1);
+        const int key = n0 + jj;
+        if (key >= Tk || (causal && key > row + off)) d = neg_inf();
+        s[jj] = d;
+        mx = fmaxf(mx, d);
+      }
+      const float ms = (mx == neg_inf()) ? 0.0f : mx;
+      const float alpha = exp2f(m - ms);
+      m = mx;
+      l *= alpha;
+#pragma unroll
+      for (int i = 0; i < DH; ++i) acc[i] *= alpha;
+#pragma unroll
+      for (int jj = 0; jj < KB; ++jj) {
+        const float p = exp2f(s[jj] - ms);
+        l += p;
+        const float* vr = sV + jj * D + 4 * half;
+#pragma unroll
+        for (int i = 0; i < DH / 4; ++i) {
+          const float4 x = *reinterpret_cast<const float4*>(vr + 8 * i);
+          acc[4 * i] = fmaf(p, x.x, acc[4 * i]);
+          acc[4 * i + 1] = fmaf(p, x.y, acc[4 * i + 1]);
+          acc[4 * i + 2] = fmaf(p, x.z, acc[4 * i + 2]);
+          acc[4 * i + 3] = fmaf(p, x.w, acc[4 * i + 3]);
+        }
+      }
+    }
+    if (valid) {
+      const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+      float* orow = o + ((size_t)bh * Tq + row) * D;
+#pragma unroll
+      for (int i = 0; i < DH / 4; ++i)
+        *reinterpret_cast<float4*>(orow + 8 * i + 4 * half) =
+            make_float4(acc[4 * i] * inv, acc[4 * i + 1] * inv, acc[4 * i + 2] * inv, acc[4 * i + 3] * inv);
+    }
+  }
+}
+
+// The prefill entry: the element type picks the path at compile time (fp16 / bf16: tensor cores; fp32: FMA).
+template <int D, int NW, int WM, int BK>
+__device__ __forceinline__ void prefill(const __half* q, const __half* k, const __half* v, __half* o, int Hq,
+                                        int Hkv, int Tq, int Tk, int causal, unsigned char* smem) {
+  prefill_mma<__half, D, NW, WM, BK>(q, k, v, o, Hq, Hkv, Tq, Tk, causal, smem);
+}
+template <int D, int NW, int WM, int BK>
+__device__ __forceinline__ void prefill(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
+                                        __nv_bfloat16* o, int Hq, int Hkv, int Tq, int Tk, int causal,
+                                        unsigned char* smem) {
+  prefill_mma<__nv_bfloat16, D, NW, WM, BK>(q, k, v, o, Hq, Hkv, Tq, Tk, causal, smem);
+}
+template <int D, int NW, int WM, int BK>
+__device__ __forceinline__ void prefill(const float* q, const float* k, const float* v, float* o, int Hq, int Hkv,
+                                        int Tq, int Tk, int causal, unsigned char* smem) {
+  prefill_f32<D, NW, WM, BK>(q, k, v, o, Hq, Hkv, Tq, Tk, causal, smem);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Decode (Tq == 1), pass 1: split-K. Block (split s, b * Hkv + kvh, head group) of NTD threads takes keys
+// [s CH, (s + 1) CH) of one KV head and up to GH of its G = Hq / Hkv query heads, so every K/V byte is read
+// once per KV head. LK = D / 8 lanes hold one key (16 bytes each); the block's NTD / LK key groups walk
+// the keys with a stride, each with its own online softmax (m, l, acc) over its keys, U keys per step with
+// all their loads issued first. The groups are merged in shared memory and the block writes its partial
+// (max m, sum l, unnormalised acc) per query head: m in raw score units times log2(e) / sqrt(D).
+template <typename T, int D, int NTD, int CH, int GH, int U>
+__device__ __forceinline__ void decode_split(const T* __restrict__ q, const T* __restrict__ k,
+                                             const T* __restrict__ v, float* __restrict__ mpart,
+                                             float* __restrict__ lpart, float* __restrict__ apart, int Hq,
+                                             int Hkv, int Tk) {
+  constexpr int LK = D / 8;
+  constexpr int KG = NTD / LK;  // key groups
+  constexpr int VEC = 16 / sizeof(T);  // elements per 16 bytes (8 for 16-bit T, 4 for float)
+  constexpr int LW = 8 / VEC;          // 16-byte words per lane (lane owns 8 consecutive d)
+  __shared__ float red_m[KG][GH], red_l[KG][GH];
+  __shared__ __align__(16) float red_a[KG][GH][D];
+
+  const int tid = threadIdx.x, lane = tid % LK, kgi = tid / LK;
+  const int split = blockIdx.x, nsplit = gridDim.x;
+  const int G = Hq / Hkv;
+  const int ngroups = (G + GH - 1) / GH;
+  const int bk = blockIdx.y / ngroups, gi = blockIdx.y % ngroups;  // bk = b * Hkv + kvh
+  const int b = bk / Hkv, kvh = bk % Hkv;
+  const float c = rsqrtf((float)D) * KSATTN_LOG2E;
+
+  float qf[GH][8];
+#pragma unroll
+  for (int gg = 0; gg < GH; ++gg) {
+    const int hg = gi * GH + gg;
+    const bool ok = hg < G;
+    const T* qp = q + ((size_t)b * Hq + kvh * G + (ok ? hg : 0)) * D + lane * 8;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) qf[gg][e] = ok ? to_f(qp[e]) * c : 0.0f;
+  }
+  const T* kb = k + (size_t)bk * Tk * D + lane * 8;
+  const T* vb = v + (size_t)bk * Tk * D + lane * 8;
+  const int key0 = split * CH, key1 = min(Tk, key0 + CH);
+
+  float m[GH], l[GH], acc[GH][8];
+#pragma unroll
+  for (int gg = 0; gg < GH; ++gg) {
+    m[gg] = neg_inf();
+    l[gg] = 0.0f;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) acc[gg][e] = 0.0f;
+  }
+  for (int b0 = key0; b0 < key1; b0 += KG * U) {  // same trip count in every lane (shuffles below)
+    const int base = b0 + kgi;
+    uint4 kr[U][LW], vr[U][LW];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int key = base + u * KG;
+      const bool ok = key < key1;
+#pragma unroll
+      for (int w = 0; w < LW; ++w)
+        kr[u][w] = ok ? __ldg(reinterpret_cast<const uint4*>(kb + (size_t)key * D) + w) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int key = base + u * KG;
+      const bool ok = key < key1;
+#pragma unroll
+      for (int w = 0; w < LW; ++w)
+        vr[u][w] = ok ? __ldg(reinterpret_cast<const uint4*>(vb + (size_t)key * D) + w) : make_uint4(0, 0, 0, 0);
+    }
+    float s[U][GH];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      float kf[8];
+      lane8(kr[u], kf, T());
+#pragma unroll
+      for (int gg = 0; gg < GH; ++gg) {
+        float d = 0.0f;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) d = fmaf(qf[gg][e], kf[e], d);
+#pragma unroll
+        for (int sh = LK / 2; sh > 0; sh >>= 1) d += __shfl_xor_sync(0xffffffffu, d, sh);
+        s[u][gg] = (base + u * KG < key1) ? d : neg_inf();
+      }
+    }
+#pragma unroll
+    for (int gg = 0; gg < GH; ++gg) {
+      float mx = m[gg];
+#pragma unroll
+      for (int u = 0; u < U; ++u) mx = fmaxf(mx, s[u][gg]);
+      const float ms = (mx == neg_inf()) ? 0.0f : mx;
+      const float alpha = ex2(m[gg] - ms);
+      m[gg] = mx;
+      l[gg] *= alpha;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) acc[gg][e] *= alpha;
+#pragma unroll
+      for (int u = 0; u < U; ++u) s[u][gg] = ex2(s[u][gg] - ms);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      float vf[8];
+      lane8(vr[u], vf, T());
+#pragma unroll
+      for (int gg = 0; gg < GH; ++gg) {
+        l[gg] += s[u][gg];
+#pragma unroll
+        for (int e = 0; e < 8; ++e) acc[gg][e] = fmaf(s[u][gg], vf[e], acc[gg][e]);
+      }
+    }
+  }
+
+  // Merge the key groups.
+  if (lane == 0) {
+#pragma unroll
+    for (int gg = 0; gg < GH; ++gg) {
+      red_m[kgi][gg] = m[gg];
+      red_l[kgi][gg] = l[gg];
+    }
+  }
+  __syncthreads();
+#pragma unroll
+  for (int gg = 0; gg < GH; ++gg) {
+    float M = neg_inf();
+    for (int i = 0; i < KG; ++i) M = fmaxf(M, red_m[i][gg]);
+    const float f = (m[gg] == neg_inf()) ? 0.0f : ex2(m[gg] - M);
+    float4* dst = reinterpret_cast<float4*>(&red_a[kgi][gg][lane * 8]);
+    dst[0] = make_float4(acc[gg][0] * f, acc[gg][1] * f, acc[gg][2] * f, acc[gg][3] * f);
+    dst[1] = make_float4(acc[gg][4] * f, acc[gg][5] * f, acc[gg][6] * f, acc[gg][7] * f);
+  }
+  __syncthreads();
+  for (int i = tid; i < GH * D; i += NTD) {
+    const int gg = i / D, d = i % D;
+    const int hg = gi * GH + gg;
+    if (hg >= G) continue;
+    float M = neg_inf();
+    for (int r = 0; r < KG; ++r) M = fmaxf(M, red_m[r][gg]);
+    float a = 0.0f;
+    for (int r = 0; r < KG; ++r) a += red_a[r][gg][d];
+    const size_t row = ((size_t)b * Hq + kvh * G + hg) * nsplit + split;
+    apart[row * D + d] = a;
+    if (d == 0) {
+      float L = 0.0f;
+      for (int r = 0; r < KG; ++r)
+        if (red_m[r][gg] != neg_inf()) L += red_l[r][gg] * ex2(red_m[r][gg] - M);
+      mpart[row] = M;
+      lpart[row] = L;
+    }
+  }
+}
+
+// Decode, pass 2: per (b, h) merge the NSP partials: o = sum_s 2^(m_s - M) acc_s / sum_s 2^(m_s - M) l_s.
+// A block of NTC threads: D / 4 float4 lanes times SG = NTC / (D / 4) split groups, merged in shared memory.
+template <typename T, int D, int NTC>
+__device__ __forceinline__ void decode_combine(const float* __restrict__ mpart, const float* __restrict__ lpart,
+                                               const float* __restrict__ apart, T* __restrict__ o, int nsp) {
+  constexpr int L4 = D / 4;
+  constexpr int SG = NTC / L4;
+  __shared__ float sm[SG], sl[SG];
+  __shared__ __align__(16) float sa[SG][D];
+  const int tid = threadIdx.x, d4 = tid % L4, sg = tid / L4;
+  const size_t bh = blockIdx.x;
+  const float* mp = mpart + bh * nsp;
+  const float* lp = lpart + bh * nsp;
+  const float4* ap = reinterpret_cast<const float4*>(apart + bh * nsp * D) + d4;
+  float m = neg_inf(), l = 0.0f;
+  float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 4
+  for (int s = sg; s < nsp; s += SG) {
+    const float ms = mp[s], ls = lp[s];
+    const float4 x = ap[(size_t)s * L4];
+    const float mn = fmaxf(m, ms);
+    const float f0 = (m == neg_inf()) ? 0.0f : ex2(m - mn);
+    const float f1 = (ms == neg_inf()) ? 0.0f : ex2(ms - mn);
+    m = mn;
+    l = l * f0 + ls * f1;
+    a.x = a.x * f0 + x.x * f1;
+    a.y = a.y * f0 + x.y * f1;
+    a.z = a.z * f0 + x.z * f1;
+    a.w = a.w * f0 + x.w * f1;
+  }
+  if (d4 == 0) {
+    sm[sg] = m;
+    sl[sg] = l;
+  }
+  __syncthreads();
+  float M = neg_inf();
+#pragma unroll
+  for (int i = 0; i < SG; ++i) M = fmaxf(M, sm[i]);
+  const float f = (m == neg_inf()) ? 0.0f : ex2(m - M);
+  *reinterpret_cast<float4*>(&sa[sg][4 * d4]) = make_float4(a.x * f, a.y * f, a.z * f, a.w * f);
+  __syncthreads();
+  for (int d = tid; d < D; d += NTC) {
+    float L = 0.0f, x = 0.0f;
+#pragma unroll
+    for (int i = 0; i < SG; ++i) {
+      if (sm[i] != neg_inf()) L += sl[i] * ex2(sm[i] - M);
+      x += sa[i][d];
+    }
+    o[bh * D + d] = from_f<T>(L > 0.0f ? x / L : 0.0f);
+  }
+}
+
+}  // namespace ksattn
