@@ -285,6 +285,11 @@ impl Worker {
                         "the worker's reply pipe carried a line that is not the reply to request {id} (a forged or corrupted reply; the worker was killed): {head}"
                     )));
                 }
+                if v["result"]["restart_worker"].as_bool() == Some(true) {
+                    // The candidate broke the worker's device context (a sticky CUDA error): this
+                    // reply stands, and the next request starts a fresh worker.
+                    self.kill();
+                }
                 Ok(if v["ok"].as_bool() == Some(true) {
                     Reply::Ok(v["result"].clone())
                 } else {

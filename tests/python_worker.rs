@@ -12,6 +12,9 @@ fn worker_pytest_suite_passes() {
     )
     .expect("python environment");
     env.install_test_requirements().expect("pytest installs");
+    // MLX's CPU build, so the MLX target's checks run too (tests/test_mlx_checks.py).
+    env.ensure_target(ksearch::target::Target::MlxCuda)
+        .expect("MLX installs");
     let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let out = Command::new(&env.python)
         .args([

@@ -8,3 +8,11 @@ def numpy_softmax(inputs: dict[str, np.ndarray], dims: dict[str, int]) -> dict[s
     e = np.exp(x - x.max(axis=-1, keepdims=True))
     e /= e.sum(axis=-1, keepdims=True)
     return {"y": e}
+
+
+def mlx_softmax(inputs: dict, dims: dict[str, int]) -> dict:
+    # MLX's own softmax (the MLX targets hand mx.arrays in and take lazy mx.arrays back). Imported here
+    # so the CPU target never needs MLX.
+    import mlx.core as mx
+
+    return {"y": mx.softmax(inputs["x"], axis=-1, precise=True)}

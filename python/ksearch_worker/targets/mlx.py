@@ -250,37 +250,82 @@ class MlxTarget:
                               f"{'Metal' if self.name == 'mlx-metal' else 'CUDA'} back-end")
         dtypes = {n: str(d) if not isinstance(d, str) else d for n, d in r.mx_dtypes.items()}
         checks: list[dict[str, Any]] = []
-        pristine_mx: dict[str, Any] = {}
-        for seed in r.seeds:
-            pristine, mx_inputs = self._inputs(r, task, seed, dtypes)
+        try:
+            pristine_mx: dict[str, Any] = {}
+            for i, seed in enumerate(r.seeds):
+                check, problems, mx_inputs = self._check_seed(r, task, seed, dtypes, twice=i == 0)
+                checks.append(check)
+                if problems:
+                    return {"status": "wrong", "message": "; ".join(problems), "checks": checks, "timing": None,
+                            "baselines": {}}
+                pristine_mx = mx_inputs
+            if not r.timing.enabled:
+                return {"status": "passed", "message": f"passed {len(r.seeds)} seeds", "checks": checks,
+                        "timing": None, "baselines": {}}
             try:
-                env = self.launch_all(r.key, r.launches, mx_inputs, r.shapes, dtypes)
-                m.eval([env[n] for n in task.outputs])
-                m.synchronize()
-            except Exception as exc:
-                text = str(exc)
-                status = "compile_error" if _looks_like_compile_error(text) else "error"
-                return {"status": status, "message": text[-8000:], "checks": checks, "timing": None, "baselines": {}}
-            ref_inputs = {n: a.astype(np.float64) if a.dtype.kind == "f" else a.copy() for n, a in pristine.items()}
-            expected = task.reference(ref_inputs, dict(r.dims))
-            outputs: dict[str, Any] = {}
-            problems: list[str] = []
-            for name in task.outputs:
-                got = np.array(env[name].astype(m.float32) if dtypes[name] == "bfloat16" else env[name])
-                atol, rtol = task.tolerances[dtypes[name]]
-                result = compare(name, got, np.asarray(expected[name]), atol, rtol)
-                outputs[name] = result.to_json()
-                if result.problem:
-                    problems.append(result.problem)
-            checks.append({"seed": seed, "passed": not problems, "outputs": outputs, "inputs_modified": [],
-                           "overruns": []})
+                timing, baselines = self._time(r, task, pristine_mx, dtypes)
+            except WorkerError:
+                raise
+            except Exception as exc:  # the candidate failed while being timed
+                raise _KernelFailure(str(exc)) from None
+            # Fresh inputs once the timed arrays are freed: MLX's allocator hands their buffers out
+            # again, so caches keyed by address, stale outputs and kernels that stop working after a
+            # number of calls or a span of time all fail here.
+            pristine_mx = mx_inputs = {}
+            recheck = (r.seeds[-1] * 6364136223846793005 + 1442695040888963407) % (1 << 63)
+            check, problems, _ = self._check_seed(r, task, recheck, dtypes)
+            check["after_timing"] = True
+            checks.append(check)
             if problems:
-                return {"status": "wrong", "message": "; ".join(problems), "checks": checks, "timing": None,
-                        "baselines": {}}
-            pristine_mx = mx_inputs
-        timing, baselines = self._time(r, task, pristine_mx, dtypes) if r.timing.enabled else (None, {})
+                return {"status": "wrong", "message": "after timing, on fresh inputs: " + "; ".join(problems),
+                        "checks": checks, "timing": timing, "baselines": baselines}
+        except _KernelFailure as exc:
+            return exc.result(checks)
         return {"status": "passed", "message": f"passed {len(r.seeds)} seeds", "checks": checks, "timing": timing,
                 "baselines": baselines}
+
+    def _launch_checked(self, r: Any, task: Any, mx_inputs: dict[str, Any], dtypes: Mapping[str, str]) -> dict[str, Any]:
+        """One poisoned run of every launch, evaluated; the candidate's failures become _KernelFailure."""
+        m = _mlx()
+        try:
+            env = self.launch_all(r.key, r.launches, mx_inputs, r.shapes, dtypes)
+            m.eval([env[n] for n in task.outputs])
+            m.synchronize()
+        except Exception as exc:
+            raise _KernelFailure(str(exc)) from None
+        return env
+
+    def _check_seed(self, r: Any, task: Any, seed: int, dtypes: Mapping[str, str],
+                    twice: bool = False) -> tuple[dict[str, Any], list[str], dict[str, Any]]:
+        """Checks the candidate on the inputs of one seed against the reference: every output within
+        tolerance and fully written, the inputs unchanged, and (with `twice`) a second run on the same
+        inputs bit-identical to the first (races)."""
+        m = _mlx()
+        pristine, mx_inputs = self._inputs(r, task, seed, dtypes)
+        env = self._launch_checked(r, task, mx_inputs, dtypes)
+        got = {n: _host(m, env[n], dtypes[n]) for n in task.outputs}
+        problems: list[str] = []
+        changed = [n for n in pristine if not _same_bits(_host(m, mx_inputs[n], dtypes[n]), pristine[n])]
+        problems += [f"input {n} modified by the kernel (inputs are read-only)" for n in changed]
+        if twice and not changed:
+            again = self._launch_checked(r, task, mx_inputs, dtypes)
+            for n in task.outputs:
+                if not _same_bits(_host(m, again[n], dtypes[n]), got[n]):
+                    diff = int(np.sum(got[n].view(np.uint8) != _host(m, again[n], dtypes[n]).view(np.uint8)))
+                    problems.append(f"output {n}: nondeterministic: two runs on the same inputs differ in {diff} "
+                                    "bytes (a race between threads, or state kept between launches)")
+        ref_inputs = {n: a.astype(np.float64) if a.dtype.kind == "f" else a.copy() for n, a in pristine.items()}
+        expected = task.reference(ref_inputs, dict(r.dims))
+        outputs: dict[str, Any] = {}
+        for name in task.outputs:
+            atol, rtol = task.tolerances[dtypes[name]]
+            result = compare(name, got[name], np.asarray(expected[name]), atol, rtol)
+            outputs[name] = result.to_json()
+            if result.problem:
+                problems.append(result.problem)
+        check = {"seed": seed, "passed": not problems, "outputs": outputs, "inputs_modified": changed,
+                 "overruns": []}
+        return check, problems, mx_inputs
 
     def _inputs(self, r: Any, task: Any, seed: int, dtypes: Mapping[str, str]) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         """Fresh inputs; bfloat16 ones are drawn in float32 and rounded by MLX, and the reference sees
@@ -349,6 +394,39 @@ class MlxTarget:
                 s[key] /= k
             s["launches_per_eval"] = k
         return stats[0], dict(zip(r.baselines, stats[1:], strict=True))
+
+
+class _KernelFailure(Exception):
+    """The candidate failed to compile or to run; `result` is the reply's body."""
+
+    def result(self, checks: list[dict[str, Any]]) -> dict[str, Any]:
+        text = str(self)
+        out: dict[str, Any] = {"message": text[-8000:], "checks": checks, "timing": None, "baselines": {}}
+        if _looks_like_compile_error(text):
+            out["status"] = "compile_error"
+        elif _breaks_the_context(text):
+            # A sticky CUDA error leaves this process's device context unusable: report the crash and
+            # have the Rust side start a fresh worker, so the next candidate is not blamed.
+            out.update(status="crash", restart_worker=True)
+        else:
+            out["status"] = "error"
+        return out
+
+
+def _host(m: Any, a: Any, dtype: str) -> np.ndarray:
+    """An array's current device contents on the host (bfloat16 widened exactly to float32)."""
+    return np.array(a.astype(m.float32) if dtype == "bfloat16" else a)
+
+
+def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.shape == b.shape and a.dtype == b.dtype and bool(np.array_equal(a.view(np.uint8), b.view(np.uint8)))
+
+
+def _breaks_the_context(text: str) -> bool:
+    needles = ("illegal memory access", "illegal address", "unspecified launch failure", "illegal instruction",
+               "misaligned address", "device-side assert", "hardware stack error", "cudaErrorLaunchFailure",
+               "an illegal", "unrecoverable", "CUDA_ERROR_ILLEGAL", "launch timed out")
+    return any(n in text for n in needles)
 
 
 def _looks_like_compile_error(text: str) -> bool:
