@@ -145,6 +145,19 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Translate the kernels of a CUDA file into an MLX candidate folder (plan.toml + kernel bodies),
+    /// with coded diagnostics for what cannot be translated (docs/translate.md).
+    Translate {
+        file: PathBuf,
+        /// mlx-metal or mlx-cuda.
+        #[arg(long)]
+        to: Target,
+        /// Output folder (default: <file stem>-<target> next to the current directory).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// Which LLM to use and how much of it.
@@ -384,6 +397,7 @@ fn dispatch(cli: Cli) -> Result<u8> {
             cmd_eval(task, &candidate, target, settings, python.as_deref(), json)
         }
         Command::Doctor { json } => cmd_doctor(&store_dir, python.as_deref(), json),
+        Command::Translate { file, to, out, json } => cmd_translate(&file, to, out, json),
         Command::Export {
             source,
             task,
@@ -807,4 +821,30 @@ fn cmd_doctor(store_dir: &Path, python: Option<&Path>, json: bool) -> Result<u8>
         );
     }
     Ok(if ok { 0 } else { 1 })
+}
+
+fn cmd_translate(file: &Path, to: Target, out: Option<PathBuf>, json: bool) -> Result<u8> {
+    let t = crate::translate::translate_file(file, to)?;
+    let dir = out.unwrap_or_else(|| {
+        let stem = file.file_stem().unwrap_or_default().to_string_lossy();
+        PathBuf::from(format!("{stem}-{to}"))
+    });
+    if let Some(c) = &t.candidate {
+        c.write_dir(&dir)
+            .with_context(|| format!("writing {}", dir.display()))?;
+    }
+    if json {
+        let mut v = serde_json::to_value(&t)?;
+        v["out"] = json!(t.candidate.as_ref().map(|_| dir.display().to_string()));
+        print_json(&v);
+    } else {
+        print!("{}", crate::translate::report(&t, file));
+        match &t.candidate {
+            Some(_) => println!("wrote {}", dir.display()),
+            None => println!(
+                "nothing written: the result could not be made meaningful (see the errors)"
+            ),
+        }
+    }
+    Ok(if t.candidate.is_some() { 0 } else { 1 })
 }

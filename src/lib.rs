@@ -19,4 +19,5 @@ pub mod search;
 pub mod store;
 pub mod target;
 pub mod task;
+pub mod translate;
 pub mod worker;

@@ -1,0 +1,1453 @@
+//! The translator: an analysed CUDA file → a candidate (plan + body-only kernel sources) for
+//! `mlx-metal` or `mlx-cuda`. It renders the syntax tree back to text, rewriting node by node; a
+//! statement holding a construct it cannot translate becomes a `// TODO(Txxx)` comment that keeps the
+//! original code, and a diagnostic says why.
+
+use super::analyze::{
+    self, Analysis, KernelAnalysis, ParamRole, builtin_index, call_name, children, descendants,
+    function_parts, global_id, grid_stride, has_qualifier, is_atomic, lane_or_warp, line,
+    lvalue_base, text, type_size,
+};
+use super::launch::HostLaunch;
+use super::{Diagnostic, Severity, Stats, diag, rules};
+use crate::candidate::{Candidate, KernelDecl, Launch, Plan, Tunable};
+use crate::expr::ExprField;
+use crate::target::Target;
+use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet};
+use tree_sitter::Node;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Translation {
+    pub target: Target,
+    #[serde(flatten)]
+    pub analysis: Analysis,
+    pub stats: Stats,
+    pub diagnostics: Vec<Diagnostic>,
+    /// None when nothing meaningful could be written (no kernel, or no output).
+    #[serde(skip)]
+    pub candidate: Option<Candidate>,
+}
+
+impl Translation {
+    pub fn errors(&self) -> usize {
+        self.diagnostics
+            .iter()
+            .filter(|d| d.severity == Severity::Error)
+            .count()
+    }
+}
+
+/// Names MLX injects into Metal kernels by substring match, and Metal keywords: never local names.
+const METAL_RESERVED: &[&str] = &[
+    "thread_position_in_grid",
+    "thread_position_in_threadgroup",
+    "thread_index_in_threadgroup",
+    "threadgroup_position_in_grid",
+    "threads_per_threadgroup",
+    "threadgroups_per_grid",
+    "threads_per_grid",
+    "grid_origin",
+    "grid_size",
+    "simdgroup_index_in_threadgroup",
+    "thread_index_in_simdgroup",
+    "threads_per_simdgroup",
+    "simdgroups_per_threadgroup",
+    "thread_execution_width",
+    "device",
+    "constant",
+    "threadgroup",
+    "thread",
+    "kernel",
+    "vertex",
+    "fragment",
+    "sampler",
+    "texture",
+];
+
+/// C math functions with no Metal counterpart (their `f` forms), reported with T112.
+const NO_METAL_MATH: &[&str] = &[
+    "erff",
+    "erfcf",
+    "erfinvf",
+    "erfcinvf",
+    "lgammaf",
+    "tgammaf",
+    "normcdff",
+    "normcdfinvf",
+    "expm1f",
+    "log1pf",
+    "cbrtf",
+    "hypotf",
+    "sincosf",
+    "sincospif",
+    "j0f",
+    "j1f",
+    "y0f",
+    "y1f",
+    "erf",
+    "erfc",
+    "lgamma",
+    "tgamma",
+    "expm1",
+    "log1p",
+    "cbrt",
+    "hypot",
+];
+
+struct Rw<'a> {
+    src: &'a str,
+    target: Target,
+    kernel: Option<&'a KernelAnalysis>,
+    /// shared array → element type
+    shared: BTreeMap<String, String>,
+    atomic_shared: BTreeSet<String>,
+    atomic_outputs: BTreeSet<String>,
+    int_scalars: BTreeSet<String>,
+    inout: BTreeSet<String>,
+    pointers: BTreeSet<String>,
+    /// Identifier start byte → replacement (renames of one occurrence).
+    rename_at: BTreeMap<usize, String>,
+    /// Dynamic shared arrays (Metal): name → the template int sizing it.
+    dyn_shared: BTreeMap<String, String>,
+    fn_name: String,
+    diags: Vec<Diagnostic>,
+    blocked: BTreeMap<String, usize>,
+    noted: BTreeSet<String>,
+}
+
+impl<'a> Rw<'a> {
+    fn metal(&self) -> bool {
+        self.target == Target::MlxMetal
+    }
+
+    fn note(&mut self, code: &str, line: usize, detail: String) {
+        let key = format!("{code}:{}:{detail}", self.fn_name);
+        if self.noted.insert(key) {
+            let d = diag(self.target, code, line, Some(&self.fn_name.clone()), detail);
+            self.diags.push(d);
+        }
+    }
+
+    fn severity(&self, code: &str) -> Severity {
+        let i = super::code_info(code);
+        if self.metal() { i.metal } else { i.cuda }
+    }
+
+    /// A construct in `n` itself that cannot be translated on this target: (code, construct, detail).
+    fn blocker(&self, n: Node) -> Option<(&'static str, &'static str, String)> {
+        let src = self.src;
+        let t = text(n, src);
+        let found = match n.kind() {
+            "gnu_asm_expression" => {
+                if t.contains("cp.async") {
+                    ("T101", "async_copy", "inline PTX cp.async".to_string())
+                } else if t.contains("mma") || t.contains("ldmatrix") {
+                    (
+                        "T103",
+                        "mma_asm",
+                        "inline PTX mma.sync/ldmatrix".to_string(),
+                    )
+                } else {
+                    ("T103", "inline_asm", "inline PTX".to_string())
+                }
+            }
+            "namespace_identifier" if t == "wmma" => {
+                ("T102", "wmma", "wmma fragment or operation".to_string())
+            }
+            "namespace_identifier" if t == "cooperative_groups" || t == "cg" => (
+                "T104",
+                "cooperative_groups",
+                format!("`{}`", first_line(n, src)),
+            ),
+            "type_identifier" if matches!(t, "cudaTextureObject_t" | "cudaSurfaceObject_t") => {
+                ("T107", "texture", t.to_string())
+            }
+            "new_expression" => ("T113", "device_malloc", "new".to_string()),
+            "call_expression" => {
+                let name = call_name(n, src)?;
+                let args = args(n);
+                if children(n).iter().any(|c| c.kind() == "kernel_call_syntax") {
+                    ("T105", "dynamic_parallelism", format!("launch of `{name}`"))
+                } else if name.starts_with("__pipeline_") || name.contains("memcpy_async") {
+                    ("T101", "async_copy", format!("`{name}`"))
+                } else if name == "printf" {
+                    ("T108", "printf", String::new())
+                } else if name == self.fn_name {
+                    ("T109", "recursion", format!("`{name}` calls itself"))
+                } else if name.starts_with("tex") || name.starts_with("surf") {
+                    ("T107", "texture", format!("`{name}`"))
+                } else if matches!(name.as_str(), "clock" | "clock64") {
+                    ("T114", "clock", format!("`{name}`"))
+                } else if matches!(name.as_str(), "malloc" | "free") {
+                    ("T113", "device_malloc", format!("`{name}`"))
+                } else if name.starts_with("__syncthreads_") {
+                    ("T115", "syncthreads_reduce", format!("`{name}`"))
+                } else if name == "__activemask" {
+                    ("T106", "activemask", "__activemask()".to_string())
+                } else if name.starts_with("__shfl") && name.ends_with("_sync")
+                    || matches!(name.as_str(), "__ballot_sync" | "__any_sync" | "__all_sync")
+                {
+                    let mask = args.first().map(|m| text(*m, src)).unwrap_or("");
+                    if !self.full_mask(mask) {
+                        ("T106", "warp_mask", format!("`{name}` with mask `{mask}`"))
+                    } else if name.starts_with("__shfl")
+                        && args.len() > 3
+                        && !matches!(text(args[3], src), "32" | "warpSize" | "WARP_SIZE")
+                    {
+                        (
+                            "T111",
+                            "shuffle_width",
+                            format!("`{name}` with width `{}`", text(args[3], src)),
+                        )
+                    } else {
+                        return None;
+                    }
+                } else if name.starts_with("__shfl") && !name.ends_with("_sync")
+                    || matches!(name.as_str(), "__ballot" | "__any" | "__all")
+                {
+                    (
+                        "T106",
+                        "warp_mask",
+                        format!("`{name}` (pre-CUDA-9 form without a mask)"),
+                    )
+                } else if is_atomic(&name) {
+                    let (ty, shared) = self.atomic_target_type(args.first().copied());
+                    let float = matches!(
+                        ty.as_str(),
+                        "float" | "double" | "half" | "__half" | "__nv_bfloat16"
+                    );
+                    if !matches!(
+                        name.as_str(),
+                        "atomicAdd"
+                            | "atomicSub"
+                            | "atomicMax"
+                            | "atomicMin"
+                            | "atomicExch"
+                            | "atomicAnd"
+                            | "atomicOr"
+                            | "atomicXor"
+                    ) {
+                        ("T110", "atomic_other", format!("`{name}`"))
+                    } else if shared && float {
+                        (
+                            "T116",
+                            "atomic_shared",
+                            format!("`{name}` on threadgroup {ty}"),
+                        )
+                    } else if float
+                        && (name != "atomicAdd" && name != "atomicSub" && name != "atomicExch"
+                            || ty != "float")
+                    {
+                        ("T110", "atomic_other", format!("`{name}` on {ty}"))
+                    } else {
+                        return None;
+                    }
+                } else if NO_METAL_MATH.contains(&name.as_str())
+                    || name.starts_with("__")
+                        && !rules().metal_functions.contains_key(&name)
+                        && !matches!(
+                            name.as_str(),
+                            "__syncthreads"
+                                | "__syncwarp"
+                                | "__ldg"
+                                | "__threadfence"
+                                | "__threadfence_block"
+                        )
+                {
+                    ("T112", "unknown_function", format!("`{name}`"))
+                } else {
+                    return None;
+                }
+            }
+            _ => return None,
+        };
+        Some(found)
+    }
+
+    fn full_mask(&self, m: &str) -> bool {
+        let m = m.trim();
+        if matches!(
+            m.to_ascii_lowercase().as_str(),
+            "0xffffffff" | "0xffffffffu" | "-1" | "~0" | "~0u" | "0xffffffffull"
+        ) {
+            return true;
+        }
+        // A named constant such as FULL_MASK.
+        analyze::parse_int(m).is_none()
+            && m.chars().all(|c| c.is_alphanumeric() || c == '_')
+            && m.to_ascii_lowercase().contains("full")
+    }
+
+    /// Element type of an atomic's target and whether it is shared memory.
+    fn atomic_target_type(&self, arg: Option<Node>) -> (String, bool) {
+        let Some(base) = arg.and_then(|a| lvalue_base(a, self.src, &BTreeMap::new())) else {
+            return (String::new(), false);
+        };
+        if let Some(t) = self.shared.get(&base) {
+            return (t.clone(), true);
+        }
+        let ty = self
+            .kernel
+            .and_then(|k| k.params.iter().find(|p| p.name == base))
+            .map(|p| p.elem_type.clone())
+            .unwrap_or_default();
+        (ty, false)
+    }
+
+    /// Renders a statement; a statement holding an untranslatable construct becomes a TODO comment.
+    fn statement(&mut self, n: Node) -> String {
+        let mut blockers = Vec::new();
+        for d in descendants(n) {
+            if let Some(b) = self.blocker(d)
+                && self.severity(b.0) == Severity::Error
+            {
+                blockers.push((b, line(d)));
+            }
+        }
+        if blockers.is_empty() {
+            // Warnings for constructs kept as they are.
+            for d in descendants(n) {
+                if let Some((code, _, detail)) = self.blocker(d) {
+                    self.note(code, line(d), detail);
+                }
+            }
+            return self.render_inner(n);
+        }
+        let codes: BTreeSet<&str> = blockers.iter().map(|((c, _, _), _)| *c).collect();
+        for ((code, construct, detail), l) in &blockers {
+            *self.blocked.entry(construct.to_string()).or_default() += 1;
+            self.note(code, *l, detail.clone());
+        }
+        let indent = " ".repeat(n.start_position().column);
+        let tags: Vec<String> = codes.iter().map(|c| format!("TODO({c})")).collect();
+        let mut out = format!(
+            "// {}: not translated, see docs/translate.md; the CUDA was:",
+            tags.join(" ")
+        );
+        for l in text(n, self.src).lines() {
+            out.push('\n');
+            out.push_str(&indent);
+            out.push_str("// ");
+            out.push_str(l.trim_start());
+        }
+        out
+    }
+
+    fn render(&mut self, n: Node) -> String {
+        if matches!(
+            n.kind(),
+            "expression_statement" | "declaration" | "return_statement"
+        ) {
+            return self.statement(n);
+        }
+        self.render_inner(n)
+    }
+
+    /// Source text of `n` with each child rendered (gaps between children kept verbatim).
+    fn splice(&mut self, n: Node) -> String {
+        let ch = children(n);
+        if ch.is_empty() {
+            return text(n, self.src).to_string();
+        }
+        let mut out = String::new();
+        let mut pos = n.start_byte();
+        for c in ch {
+            out.push_str(&self.src[pos..c.start_byte()]);
+            out.push_str(&self.render(c));
+            pos = c.end_byte();
+        }
+        out.push_str(&self.src[pos..n.end_byte()]);
+        out
+    }
+
+    fn render_inner(&mut self, n: Node) -> String {
+        if let Some(s) = self.rewrite(n) {
+            return s;
+        }
+        self.splice(n)
+    }
+
+    /// The rewrite of one node, or None to render its children.
+    fn rewrite(&mut self, n: Node) -> Option<String> {
+        let src = self.src;
+        let t = text(n, src);
+        if let Some(r) = self.rename_at.get(&n.start_byte())
+            && n.kind() == "identifier"
+        {
+            return Some(r.clone());
+        }
+        match n.kind() {
+            "identifier" => {
+                if self.int_scalars.contains(t)
+                    && self.target == Target::MlxCuda
+                    && !is_decl_name(n)
+                {
+                    return Some(format!("{t}[0]"));
+                }
+                if self.metal() {
+                    if t == "warpSize" {
+                        return Some("32".into());
+                    }
+                    if t == "CUDART_INF_F" {
+                        return Some("INFINITY".into());
+                    }
+                    if METAL_RESERVED.contains(&t)
+                        && !self.pointers.contains(t)
+                        && !self.int_scalars.contains(t)
+                    {
+                        self.note("T025", line(n), format!("`{t}` renamed to `{t}_`"));
+                        return Some(format!("{t}_"));
+                    }
+                    if self.atomic_read(n) {
+                        return None;
+                    }
+                }
+                None
+            }
+            "type_identifier" | "primitive_type" | "sized_type_specifier" if self.metal() => {
+                let r = match t {
+                    "__half" => "half",
+                    "__half2" => "half2",
+                    "__nv_bfloat16" | "nv_bfloat16" => "bfloat",
+                    "__nv_bfloat162" => "bfloat2",
+                    "double" => {
+                        self.note("T020", line(n), String::new());
+                        "float"
+                    }
+                    "long long" | "long long int" => "long",
+                    "unsigned long long" | "unsigned long long int" => "ulong",
+                    _ => return None,
+                };
+                Some(r.to_string())
+            }
+            "type_qualifier" if self.metal() => match t {
+                "__restrict__" | "__restrict" => Some(String::new()),
+                "__shared__" => Some("threadgroup".into()),
+                _ => None,
+            },
+            "field_expression" if self.metal() => {
+                let (b, ax) = builtin_index(n, src)?;
+                let axis = ["x", "y", "z"][ax];
+                let name = match b {
+                    "threadIdx" => "thread_position_in_threadgroup",
+                    "blockIdx" => "threadgroup_position_in_grid",
+                    "blockDim" => "threads_per_threadgroup",
+                    _ => "threadgroups_per_grid",
+                };
+                Some(format!("{name}.{axis}"))
+            }
+            "subscript_expression" if self.metal() => {
+                // A plain read of an atomic array.
+                let base = n.child_by_field_name("argument")?;
+                let name = text(base, src);
+                let atomic = (self.atomic_outputs.contains(name)
+                    || self.atomic_shared.contains(name))
+                    && base.kind() == "identifier";
+                if atomic && !self.in_atomic_call(n) && !is_lhs(n) {
+                    return Some(format!(
+                        "atomic_load_explicit(&{}, memory_order_relaxed)",
+                        self.splice(n)
+                    ));
+                }
+                None
+            }
+            "binary_expression" if self.metal() => {
+                if let Some(ax) = global_id(n, src) {
+                    return Some(format!("thread_position_in_grid.{}", ["x", "y", "z"][ax]));
+                }
+                if let Some(ax) = grid_stride(n, src) {
+                    return Some(format!("threads_per_grid.{}", ["x", "y", "z"][ax]));
+                }
+                match lane_or_warp(n, src) {
+                    Some(true) => Some("thread_index_in_simdgroup".into()),
+                    Some(false) => Some("simdgroup_index_in_threadgroup".into()),
+                    None => None,
+                }
+            }
+            "assignment_expression" => self.assignment(n),
+            "call_expression" if self.metal() => self.metal_call(n),
+            "declaration" if self.metal() => self.metal_declaration(n),
+            "preproc_call" => None,
+            _ => None,
+        }
+    }
+
+    /// Is `n` an identifier naming an atomic array inside a subscript (handled by the subscript)?
+    fn atomic_read(&self, _n: Node) -> bool {
+        false
+    }
+
+    fn in_atomic_call(&self, n: Node) -> bool {
+        let mut cur = n;
+        while let Some(p) = cur.parent() {
+            match p.kind() {
+                "pointer_expression" | "parenthesized_expression" => cur = p,
+                "argument_list" => {
+                    return p.named_child(0).map(|c| c.id()) == Some(cur.id())
+                        && p.parent()
+                            .and_then(|c| call_name(c, self.src))
+                            .is_some_and(|c| is_atomic(&c));
+                }
+                _ => return false,
+            }
+        }
+        false
+    }
+
+    fn assignment(&mut self, n: Node) -> Option<String> {
+        let src = self.src;
+        let left = n.child_by_field_name("left")?;
+        let right = n.child_by_field_name("right")?;
+        let op = text(n.child_by_field_name("operator")?, src).to_string();
+        let base = lvalue_base(left, src, &BTreeMap::new())?;
+        let base_node = descendants(left)
+            .into_iter()
+            .find(|x| x.kind() == "identifier" && text(*x, src) == base)?;
+        if self.inout.contains(&base) {
+            // In-place parameter: writes go to `<name>_out`, reads stay on the input.
+            let read = self.render(left);
+            self.rename_at
+                .insert(base_node.start_byte(), format!("{base}_out"));
+            let write = self.render(left);
+            let rhs = self.render(right);
+            return Some(if op == "=" {
+                format!("{write} = {rhs}")
+            } else {
+                let bop = op.trim_end_matches('=');
+                format!("{write} = {read} {bop} ({rhs})")
+            });
+        }
+        if self.metal()
+            && (self.atomic_outputs.contains(&base) || self.atomic_shared.contains(&base))
+            && left.kind() == "subscript_expression"
+        {
+            let target = self.splice(left);
+            let rhs = self.render(right);
+            let f = match op.as_str() {
+                "=" => {
+                    return Some(format!(
+                        "atomic_store_explicit(&{target}, {rhs}, memory_order_relaxed)"
+                    ));
+                }
+                "+=" => "atomic_fetch_add_explicit",
+                "-=" => "atomic_fetch_sub_explicit",
+                "|=" => "atomic_fetch_or_explicit",
+                "&=" => "atomic_fetch_and_explicit",
+                "^=" => "atomic_fetch_xor_explicit",
+                _ => return None,
+            };
+            return Some(format!("{f}(&{target}, {rhs}, memory_order_relaxed)"));
+        }
+        None
+    }
+
+    fn metal_call(&mut self, n: Node) -> Option<String> {
+        let src = self.src;
+        let name = call_name(n, src)?;
+        let a = args(n);
+        let r = |s: &mut Self, i: usize| -> String {
+            a.get(i).map(|x| s.render(*x)).unwrap_or_default()
+        };
+        let out = match name.as_str() {
+            "__syncthreads" => "threadgroup_barrier(mem_flags::mem_threadgroup)".to_string(),
+            "__syncwarp" => "simdgroup_barrier(mem_flags::mem_threadgroup)".to_string(),
+            "__threadfence" | "__threadfence_block" => {
+                self.note("T024", line(n), format!("`{name}`"));
+                "threadgroup_barrier(mem_flags::mem_device)".to_string()
+            }
+            "__shfl_down_sync" | "__shfl_up_sync" | "__shfl_xor_sync" | "__shfl_sync" => {
+                self.note("T021", line(n), String::new());
+                let f = match name.as_str() {
+                    "__shfl_down_sync" => "simd_shuffle_down",
+                    "__shfl_up_sync" => "simd_shuffle_up",
+                    "__shfl_xor_sync" => "simd_shuffle_xor",
+                    _ => "simd_shuffle",
+                };
+                format!("{f}({}, {})", r(self, 1), r(self, 2))
+            }
+            "__any_sync" => {
+                self.note("T021", line(n), String::new());
+                format!("simd_any({})", r(self, 1))
+            }
+            "__all_sync" => {
+                self.note("T021", line(n), String::new());
+                format!("simd_all({})", r(self, 1))
+            }
+            "__ballot_sync" => {
+                self.note("T021", line(n), String::new());
+                format!("uint(ulong(simd_ballot({})))", r(self, 1))
+            }
+            "__ldg" => {
+                let p = *a.first()?;
+                if p.kind() == "pointer_expression" && text(p, src).starts_with('&') {
+                    self.render(p.child_by_field_name("argument")?)
+                } else {
+                    format!("*({})", self.render(p))
+                }
+            }
+            "reinterpret_cast" | "static_cast" => {
+                let f = n.child_by_field_name("function")?;
+                let targs = f.child_by_field_name("arguments")?;
+                let ty = text(targs, src)
+                    .trim_start_matches('<')
+                    .trim_end_matches('>')
+                    .trim();
+                let inner = *a.first()?;
+                let rendered = self.render(inner);
+                if !ty.contains('*') || ty.contains("device") || ty.contains("threadgroup") {
+                    return None;
+                }
+                let base = lvalue_base(inner, src, &BTreeMap::new()).unwrap_or_default();
+                let space = if self.shared.contains_key(&base) {
+                    "threadgroup"
+                } else {
+                    "device"
+                };
+                let ty = self.metal_type(ty);
+                let ty = match ty.strip_prefix("const ") {
+                    Some(rest) => format!("const {space} {rest}"),
+                    None => format!("{space} {ty}"),
+                };
+                format!("(({ty})({rendered}))")
+            }
+            c if is_atomic(c) => {
+                let f = match c {
+                    "atomicAdd" => "atomic_fetch_add_explicit",
+                    "atomicSub" => "atomic_fetch_sub_explicit",
+                    "atomicMax" => "atomic_fetch_max_explicit",
+                    "atomicMin" => "atomic_fetch_min_explicit",
+                    "atomicExch" => "atomic_exchange_explicit",
+                    "atomicAnd" => "atomic_fetch_and_explicit",
+                    "atomicOr" => "atomic_fetch_or_explicit",
+                    "atomicXor" => "atomic_fetch_xor_explicit",
+                    _ => return None,
+                };
+                let target = *a.first()?;
+                let t = match target.kind() {
+                    "pointer_expression" if text(target, src).starts_with('&') => {
+                        format!("&{}", self.splice(target.child_by_field_name("argument")?))
+                    }
+                    _ => self.render(target),
+                };
+                format!("{f}({t}, {}, memory_order_relaxed)", r(self, 1))
+            }
+            c => {
+                let m = rules().metal_functions.get(c)?;
+                let rendered: Vec<String> = a.iter().map(|x| self.render(*x)).collect();
+                format!("{m}({})", rendered.join(", "))
+            }
+        };
+        Some(out)
+    }
+
+    fn metal_type(&self, t: &str) -> String {
+        t.replace("__nv_bfloat16", "bfloat")
+            .replace("__half", "half")
+            .replace("__restrict__", "")
+    }
+
+    fn metal_declaration(&mut self, n: Node) -> Option<String> {
+        let src = self.src;
+        let is_shared = children(n)
+            .iter()
+            .any(|c| c.kind() == "type_qualifier" && text(*c, src) == "__shared__");
+        let ty = n.child_by_field_name("type")?;
+        if is_shared {
+            let dynamic = children(n)
+                .iter()
+                .any(|c| c.kind() == "storage_class_specifier" && text(*c, src) == "extern");
+            let name = descendants(n)
+                .into_iter()
+                .find(|x| x.kind() == "identifier")
+                .map(|x| text(x, src).to_string())?;
+            let mut elem = self.metal_type(text(ty, src));
+            if self.atomic_shared.contains(&name) {
+                elem = match elem.as_str() {
+                    "int" | "int32_t" => "atomic_int".into(),
+                    "unsigned" | "unsigned int" | "uint" | "uint32_t" => "atomic_uint".into(),
+                    _ => elem,
+                };
+            }
+            if dynamic {
+                let size = self.dyn_shared.get(&name)?.clone();
+                return Some(format!("threadgroup {elem} {name}[{size}];"));
+            }
+            let decls: Vec<String> = children(n)
+                .into_iter()
+                .filter(|c| c.kind().ends_with("declarator") || c.kind() == "identifier")
+                .map(|c| self.render(c))
+                .collect();
+            let qualifiers: Vec<String> = children(n)
+                .into_iter()
+                .filter(|c| {
+                    c.kind() == "type_qualifier"
+                        && !matches!(text(*c, src), "__shared__" | "volatile")
+                })
+                .map(|c| text(c, src).to_string())
+                .collect();
+            let q = if qualifiers.is_empty() {
+                String::new()
+            } else {
+                format!("{} ", qualifiers.join(" "))
+            };
+            return Some(format!("threadgroup {q}{elem} {};", decls.join(", ")));
+        }
+        // Local pointers need an address space.
+        let pointer_decl = children(n).into_iter().find(|c| {
+            c.kind() == "pointer_declarator"
+                || c.kind() == "init_declarator"
+                    && c.child_by_field_name("declarator")
+                        .is_some_and(|d| d.kind() == "pointer_declarator")
+        })?;
+        let ty_text = text(ty, src);
+        if matches!(ty_text, "device" | "threadgroup" | "constant" | "thread") {
+            return None;
+        }
+        let init = if pointer_decl.kind() == "init_declarator" {
+            pointer_decl.child_by_field_name("value")
+        } else {
+            None
+        };
+        let base = init.and_then(|v| lvalue_base(v, src, &BTreeMap::new()));
+        let space = match &base {
+            Some(b) if self.shared.contains_key(b) => "threadgroup",
+            Some(b) if self.pointers.contains(b) => "device",
+            _ => "device",
+        };
+        let mut out = String::new();
+        let mut pos = n.start_byte();
+        for c in children(n) {
+            out.push_str(&src[pos..c.start_byte()]);
+            if c.id() == ty.id() {
+                out.push_str(space);
+                out.push(' ');
+            }
+            out.push_str(&self.render(c));
+            pos = c.end_byte();
+        }
+        out.push_str(&src[pos..n.end_byte()]);
+        Some(out)
+    }
+}
+
+fn first_line(n: Node, src: &str) -> String {
+    text(n, src).lines().next().unwrap_or("").trim().to_string()
+}
+
+fn args(n: Node) -> Vec<Node> {
+    n.child_by_field_name("arguments")
+        .map(|a| {
+            children(a)
+                .into_iter()
+                .filter(|c| c.is_named() && c.kind() != "comment")
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn is_decl_name(n: Node) -> bool {
+    n.parent().is_some_and(|p| {
+        matches!(
+            p.kind(),
+            "init_declarator"
+                | "pointer_declarator"
+                | "array_declarator"
+                | "parameter_declaration"
+                | "declaration"
+        ) && p.child_by_field_name("declarator").map(|d| d.id()) == Some(n.id())
+    })
+}
+
+fn is_lhs(n: Node) -> bool {
+    n.parent().is_some_and(|p| {
+        p.kind() == "assignment_expression"
+            && p.child_by_field_name("left").map(|l| l.id()) == Some(n.id())
+            || p.kind() == "pointer_expression"
+    })
+}
+
+/// Body text without the outer braces, dedented by one level.
+fn strip_braces(s: &str) -> String {
+    let s = s.trim();
+    let s = s.strip_prefix('{').unwrap_or(s);
+    let s = s.strip_suffix('}').unwrap_or(s);
+    let lines: Vec<&str> = s.lines().collect();
+    let indent = lines
+        .iter()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| l.len() - l.trim_start().len())
+        .min()
+        .unwrap_or(0);
+    let mut out = String::new();
+    for l in lines {
+        if l.trim().is_empty() {
+            if !out.is_empty() {
+                out.push('\n');
+            }
+            continue;
+        }
+        out.push_str(l.get(indent..).unwrap_or(l.trim_start()));
+        out.push('\n');
+    }
+    out.trim_end().to_string() + "\n"
+}
+
+fn ceil_to(extent: &str, tg: &str) -> String {
+    let e = if extent.chars().all(|c| c.is_alphanumeric() || c == '_') {
+        extent.to_string()
+    } else {
+        format!("({extent})")
+    };
+    format!("(({e} + {tg} - 1) // {tg}) * {tg}")
+}
+
+pub fn translate(src: &str, stem: &str, target: Target) -> Translation {
+    let tree = analyze::parse(src);
+    let mut analysis = analyze::analyze_tree(&tree, src);
+    for k in analysis.kernels.iter_mut() {
+        k.brief = analyze::brief(k, target);
+    }
+    let root = tree.root_node();
+    let mut diags = Vec::new();
+    for l in &analysis.parse_error_lines {
+        diags.push(diag(target, "T001", *l, None, format!("line {l}")));
+    }
+    let mut stats = Stats {
+        lines: analysis.lines,
+        kernels: analysis.kernels.len(),
+        ..Default::default()
+    };
+    if analysis.kernels.is_empty() {
+        diags.push(diag(target, "T002", 0, None, ""));
+        return Translation {
+            target,
+            analysis,
+            stats,
+            diagnostics: diags,
+            candidate: None,
+        };
+    }
+    let metal = target == Target::MlxMetal;
+    let ext = if metal { "metal" } else { "cu" };
+    let mut blocked: BTreeMap<String, usize> = BTreeMap::new();
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+
+    // Header: constants, macros, types and __device__ helpers, in file order.
+    let mut header = String::new();
+    let mut device_lines = 0;
+    let mut top: Vec<Node> = Vec::new();
+    for c in children(root) {
+        if c.kind() == "linkage_specification" {
+            if let Some(b) = c.child_by_field_name("body") {
+                if b.kind() == "declaration_list" {
+                    top.extend(children(b));
+                } else {
+                    top.push(b);
+                }
+            }
+        } else {
+            top.push(c);
+        }
+    }
+    for c in top {
+        let t = text(c, src);
+        let func = if c.kind() == "function_definition" {
+            Some(c)
+        } else if c.kind() == "template_declaration" {
+            children(c)
+                .into_iter()
+                .find(|x| x.kind() == "function_definition")
+        } else {
+            None
+        };
+        if let Some(f) = func {
+            if has_qualifier(f, src, "__device__") && !has_qualifier(f, src, "__global__") {
+                let name = function_parts(f, src).map(|p| p.0).unwrap_or_default();
+                device_lines += f.end_position().row - f.start_position().row + 1;
+                let mut rw = rewriter(src, target, None, &name);
+                let mut s = rw.splice(c);
+                if metal {
+                    for q in ["__device__", "__host__", "__forceinline__", "__noinline__"] {
+                        s = s.replace(&format!("{q} "), "");
+                    }
+                    // Pointer parameters of helpers: device memory unless stated.
+                    if let Some((_, plist)) = function_parts(f, src) {
+                        let mut any = false;
+                        for p in children(plist)
+                            .into_iter()
+                            .filter(|p| p.kind() == "parameter_declaration")
+                        {
+                            let pt = text(p, src);
+                            if pt.contains('*')
+                                && !pt.contains("threadgroup")
+                                && !pt.contains("device")
+                            {
+                                any = true;
+                            }
+                        }
+                        if any {
+                            s = add_address_space_to_params(&s, f, src);
+                            rw.note("T023", line(f), format!("in `{name}`"));
+                        }
+                    }
+                    if !s.trim_start().starts_with("inline")
+                        && !s.trim_start().starts_with("template")
+                    {
+                        s = format!("inline {s}");
+                    }
+                }
+                for (k, v) in rw.blocked {
+                    *blocked.entry(k).or_default() += v;
+                }
+                diags.extend(rw.diags);
+                header.push_str(&s);
+                header.push_str("\n\n");
+            }
+            continue;
+        }
+        match c.kind() {
+            "preproc_include" => {
+                let keep = !metal
+                    && [
+                        "mma.h",
+                        "cuda_pipeline",
+                        "cuda/pipeline",
+                        "cuda_fp16",
+                        "cuda_bf16",
+                        "cooperative_groups",
+                        "cuda/barrier",
+                    ]
+                    .iter()
+                    .any(|h| t.contains(h));
+                if keep {
+                    header.push_str(t.trim_end());
+                    header.push('\n');
+                }
+            }
+            "preproc_def" | "preproc_function_def" => {
+                header.push_str(t.trim_end());
+                header.push('\n');
+            }
+            "declaration" => {
+                let is_device_var = t.contains("__constant__") || t.contains("__device__");
+                let is_const = t.starts_with("const")
+                    || t.starts_with("constexpr")
+                    || t.starts_with("static const")
+                    || t.starts_with("static constexpr");
+                if is_device_var {
+                    diags.push(diag(
+                        target,
+                        "T117",
+                        line(c),
+                        None,
+                        format!("`{}`", first_line(c, src)),
+                    ));
+                    *blocked.entry("global_variable".into()).or_default() += 1;
+                    *seen.entry("global_variable".into()).or_default() += 1;
+                    header.push_str(
+                        "// TODO(T117): not translated, see docs/translate.md; the CUDA was:\n// ",
+                    );
+                    header.push_str(&first_line(c, src));
+                    header.push('\n');
+                } else if is_const {
+                    if metal {
+                        let body = t
+                            .trim_start_matches("static ")
+                            .trim_start_matches("constexpr ")
+                            .trim_start_matches("const ");
+                        header.push_str(&format!("constant constexpr {body}\n"));
+                    } else {
+                        header.push_str(t.trim_end());
+                        header.push('\n');
+                    }
+                }
+            }
+            "struct_specifier" | "type_definition" | "alias_declaration" | "enum_specifier" => {
+                header.push_str(t.trim_end());
+                header.push('\n');
+            }
+            "using_declaration" if !metal => {
+                header.push_str(t.trim_end());
+                header.push('\n');
+            }
+            _ => {}
+        }
+    }
+
+    // Kernels, in host launch order when there is one.
+    let mut order: Vec<usize> = Vec::new();
+    for l in &analysis.launches {
+        if let Some(i) = analysis.kernels.iter().position(|k| k.name == l.kernel)
+            && !order.contains(&i)
+        {
+            order.push(i);
+        }
+    }
+    for i in 0..analysis.kernels.len() {
+        if !order.contains(&i) {
+            order.push(i);
+        }
+    }
+    let mut files = BTreeMap::new();
+    let mut kernels_decl = Vec::new();
+    let mut launches = Vec::new();
+    let mut tunables = BTreeMap::new();
+    let mut assumptions = Vec::new();
+    let mut meaningful = true;
+    if analysis.kernels.len() > 1 {
+        diags.push(diag(
+            target,
+            "T026",
+            0,
+            None,
+            format!("{} kernels", analysis.kernels.len()),
+        ));
+    }
+    for &ki in &order {
+        let k = &analysis.kernels[ki];
+        stats.kernel_lines += k.end_line - k.line + 1;
+        for (c, v) in &k.constructs {
+            *seen.entry(c.clone()).or_default() += v;
+        }
+        let host = analysis.launches.iter().find(|l| l.kernel == k.name);
+        let kd = |code: &str, line: usize, detail: String| {
+            diag(target, code, line, Some(&k.name), detail)
+        };
+        let Some(def) = root.descendant_for_byte_range(k.def_range.0, k.def_range.1) else {
+            continue;
+        };
+        if def.kind() != "function_definition" {
+            continue;
+        }
+        let Some(body) = def.child_by_field_name("body") else {
+            continue;
+        };
+        let mut rw = rewriter(src, target, Some(k), &k.name);
+        // Dynamic shared memory: Metal needs a compile-time size (a template int).
+        let mut shared_memory = None;
+        for s in k.shared.iter().filter(|s| s.dynamic) {
+            let elem = type_size(&s.elem_type).unwrap_or(4) as i64;
+            let bytes = host
+                .and_then(|h| h.shared_memory.clone())
+                .or_else(|| k.shared_bytes.map(|_| "0".to_string()));
+            if metal {
+                let tname = format!("SMEM_{}", s.name.to_uppercase());
+                let elems = bytes
+                    .as_deref()
+                    .and_then(|b| b.parse::<i64>().ok())
+                    .filter(|b| *b > 0)
+                    .map(|b| b / elem)
+                    .unwrap_or(1024);
+                tunables.insert(
+                    tname.clone(),
+                    Tunable {
+                        values: vec![elems],
+                        default: elems,
+                    },
+                );
+                rw.dyn_shared.insert(s.name.clone(), tname.clone());
+                diags.push(kd(
+                    "T019",
+                    s.line,
+                    format!(
+                        "`{}` became threadgroup {}[{tname}] with {tname} = {elems}",
+                        s.name, s.elem_type
+                    ),
+                ));
+            } else {
+                match bytes.filter(|b| b != "0") {
+                    Some(b) => shared_memory = Some(b),
+                    None => {
+                        shared_memory = Some("49152".to_string());
+                        diags.push(kd(
+                            "T011",
+                            s.line,
+                            format!("dynamic shared memory of `{}` not found in a launch; assumed 49152 bytes", s.name),
+                        ));
+                    }
+                }
+            }
+        }
+        let mut rendered = rw.splice(body);
+        // Scalars that are not ints arrive as int32: say so where they are used.
+        let mut prologue = String::new();
+        for p in k.params.iter().filter(|p| !p.pointer) {
+            let int_like = matches!(
+                p.elem_type.trim_start_matches("const ").trim(),
+                "int"
+                    | "unsigned"
+                    | "unsigned int"
+                    | "uint"
+                    | "int32_t"
+                    | "uint32_t"
+                    | "size_t"
+                    | "long"
+                    | "int64_t"
+                    | "uint64_t"
+                    | "long long"
+                    | "short"
+                    | "bool"
+            );
+            if !int_like {
+                diags.push(kd("T018", k.line, format!("`{} {}`", p.elem_type, p.name)));
+                prologue.push_str(&format!(
+                    "// TODO(T018): `{} {}` arrives as an int32 scalar in MLX plans; see docs/translate.md\n",
+                    p.elem_type, p.name
+                ));
+                *blocked.entry("scalar_param".into()).or_default() += 1;
+            }
+        }
+        if let Some(b) = k.launch_bounds {
+            diags.push(kd("T022", k.line, format!("__launch_bounds__({b})")));
+        }
+        for p in k
+            .params
+            .iter()
+            .filter(|p| p.pointer && !p.is_const && p.role == ParamRole::Input)
+        {
+            diags.push(kd("T014", k.line, format!("`{}`", p.name)));
+        }
+        for p in k.params.iter().filter(|p| p.role == ParamRole::InOut) {
+            diags.push(kd(
+                "T015",
+                k.line,
+                format!(
+                    "`{}` is read from input `{0}` and written to output `{0}_out`",
+                    p.name
+                ),
+            ));
+        }
+        for (code, names, what) in [
+            ("T016", &k.template_ints, "tunable"),
+            ("T017", &k.template_types, "type argument"),
+        ] {
+            for n in names {
+                diags.push(kd(code, k.line, format!("`{n}` → {what}")));
+            }
+        }
+        if metal {
+            for p in &k.params {
+                if METAL_RESERVED.contains(&p.name.as_str()) {
+                    diags.push(kd("T025", k.line, format!("parameter `{}`", p.name)));
+                }
+            }
+        }
+        for (kname, v) in rw.blocked.iter() {
+            *blocked.entry(kname.clone()).or_default() += v;
+        }
+        diags.extend(rw.diags.drain(..));
+        rendered = format!("{prologue}{}", strip_braces(&rendered));
+        let source = format!("{}.{ext}", k.name);
+        files.insert(source.clone(), rendered);
+
+        // The launch.
+        let outputs: Vec<String> = k
+            .params
+            .iter()
+            .filter_map(|p| match p.role {
+                ParamRole::Output => Some(p.name.clone()),
+                ParamRole::InOut => Some(format!("{}_out", p.name)),
+                _ => None,
+            })
+            .collect();
+        if outputs.is_empty() {
+            diags.push(kd("T003", k.line, format!("kernel `{}`", k.name)));
+            meaningful = false;
+        }
+        let inputs: Vec<String> = k
+            .params
+            .iter()
+            .filter(|p| matches!(p.role, ParamRole::Input | ParamRole::InOut))
+            .map(|p| p.name.clone())
+            .collect();
+        let scalars: Vec<String> = k
+            .params
+            .iter()
+            .filter(|p| !p.pointer)
+            .map(|p| p.name.clone())
+            .collect();
+        let atomic = k
+            .params
+            .iter()
+            .any(|p| p.atomic && p.role != ParamRole::Input);
+        if atomic {
+            diags.push(kd(
+                "T013",
+                k.line,
+                format!(
+                    "init_value = 0 for {}",
+                    k.params
+                        .iter()
+                        .filter(|p| p.atomic)
+                        .map(|p| p.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            ));
+        }
+        for (i, t) in k.template_ints.iter().enumerate() {
+            let v = host.and_then(|h| h.template_values.get(i).copied().flatten());
+            let v = match v {
+                Some(v) => v,
+                None => {
+                    diags.push(kd(
+                        "T011",
+                        k.line,
+                        format!("template int `{t}` has no value in the file; assumed 128"),
+                    ));
+                    128
+                }
+            };
+            tunables.insert(
+                t.clone(),
+                Tunable {
+                    values: vec![v],
+                    default: v,
+                },
+            );
+        }
+        let mut type_args = BTreeMap::new();
+        for t in &k.template_types {
+            if let Some(p) = k
+                .params
+                .iter()
+                .find(|p| p.pointer && p.elem_type.trim_start_matches("const ").trim() == t)
+            {
+                let tensor = if p.role == ParamRole::Output {
+                    p.name.clone()
+                } else {
+                    p.name.clone()
+                };
+                type_args.insert(t.clone(), tensor);
+            }
+        }
+        let (grid, threadgroup, how) = launch_shape(k, host, &mut diags, target);
+        assumptions.push(format!("{}: {how}", k.name));
+        kernels_decl.push(KernelDecl {
+            name: k.name.clone(),
+            source,
+            header: None,
+        });
+        let ef = |s: &str| crate::expr::Expr::parse(s).map(ExprField);
+        let grid: Option<Vec<ExprField>> =
+            grid.iter().map(|g| ef(g)).collect::<Result<_, _>>().ok();
+        let tgv: Option<Vec<ExprField>> = threadgroup
+            .iter()
+            .map(|g| ef(g))
+            .collect::<Result<_, _>>()
+            .ok();
+        launches.push(Launch {
+            kernel: k.name.clone(),
+            inputs,
+            outputs,
+            scalars: scalars.iter().filter_map(|s| ef(s).ok()).collect(),
+            grid,
+            threadgroup: tgv,
+            template: k.template_ints.clone(),
+            type_args,
+            shared_memory: shared_memory.and_then(|s| ef(&s).ok()),
+            init_value: atomic.then_some(0.0),
+            atomic_outputs: atomic && metal,
+            when: None,
+        });
+        let _ = &k.template_ints;
+    }
+    // Rendered `<<<>>>` host code and statements carry no stats; the constructs do.
+    for (c, n) in &seen {
+        let not = blocked.get(c).copied().unwrap_or(0).min(*n);
+        for i in 0..*n {
+            stats.record(c, i >= not);
+        }
+    }
+    for (c, n) in &blocked {
+        let s = seen.get(c).copied().unwrap_or(0);
+        for _ in s..*n {
+            stats.record(c, false);
+        }
+    }
+    stats.kernel_lines += device_lines;
+    let header_name = format!("header.{}", if metal { "metal" } else { "cuh" });
+    if !header.trim().is_empty() {
+        files.insert(header_name.clone(), header.trim_end().to_string() + "\n");
+        for k in kernels_decl.iter_mut() {
+            k.header = Some(header_name.clone());
+        }
+    }
+    let description = format!(
+        "Translated from {stem}.cu by `ksearch translate --to {target}`. Tensors and scalars are named after \
+         the kernel parameters (make them the task's inputs, outputs and dims). Launch: {}.",
+        assumptions.join("; ")
+    );
+    let candidate = meaningful.then(|| Candidate {
+        plan: Plan {
+            name: stem.to_string(),
+            target,
+            description,
+            constraints: Vec::new(),
+            kernel: kernels_decl,
+            buffer: Vec::new(),
+            launch: launches,
+            tunable: tunables,
+        },
+        files,
+    });
+    diags.sort_by_key(|d| (d.line, d.code.clone()));
+    Translation {
+        target,
+        analysis,
+        stats,
+        diagnostics: diags,
+        candidate,
+    }
+}
+
+fn rewriter<'a>(src: &'a str, target: Target, k: Option<&'a KernelAnalysis>, name: &str) -> Rw<'a> {
+    let mut rw = Rw {
+        src,
+        target,
+        kernel: k,
+        shared: BTreeMap::new(),
+        atomic_shared: BTreeSet::new(),
+        atomic_outputs: BTreeSet::new(),
+        int_scalars: BTreeSet::new(),
+        inout: BTreeSet::new(),
+        pointers: BTreeSet::new(),
+        rename_at: BTreeMap::new(),
+        dyn_shared: BTreeMap::new(),
+        fn_name: name.to_string(),
+        diags: Vec::new(),
+        blocked: BTreeMap::new(),
+        noted: BTreeSet::new(),
+    };
+    if let Some(k) = k {
+        for s in &k.shared {
+            rw.shared.insert(s.name.clone(), s.elem_type.clone());
+            if s.atomic {
+                rw.atomic_shared.insert(s.name.clone());
+            }
+        }
+        for p in &k.params {
+            if p.pointer {
+                rw.pointers.insert(p.name.clone());
+            } else {
+                rw.int_scalars.insert(p.name.clone());
+            }
+            if p.role == ParamRole::InOut {
+                rw.inout.insert(p.name.clone());
+            }
+        }
+        if target == Target::MlxMetal
+            && k.params
+                .iter()
+                .any(|p| p.atomic && p.role != ParamRole::Input)
+        {
+            // atomic_outputs makes every output atomic<T>: plain stores and loads must go through atomics too.
+            for p in k.params.iter().filter(|p| p.role == ParamRole::Output) {
+                rw.atomic_outputs.insert(p.name.clone());
+            }
+        }
+    }
+    rw
+}
+
+/// `T* p` → `device T* p` in a Metal helper's parameter list.
+fn add_address_space_to_params(s: &str, f: Node, src: &str) -> String {
+    let Some((_, plist)) = function_parts(f, src) else {
+        return s.to_string();
+    };
+    let old = text(plist, src);
+    let mut parts = Vec::new();
+    for p in children(plist)
+        .into_iter()
+        .filter(|p| p.kind() == "parameter_declaration")
+    {
+        let pt = text(p, src).replace("__restrict__", "");
+        if !pt.contains('*') {
+            parts.push(pt.trim().to_string());
+        } else if let Some(rest) = pt.trim().strip_prefix("const ") {
+            parts.push(format!("const device {}", rest.trim()));
+        } else {
+            parts.push(format!("device {}", pt.trim()));
+        }
+    }
+    let new = format!("({})", parts.join(", "));
+    s.replacen(old, &new, 1)
+}
+
+/// Grid (threads) and threadgroup of a kernel's launch, and how they were found.
+fn launch_shape(
+    k: &KernelAnalysis,
+    host: Option<&HostLaunch>,
+    diags: &mut Vec<Diagnostic>,
+    target: Target,
+) -> ([String; 3], [String; 3], String) {
+    let kd =
+        |code: &str, line: usize, detail: String| diag(target, code, line, Some(&k.name), detail);
+    if let Some(h) = host {
+        if let (Some(g), Some(t)) = (&h.grid, &h.threadgroup) {
+            diags.push(kd(
+                "T010",
+                h.line,
+                format!(
+                    "line {}: grid [{}], threadgroup [{}]",
+                    h.line,
+                    g.join(", "),
+                    t.join(", ")
+                ),
+            ));
+            return (
+                g.clone(),
+                t.clone(),
+                format!("from the <<<...>>> launch at line {}", h.line),
+            );
+        }
+        for p in &h.problems {
+            diags.push(kd("T012", h.line, p.clone()));
+        }
+    }
+    // No usable launch: infer from the indexing.
+    let two_d = k.axes.contains(&1);
+    let tg: [String; 3] = if let Some(b) = k.launch_bounds {
+        [b.to_string(), "1".into(), "1".into()]
+    } else if two_d {
+        ["16".into(), "16".into(), "1".into()]
+    } else if let Some(s) = k
+        .shared
+        .iter()
+        .filter(|s| !s.dynamic && s.dims.len() == 1)
+        .filter_map(|s| s.bytes.zip(type_size(&s.elem_type)).map(|(b, e)| b / e))
+        .find(|n| (32..=1024).contains(n) && n.is_power_of_two())
+    {
+        [s.to_string(), "1".into(), "1".into()]
+    } else {
+        ["256".into(), "1".into(), "1".into()]
+    };
+    let first_scalar = k.params.iter().find(|p| !p.pointer).map(|p| p.name.clone());
+    let mut grid = ["1".to_string(), "1".to_string(), "1".to_string()];
+    for ax in 0..3 {
+        if !k.axes.contains(&ax) && ax > 0 {
+            continue;
+        }
+        let extent = k.guards.get(&ax).cloned();
+        // One block per row: the guard bounds the block index, so the grid is rows * threadgroup.
+        let per_block = !k.global_id && !k.grid_stride && k.uses("block_index");
+        grid[ax] = match (extent, per_block) {
+            (Some(e), true) => format!("{e} * {}", tg[ax]),
+            (Some(e), false) => ceil_to(&e, &tg[ax]),
+            (None, _) if ax == 0 => match &first_scalar {
+                Some(s) if per_block => format!("{s} * {}", tg[0]),
+                Some(s) => ceil_to(s, &tg[0]),
+                None => tg[0].clone(),
+            },
+            (None, _) => tg[ax].clone(),
+        };
+    }
+    let how = format!(
+        "assumed grid [{}], threadgroup [{}] (no <<<...>>> launch in the file)",
+        grid.join(", "),
+        tg.join(", ")
+    );
+    diags.push(kd("T011", k.line, how.clone()));
+    (grid, tg, how)
+}

@@ -1,0 +1,231 @@
+//! `ksearch translate`: CUDA kernels → MLX candidates. The analyzer (`analyze.rs`) reads a `.cu` file
+//! with tree-sitter-cuda and records, per `__global__` kernel, its parameters and the constructs it
+//! uses, with a short brief of how it maps to MLX. The translator (`emit.rs`) rewrites the common
+//! subset into a candidate folder for `mlx-metal` or `mlx-cuda` (plan.toml + body-only sources).
+//! Whatever it cannot translate is reported with a coded diagnostic (`rules.toml`, documented in
+//! docs/translate.md) and marked `// TODO(Txxx)` in the output, never dropped silently.
+
+mod analyze;
+mod emit;
+mod launch;
+
+pub use analyze::{Analysis, KernelAnalysis, Param, ParamRole, SharedArray, analyze};
+pub use emit::{Translation, translate};
+
+use crate::target::Target;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+#[derive(Debug, thiserror::Error)]
+pub enum TranslateError {
+    #[error("{}: cannot read: {err}", file.display())]
+    Read { file: PathBuf, err: std::io::Error },
+    #[error("{}: cannot write: {err}", file.display())]
+    Write { file: PathBuf, err: std::io::Error },
+    #[error(
+        "{}: no `__global__` kernel found; translate needs a .cu file that defines at least one (T002)",
+        file.display()
+    )]
+    NoKernel { file: PathBuf },
+    #[error("{}: target {target} is not a translation target; use --to mlx-metal or --to mlx-cuda", file.display())]
+    BadTarget { file: PathBuf, target: Target },
+    #[error("{}: the translated plan does not validate: {message}", file.display())]
+    Plan { file: PathBuf, message: String },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    Info,
+    Warning,
+    Error,
+}
+
+impl Severity {
+    pub fn name(self) -> &'static str {
+        match self {
+            Severity::Info => "info",
+            Severity::Warning => "warning",
+            Severity::Error => "error",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Diagnostic {
+    pub code: String,
+    pub severity: Severity,
+    /// 1-based line in the .cu file (0 when it concerns the whole file).
+    pub line: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kernel: Option<String>,
+    pub message: String,
+}
+
+/// One entry of `rules.toml` `[[code]]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CodeInfo {
+    pub code: String,
+    pub title: String,
+    pub metal: Severity,
+    pub cuda: Severity,
+    pub fix: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Rules {
+    pub code: Vec<CodeInfo>,
+    pub metal_functions: BTreeMap<String, String>,
+    pub concepts: BTreeMap<String, Vec<String>>,
+}
+
+/// The translator's data (embedded; checked by the tests, so a parse failure is a build defect).
+pub fn rules() -> &'static Rules {
+    static R: OnceLock<Rules> = OnceLock::new();
+    R.get_or_init(|| {
+        toml::from_str(include_str!("rules.toml"))
+            .unwrap_or_else(|e| panic!("src/translate/rules.toml is invalid: {e}"))
+    })
+}
+
+pub fn code_info(code: &str) -> &'static CodeInfo {
+    rules()
+        .code
+        .iter()
+        .find(|c| c.code == code)
+        .unwrap_or_else(|| panic!("diagnostic code {code} is missing from rules.toml"))
+}
+
+/// A diagnostic with the severity its code has on `target`; the message is the code's title plus `detail`.
+pub fn diag(
+    target: Target,
+    code: &str,
+    line: usize,
+    kernel: Option<&str>,
+    detail: impl AsRef<str>,
+) -> Diagnostic {
+    let info = code_info(code);
+    let severity = if target == Target::MlxCuda {
+        info.cuda
+    } else {
+        info.metal
+    };
+    let detail = detail.as_ref();
+    Diagnostic {
+        code: code.to_string(),
+        severity,
+        line,
+        kernel: kernel.map(str::to_string),
+        message: if detail.is_empty() {
+            format!("{}; {}", info.title, info.fix)
+        } else {
+            format!("{}: {detail}; {}", info.title, info.fix)
+        },
+    }
+}
+
+/// Conversion statistics: every construct occurrence the translator met, and what became of it.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Stats {
+    /// Lines of the .cu file, and of its kernels (`__global__` and `__device__` functions).
+    pub lines: usize,
+    pub kernel_lines: usize,
+    pub kernels: usize,
+    pub seen: usize,
+    pub translated: usize,
+    pub not_translated: usize,
+    /// construct → {seen, translated, not_translated}.
+    pub constructs: BTreeMap<String, ConstructCount>,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ConstructCount {
+    pub seen: usize,
+    pub translated: usize,
+    pub not_translated: usize,
+}
+
+impl Stats {
+    pub fn record(&mut self, construct: &str, translated: bool) {
+        let c = self.constructs.entry(construct.to_string()).or_default();
+        c.seen += 1;
+        self.seen += 1;
+        if translated {
+            c.translated += 1;
+            self.translated += 1;
+        } else {
+            c.not_translated += 1;
+            self.not_translated += 1;
+        }
+    }
+}
+
+/// Reads `file`, analyses and translates it for `target`.
+pub fn translate_file(file: &Path, target: Target) -> Result<Translation, TranslateError> {
+    if !target.is_gpu() {
+        return Err(TranslateError::BadTarget {
+            file: file.to_path_buf(),
+            target,
+        });
+    }
+    let src = std::fs::read_to_string(file).map_err(|err| TranslateError::Read {
+        file: file.to_path_buf(),
+        err,
+    })?;
+    let stem = file
+        .file_stem()
+        .map(|s| s.to_string_lossy().to_string())
+        .unwrap_or_else(|| "kernel".into());
+    let t = translate(&src, &stem, target);
+    if t.analysis.kernels.is_empty() {
+        return Err(TranslateError::NoKernel {
+            file: file.to_path_buf(),
+        });
+    }
+    if let Some(c) = &t.candidate {
+        c.validate().map_err(|message| TranslateError::Plan {
+            file: file.to_path_buf(),
+            message,
+        })?;
+    }
+    Ok(t)
+}
+
+/// The brief of every kernel in `src`, for the LLM's context (empty when the file has no kernel).
+pub fn brief_for_prompt(src: &str, target: Target) -> String {
+    let a = analyze(src);
+    let mut out = String::new();
+    for k in &a.kernels {
+        out.push_str(&analyze::brief(k, target));
+        out.push('\n');
+    }
+    out
+}
+
+/// The readable report of `ksearch translate`: each kernel's brief, the diagnostics, the stats.
+pub fn report(t: &Translation, file: &Path) -> String {
+    let mut s = String::new();
+    for k in &t.analysis.kernels {
+        s.push_str(&k.brief);
+        s.push('\n');
+    }
+    for d in &t.diagnostics {
+        s.push_str(&format!(
+            "{}:{}: {} {}: {}\n",
+            file.display(),
+            d.line,
+            d.severity.name(),
+            d.code,
+            d.message
+        ));
+    }
+    s.push_str(&format!(
+        "{} kernel(s), {} lines; constructs: {} seen, {} translated, {} not translated\n",
+        t.stats.kernels, t.stats.lines, t.stats.seen, t.stats.translated, t.stats.not_translated
+    ));
+    s
+}
