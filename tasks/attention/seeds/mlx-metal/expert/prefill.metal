@@ -56,7 +56,7 @@ for (uint e = tid; e < uint(BQ * D); e += NT) {
 threadgroup_barrier(mem_flags::mem_threadgroup);
 simdgroup_float8x8 qf[D / 8];
 simdgroup_float8x8 of[D / 8];
-const simdgroup_float8x8 zero = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+simdgroup_float8x8 zero = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
 for (int dc = 0; dc < D / 8; ++dc) {
   simdgroup_load(qf[dc], tiles + int(sg) * 8 * LDQ + dc * 8, LDQ);
   of[dc] = zero;
