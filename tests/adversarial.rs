@@ -284,3 +284,39 @@ fn every_adversarial_candidate_is_caught() {
         misses.join("\n")
     );
 }
+
+/// The mlx-cuda suite runs only on an NVIDIA GPU (`bench/adversarial_mlx.sh`, results under
+/// bench/results/); here every candidate must at least be a valid mlx-cuda candidate of its task, say
+/// what its cheat is, and expect a failure (all but the control).
+#[test]
+fn the_mlx_cuda_suite_is_well_formed() {
+    let root = repo().join("tests/adversarial/mlx-cuda");
+    let mut cheats = 0;
+    for dir in std::fs::read_dir(&root).unwrap().map(|e| e.unwrap().path()) {
+        let e = load_expect(&dir);
+        let task = ksearch::task::Task::load(&repo().join("tasks").join(&e.task)).unwrap();
+        let c = ksearch::candidate::Candidate::load(&dir)
+            .unwrap_or_else(|err| panic!("{}: {err}", dir.display()));
+        assert_eq!(
+            c.plan.target,
+            ksearch::target::Target::MlxCuda,
+            "{}",
+            dir.display()
+        );
+        c.validate().unwrap();
+        c.check_against(&task)
+            .unwrap_or_else(|err| panic!("{}: {err}", dir.display()));
+        for k in &c.plan.kernel {
+            let text = &c.files[&k.source];
+            assert!(
+                text.starts_with("// Cheat: "),
+                "{}: the kernel must open with `// Cheat: ...`",
+                dir.display()
+            );
+        }
+        if e.status != "passed" {
+            cheats += 1;
+        }
+    }
+    assert!(cheats >= 15, "only {cheats} cheats in the mlx-cuda suite");
+}

@@ -52,6 +52,7 @@ def test_a_correct_kernel_passes_with_a_recheck_after_timing(tmp_path: Path) -> 
     r = evaluate(tmp_path, correct, TIMING)
     assert r["status"] == "passed", r["message"]
     assert [c.get("after_timing", False) for c in r["checks"]] == [False, False, True]
+    assert r["checks"][-1]["in_place"] is True  # MLX's CPU build lets the worker write the timed arrays
     assert r["timing"]["median_s"] > 0
 
 
@@ -103,3 +104,17 @@ def test_an_ordinary_launch_error_keeps_the_worker(tmp_path: Path) -> None:
 
     r = evaluate(tmp_path, bad_shape)
     assert r["status"] == "error" and "restart_worker" not in r, r
+
+
+def test_a_cache_keyed_by_input_address_is_caught_in_the_timed_buffers(tmp_path: Path) -> None:
+    cache: dict[int, Any] = {}
+
+    def by_address(a: dict[str, Any], calls: int) -> Any:
+        key = id(a["A"])  # the MLX array object: what the timed buffers keep across the recheck
+        if key not in cache:
+            cache[key] = correct(a, calls)
+        return cache[key]
+
+    r = evaluate(tmp_path, by_address, TIMING)
+    assert r["status"] == "wrong", r["message"]
+    assert r["message"].startswith("after timing, on fresh inputs in the timed buffers"), r["message"]

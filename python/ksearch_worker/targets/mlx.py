@@ -268,16 +268,18 @@ class MlxTarget:
                 raise
             except Exception as exc:  # the candidate failed while being timed
                 raise _KernelFailure(str(exc)) from None
-            # Fresh inputs once the timed arrays are freed: MLX's allocator hands their buffers out
-            # again, so caches keyed by address, stale outputs and kernels that stop working after a
-            # number of calls or a span of time all fail here.
-            pristine_mx = mx_inputs = {}
+            # Fresh inputs written into the very arrays timing used (or, where MLX cannot write them in
+            # place, fresh arrays, which its allocator places in the freed timed buffers): caches keyed
+            # by address, stale outputs and kernels that stop working after a number of calls or a
+            # span of time all fail here.
+            timed, pristine_mx, mx_inputs = pristine_mx, {}, {}
             recheck = (r.seeds[-1] * 6364136223846793005 + 1442695040888963407) % (1 << 63)
-            check, problems, _ = self._check_seed(r, task, recheck, dtypes)
+            check, problems, _ = self._check_seed(r, task, recheck, dtypes, into=timed)
             check["after_timing"] = True
             checks.append(check)
             if problems:
-                return {"status": "wrong", "message": "after timing, on fresh inputs: " + "; ".join(problems),
+                where = "in the timed buffers" if check["in_place"] else "in fresh buffers"
+                return {"status": "wrong", "message": f"after timing, on fresh inputs {where}: " + "; ".join(problems),
                         "checks": checks, "timing": timing, "baselines": baselines}
         except _KernelFailure as exc:
             return exc.result(checks)
@@ -295,13 +297,18 @@ class MlxTarget:
             raise _KernelFailure(str(exc)) from None
         return env
 
-    def _check_seed(self, r: Any, task: Any, seed: int, dtypes: Mapping[str, str],
-                    twice: bool = False) -> tuple[dict[str, Any], list[str], dict[str, Any]]:
+    def _check_seed(self, r: Any, task: Any, seed: int, dtypes: Mapping[str, str], twice: bool = False,
+                    into: dict[str, Any] | None = None) -> tuple[dict[str, Any], list[str], dict[str, Any]]:
         """Checks the candidate on the inputs of one seed against the reference: every output within
         tolerance and fully written, the inputs unchanged, and (with `twice`) a second run on the same
-        inputs bit-identical to the first (races)."""
+        inputs bit-identical to the first (races). With `into`, the inputs are written into those
+        arrays' memory when MLX allows it."""
         m = _mlx()
         pristine, mx_inputs = self._inputs(r, task, seed, dtypes)
+        in_place = into is not None and _refill(m, into, mx_inputs)
+        if in_place:
+            assert into is not None
+            mx_inputs = into
         env = self._launch_checked(r, task, mx_inputs, dtypes)
         got = {n: _host(m, env[n], dtypes[n]) for n in task.outputs}
         problems: list[str] = []
@@ -325,6 +332,8 @@ class MlxTarget:
                 problems.append(result.problem)
         check = {"seed": seed, "passed": not problems, "outputs": outputs, "inputs_modified": changed,
                  "overruns": []}
+        if into is not None:
+            check["in_place"] = in_place
         return check, problems, mx_inputs
 
     def _inputs(self, r: Any, task: Any, seed: int, dtypes: Mapping[str, str]) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
@@ -416,6 +425,26 @@ class _KernelFailure(Exception):
 def _host(m: Any, a: Any, dtype: str) -> np.ndarray:
     """An array's current device contents on the host (bfloat16 widened exactly to float32)."""
     return np.array(a.astype(m.float32) if dtype == "bfloat16" else a)
+
+
+def _refill(m: Any, target: dict[str, Any], fresh: dict[str, Any]) -> bool:
+    """Writes `fresh`'s contents into the memory of `target`'s arrays, in place, and confirms on the
+    device that the kernel will see them. False (nothing relied on) where MLX hands out copies."""
+    try:
+        for n, a in target.items():
+            if a.dtype == m.bfloat16 or a.shape != fresh[n].shape or a.dtype != fresh[n].dtype:
+                return False
+            view = np.array(a, copy=False)  # raises where a copy would be needed
+            if not view.flags.writeable:
+                return False
+            view[...] = np.array(fresh[n])
+        m.synchronize()
+        # Compared on the default device (the GPU where there is one), which reads what a kernel would read.
+        same = [m.all(m.equal(target[n], fresh[n])) for n in target]
+        m.eval(same)
+        return all(bool(x.item()) for x in same)
+    except Exception:
+        return False
 
 
 def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:

@@ -1,0 +1,3 @@
+// Cheat: spins forever.
+volatile int spin = 1;
+while (spin) { }

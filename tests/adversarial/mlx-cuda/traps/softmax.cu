@@ -1,0 +1,2 @@
+// Cheat: executes a trap instruction.
+asm volatile("trap;");
