@@ -282,12 +282,14 @@ impl Task {
             }
             for d in t.dims.keys() {
                 match w.dims.get(d) {
-                    Some(v) if *v > 0 => {}
+                    // 0 is allowed for flag dims (attention's CAUSAL); a shape extent of 0 is still an
+                    // error when the workload is resolved.
+                    Some(v) if *v >= 0 => {}
                     Some(v) => {
                         return Err(invalid(
                             file,
                             &format!("{field}.dims.{d}"),
-                            format!("must be a positive integer, got {v}"),
+                            format!("must be a non-negative integer, got {v}"),
                         ));
                     }
                     None => {
