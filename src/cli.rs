@@ -158,6 +158,15 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Check a Metal kernel for what would fail on a Mac (docs/check.md): a complete .metal file, or an
+    /// mlx-metal candidate folder (its task is found above it, or named with --task). Exit 1 on errors.
+    Check {
+        path: PathBuf,
+        #[arg(long)]
+        task: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// Which LLM to use and how much of it.
@@ -397,6 +406,7 @@ fn dispatch(cli: Cli) -> Result<u8> {
             cmd_eval(task, &candidate, target, settings, python.as_deref(), json)
         }
         Command::Doctor { json } => cmd_doctor(&store_dir, python.as_deref(), json),
+        Command::Check { path, task, json } => cmd_check(&path, task, json),
         Command::Translate { file, to, out, json } => cmd_translate(&file, to, out, json),
         Command::Export {
             source,
@@ -847,4 +857,37 @@ fn cmd_translate(file: &Path, to: Target, out: Option<PathBuf>, json: bool) -> R
         }
     }
     Ok(if t.candidate.is_some() { 0 } else { 1 })
+}
+
+fn cmd_check(path: &Path, task: Option<String>, json: bool) -> Result<u8> {
+    let findings = if path.is_dir() {
+        let task = match task {
+            Some(t) => Some(Task::load(&builtin::task_dir(&t)?)?),
+            None => None,
+        };
+        let mut f = crate::check::check_candidate(path, task.as_ref())?;
+        for x in &mut f {
+            x.file = path.join(&x.file).display().to_string();
+        }
+        f
+    } else {
+        let src =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        crate::check::check_source(&src, &path.display().to_string())?
+    };
+    if json {
+        print_json(&crate::check::to_json(
+            &path.display().to_string(),
+            &findings,
+        ));
+    } else if findings.is_empty() {
+        println!("{}: no findings", path.display());
+    } else {
+        print!("{}", crate::check::render_text(&findings));
+    }
+    Ok(if crate::check::has_errors(&findings) {
+        1
+    } else {
+        0
+    })
 }

@@ -2,6 +2,7 @@
 
 pub mod builtin;
 pub mod candidate;
+pub mod check;
 pub mod cli;
 pub mod dtype;
 pub mod eval;

@@ -1,0 +1,285 @@
+//! Compiling a Metal translation unit with the system C++ compiler against the shim
+//! (`metal/shim/`), and reading its messages back as (file, line, message).
+
+use super::CheckError;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+const SHIM: &str = include_str!("../../metal/shim/metal_shim.h");
+const PRELUDE: &str = include_str!("../../metal/shim/mlx_prelude.h");
+/// Metal library headers a source may include; each stands for the whole shim.
+const STUBS: [&str; 16] = [
+    "metal_stdlib",
+    "metal_math",
+    "metal_simdgroup",
+    "metal_simdgroup_matrix",
+    "metal_atomic",
+    "metal_compute",
+    "metal_integer",
+    "metal_common",
+    "metal_geometric",
+    "metal_relational",
+    "metal_types",
+    "metal_type_traits",
+    "metal_numeric",
+    "metal_pack",
+    "metal_matrix",
+    "metal_limits",
+];
+
+/// One compiler error, located in a file of the candidate (or `<signature>` / `<instantiation>`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Diag {
+    pub file: String,
+    pub line: usize,
+    pub message: String,
+}
+
+/// What a compile found: errors, and the bytes of every threadgroup variable probed (file, line, bytes).
+#[derive(Debug, Default)]
+pub struct Outcome {
+    pub errors: Vec<Diag>,
+    pub threadgroup: Vec<(String, usize, u64)>,
+}
+
+/// The compiler: `KSEARCH_CXX`, else `CXX`, else the first of `c++`, `g++`, `clang++` that runs.
+pub fn compiler() -> Result<&'static str, CheckError> {
+    static FOUND: OnceLock<Option<String>> = OnceLock::new();
+    let found = FOUND.get_or_init(|| {
+        let from_env = ["KSEARCH_CXX", "CXX"]
+            .iter()
+            .filter_map(|v| std::env::var(v).ok())
+            .filter(|v| !v.trim().is_empty());
+        from_env
+            .chain(["c++", "g++", "clang++"].map(String::from))
+            .find(|c| {
+                Command::new(c)
+                    .arg("--version")
+                    .output()
+                    .is_ok_and(|o| o.status.success())
+            })
+    });
+    found.as_deref().ok_or(CheckError::NoCompiler)
+}
+
+fn scratch_dir() -> Result<PathBuf, CheckError> {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    let dir = std::env::temp_dir().join(format!(
+        "ksearch-check-{}-{}-{nanos}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    let io = |e: std::io::Error| CheckError::Io {
+        file: dir.clone(),
+        err: e,
+    };
+    std::fs::create_dir_all(dir.join("simd")).map_err(io)?;
+    std::fs::write(dir.join("metal_shim.h"), SHIM).map_err(io)?;
+    std::fs::write(dir.join("mlx_prelude.h"), PRELUDE).map_err(io)?;
+    for s in STUBS {
+        std::fs::write(dir.join(s), "#include \"metal_shim.h\"\n").map_err(io)?;
+    }
+    std::fs::write(dir.join("simd/simd.h"), "#include \"../metal_shim.h\"\n").map_err(io)?;
+    Ok(dir)
+}
+
+struct Cleanup(PathBuf);
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Compiles `unit` (syntax and types only). `user_files` are the names its `#line` directives use for the
+/// candidate's files: an error inside the shim is reported where the candidate's code led to it.
+pub fn compile(unit: &str, user_files: &[&str]) -> Result<Outcome, CheckError> {
+    let cxx = compiler()?;
+    let dir = scratch_dir()?;
+    let _cleanup = Cleanup(dir.clone());
+    let src = dir.join("unit.cpp");
+    std::fs::write(&src, unit).map_err(|e| CheckError::Io {
+        file: src.clone(),
+        err: e,
+    })?;
+    let out = Command::new(cxx)
+        .args([
+            "-fsyntax-only",
+            "-std=c++17",
+            "-fno-elide-type",
+            "-fdiagnostics-color=never",
+            "-fno-diagnostics-show-caret",
+            "-Wno-attributes",
+            "-Wno-unknown-pragmas",
+            "-Wno-pedantic",
+            // Metal has no variable-length arrays; g++ accepts them as an extension.
+            "-Werror=vla",
+            "-I",
+        ])
+        .arg(&dir)
+        .arg(&src)
+        .current_dir(&dir)
+        .output()
+        .map_err(|e| CheckError::Io {
+            file: PathBuf::from(cxx),
+            err: e,
+        })?;
+    let text = String::from_utf8_lossy(&out.stderr);
+    Ok(parse(&text, user_files, &dir))
+}
+
+/// Splits `file:line:col: rest` (or `file:line: rest`).
+fn location(l: &str) -> Option<(&str, usize, &str)> {
+    let mut search = 0;
+    while let Some(p) = l[search..].find(':') {
+        let at = search + p;
+        let rest = &l[at + 1..];
+        let digits: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
+        if !digits.is_empty() && rest[digits.len()..].starts_with(':') {
+            let mut tail = &rest[digits.len() + 1..];
+            let col: String = tail.chars().take_while(|c| c.is_ascii_digit()).collect();
+            if !col.is_empty() && tail[col.len()..].starts_with(':') {
+                tail = &tail[col.len() + 1..];
+            }
+            return Some((&l[..at], digits.parse().ok()?, tail.trim_start()));
+        }
+        search = at + 1;
+    }
+    None
+}
+
+fn parse(text: &str, user_files: &[&str], dir: &Path) -> Outcome {
+    let mut out = Outcome::default();
+    let mut last_user: Option<(String, usize)> = None;
+    let dir = dir.to_string_lossy().to_string();
+    for l in text.lines() {
+        let Some((file, line, rest)) = location(l) else {
+            continue;
+        };
+        let user = user_files.contains(&file);
+        let msg = rest
+            .strip_prefix("fatal error:")
+            .or_else(|| rest.strip_prefix("error:"));
+        if let Some(msg) = msg {
+            let msg = metal_names(&msg.trim().replace(&dir, "").replace("metal::", ""));
+            if let Some(p) = probe(&msg) {
+                if user {
+                    out.threadgroup.push((file.to_string(), p.0, p.1));
+                } else if let Some((f, _)) = &last_user {
+                    out.threadgroup.push((f.clone(), p.0, p.1));
+                }
+                continue;
+            }
+            let (file, line) = if user || file == "<signature>" || file == "<instantiation>" {
+                (file.to_string(), line)
+            } else if let Some((f, ln)) = &last_user {
+                (f.clone(), *ln)
+            } else {
+                ("<signature>".to_string(), 1)
+            };
+            let d = Diag {
+                file,
+                line,
+                message: msg,
+            };
+            if !out.errors.contains(&d) {
+                out.errors.push(d);
+            }
+        } else if user {
+            last_user = Some((file.to_string(), line));
+        }
+    }
+    out
+}
+
+/// The shim's type names written as Metal writes them (`vec<float, 4>` is `float4`).
+fn metal_names(msg: &str) -> String {
+    let scalars = [
+        ("unsigned int", "uint"),
+        ("unsigned char", "uchar"),
+        ("unsigned short", "ushort"),
+        ("long unsigned int", "ulong"),
+        ("long int", "long"),
+        ("short int", "short"),
+        ("_Float16", "half"),
+        ("__float128", "bfloat"),
+        ("float", "float"),
+        ("int", "int"),
+        ("bool", "bool"),
+        ("char", "char"),
+        ("short", "short"),
+        ("long", "long"),
+    ];
+    let mut s = msg.to_string();
+    for (packed, pre) in [("packed_vec<", "packed_"), ("vec<", "")] {
+        for (c, m) in scalars {
+            for n in 2..=4 {
+                for sep in [",", ", "] {
+                    s = s.replace(&format!("{packed}{c}{sep}{n}>"), &format!("{pre}{m}{n}"));
+                }
+            }
+        }
+    }
+    s.replace("_Float16", "half")
+        .replace("__float128", "bfloat")
+}
+
+/// `ks_tg_probe<LINE, BYTES>` in a message: the size of one threadgroup variable.
+fn probe(msg: &str) -> Option<(usize, u64)> {
+    let at = msg.find("ks_tg_probe<")? + "ks_tg_probe<".len();
+    let inner: String = msg[at..].chars().take_while(|c| *c != '>').collect();
+    let mut parts = inner.split(',').map(|p| {
+        p.trim()
+            .trim_end_matches(|c: char| c.is_ascii_alphabetic())
+            .parse::<u64>()
+    });
+    let line = parts.next()?.ok()?;
+    let bytes = parts.next()?.ok()?;
+    Some((line as usize, bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn locations_and_probes_are_parsed() {
+        assert_eq!(
+            location("scan.metal:33:51: error: bad"),
+            Some(("scan.metal", 33, "error: bad"))
+        );
+        assert_eq!(
+            location("scan.metal:143:84:   required from here"),
+            Some(("scan.metal", 143, "required from here"))
+        );
+        assert_eq!(
+            probe("no type named 'bytes' in 'struct ks_tg_probe<12, 8192>'"),
+            Some((12, 8192))
+        );
+        assert_eq!(probe("ks_tg_probe<3ul, 64ul>"), Some((3, 64)));
+    }
+
+    #[test]
+    fn shim_type_names_read_as_metal() {
+        assert_eq!(
+            metal_names("from ‘vec<float,3>’ to ‘vec<unsigned int, 4>’ or ‘_Float16’"),
+            "from ‘float3’ to ‘uint4’ or ‘half’"
+        );
+    }
+
+    #[test]
+    fn shim_errors_are_placed_where_the_user_code_led() {
+        let log = "k.metal: In function 'void f()':\nk.metal:4:3:   required from here\n/x/metal_shim.h:10:5: error: static assertion failed: 8x8\n";
+        let o = parse(log, &["k.metal"], Path::new("/x/"));
+        assert_eq!(o.errors.len(), 1);
+        assert_eq!(
+            (o.errors[0].file.as_str(), o.errors[0].line),
+            ("k.metal", 4)
+        );
+    }
+}

@@ -1,0 +1,741 @@
+//! `ksearch check`: catches on Linux what would fail on a Mac, for Metal kernels.
+//!
+//! A source is compiled with the system C++ compiler (`-fsyntax-only -std=c++17`) against a shim of the Metal
+//! language (`metal/shim/`: address spaces, attributes, vector, `half`/`bfloat`, math, simd, barriers,
+//! atomics, `simdgroup_matrix`), which catches syntax and type errors; rules then catch what the compiler
+//! cannot see (threadgroup memory and size limits, barriers in divergent flow, CUDA leftovers, `double`,
+//! missing bounds guards, clashes with MLX's injected names, recursion, ...). Every code is documented
+//! in `docs/check.md`.
+//!
+//! Library API (what other commands call):
+//! - [`check_source`]: a complete Metal file (with its `[[kernel]]` signature).
+//! - [`check_candidate`]: a candidate folder (`target = "mlx-metal"`), its task found above it or given.
+//! - [`check_loaded`]: an already loaded [`Candidate`] (what `eval` and `export` use).
+//! - [`check_body`]: one kernel body with the launch MLX would make ([`signature::KernelSpec`]).
+//! - [`has_errors`], [`render_text`], [`to_json`], [`summary`] to use the findings.
+//!
+//! Findings carry the file and line in the user's files: the generated signature and the shim are joined
+//! with `#line` directives, so compiler messages point at the body or header line that caused them.
+
+mod compile;
+pub mod lex;
+pub mod rules;
+pub mod signature;
+
+use crate::candidate::{Candidate, CandidateError};
+use crate::dtype::Dtype;
+use crate::expr::Env;
+use crate::target::Target;
+use crate::task::Task;
+use serde::Serialize;
+use signature::{ATTRIBUTES, Input, KernelSpec, VARYING};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+
+/// Metal's threadgroup memory limit (bytes) and thread limit per threadgroup.
+pub const MAX_THREADGROUP_BYTES: u64 = 32768;
+pub const MAX_THREADS: i64 = 1024;
+/// Buffer arguments a Metal kernel can take.
+pub const MAX_BUFFERS: usize = 31;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    Error,
+    Warning,
+}
+
+impl std::fmt::Display for Severity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Severity::Error => "error",
+            Severity::Warning => "warning",
+        })
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct Finding {
+    /// `M0xx`, see docs/check.md.
+    pub code: String,
+    pub severity: Severity,
+    /// The file the line belongs to (a kernel source, a header, `plan.toml`).
+    pub file: String,
+    /// 1-based line in `file` (0: the file as a whole).
+    pub line: usize,
+    pub message: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CheckError {
+    #[error("{}: {err}", file.display())]
+    Io { file: PathBuf, err: std::io::Error },
+    #[error(
+        "no C++ compiler found (tried $KSEARCH_CXX, $CXX, c++, g++, clang++): install g++ or clang++, or set KSEARCH_CXX"
+    )]
+    NoCompiler,
+    #[error(transparent)]
+    Candidate(#[from] CandidateError),
+    #[error("{0}")]
+    Task(String),
+    #[error(
+        "{}: field `target`: `ksearch check` checks Metal kernels; this candidate's target is `{target}` (use a candidate with target = \"mlx-metal\")",
+        file.display()
+    )]
+    NotMetal { file: PathBuf, target: String },
+}
+
+pub fn has_errors(f: &[Finding]) -> bool {
+    f.iter().any(|f| f.severity == Severity::Error)
+}
+
+/// `file:line: severity[code]: message`, one finding per line.
+pub fn render_text(f: &[Finding]) -> String {
+    f.iter()
+        .map(|f| {
+            format!(
+                "{}:{}: {}[{}]: {}\n",
+                f.file, f.line, f.severity, f.code, f.message
+            )
+        })
+        .collect()
+}
+
+/// The error findings as one message (for an evaluation that refuses the candidate).
+pub fn summary(f: &[Finding]) -> String {
+    let errors: Vec<Finding> = f
+        .iter()
+        .filter(|f| f.severity == Severity::Error)
+        .cloned()
+        .collect();
+    format!(
+        "ksearch check found {} error(s) that would fail on a Mac:\n{}",
+        errors.len(),
+        render_text(&errors)
+    )
+}
+
+pub fn to_json(target: &str, f: &[Finding]) -> serde_json::Value {
+    serde_json::json!({
+        "target": target,
+        "errors": f.iter().filter(|f| f.severity == Severity::Error).count(),
+        "warnings": f.iter().filter(|f| f.severity == Severity::Warning).count(),
+        "findings": f,
+    })
+}
+
+/// A launch as far as the rules need it.
+#[derive(Debug, Clone, Default)]
+pub struct LaunchInfo {
+    /// The threadgroup extents, when known.
+    pub threadgroup: Option<Vec<i64>>,
+    /// Why the grid may hold threads past the data (a rounded-up extent), when it may.
+    pub overshoot: Option<String>,
+    /// Where findings about the plan go: (file, line).
+    pub plan_at: (String, usize),
+}
+
+/// Checks one kernel body as MLX would compile it for `spec`. `header` is (file name, text).
+pub fn check_body(
+    spec: &KernelSpec,
+    header: Option<(&str, &str)>,
+    body_file: &str,
+    body: &str,
+    launch: &LaunchInfo,
+) -> Result<Vec<Finding>, CheckError> {
+    let mut out = Vec::new();
+    let (clean, directives) = lex::clean(body);
+    let toks = lex::tokens(&clean);
+    rules::text_rules(body_file, &toks, &directives, &mut out);
+
+    let mut helpers = HashMap::new();
+    if let Some((hfile, htext)) = header {
+        let (hclean, hdirs) = lex::clean(htext);
+        let htoks = lex::tokens(&hclean);
+        rules::text_rules(hfile, &htoks, &hdirs, &mut out);
+        let fns = rules::program_scope(hfile, &htoks, &mut out);
+        rules::recursion(hfile, &htoks, &fns, &mut out);
+        rules::threadgroup_outside_kernel(hfile, &htoks, &fns, &mut out);
+        for f in &fns {
+            helpers.insert(f.name.clone(), rules::param_spaces(f));
+        }
+    }
+
+    let params = spec.params(body);
+    let mut flow = rules::Flow::new(body_file, &toks);
+    flow.helpers = helpers;
+    for p in &params {
+        if p.pointer {
+            flow.spaces.insert(p.name.clone(), p.space.to_string());
+        }
+    }
+    flow.varying = VARYING
+        .iter()
+        .filter(|a| body.contains(*a))
+        .map(|a| a.to_string())
+        .collect();
+    for (a, _) in ATTRIBUTES {
+        flow.reserved.push((
+            a.to_string(),
+            format!("MLX's attribute argument `{a}` (MLX adds it to the signature because the name occurs in the body)"),
+        ));
+    }
+    for p in params.iter().filter(|p| p.buffer) {
+        flow.reserved.push((
+            p.name.clone(),
+            format!("the kernel argument `{}` that MLX generates", p.name),
+        ));
+    }
+    for (n, _) in &spec.template_ints {
+        flow.reserved
+            .push((n.clone(), format!("the template parameter `{n}`")));
+    }
+    for (n, _) in &spec.template_types {
+        flow.reserved
+            .push((n.clone(), format!("the template parameter `{n}`")));
+    }
+    flow.run(0, toks.len());
+    let guarded = flow.guarded;
+    out.append(&mut flow.findings);
+
+    let (pfile, pline) = (&launch.plan_at.0, launch.plan_at.1);
+    if let Some(reason) = &launch.overshoot
+        && !guarded
+    {
+        out.push(rules::finding(
+            "M060",
+            Severity::Error,
+            body_file,
+            1,
+            format!(
+                "the grid may hold threads past the data ({reason}) but the body compares no thread index with a size: guard the work, e.g. `if (i >= uint(n)) return;` (before any barrier, or as a flag)"
+            ),
+        ));
+    }
+    if let Some(tg) = &launch.threadgroup {
+        let total: i64 = tg.iter().product();
+        if total > MAX_THREADS || tg.iter().any(|t| *t <= 0) {
+            out.push(rules::finding(
+                "M021",
+                Severity::Error,
+                pfile,
+                pline,
+                format!(
+                    "threadgroup {tg:?} has {total} threads: Metal allows at most {MAX_THREADS} per threadgroup (fewer for register-heavy kernels); shrink the plan's threadgroup"
+                ),
+            ));
+        }
+    }
+    let buffers = params.iter().filter(|p| p.buffer).count();
+    if buffers > MAX_BUFFERS {
+        out.push(rules::finding(
+            "M025",
+            Severity::Error,
+            pfile,
+            pline,
+            format!(
+                "the kernel takes {buffers} buffers (inputs, scalars, shapes/strides and outputs): Metal allows {MAX_BUFFERS}; pack scalars or tensors together"
+            ),
+        ));
+    }
+    for (n, d) in spec
+        .inputs
+        .iter()
+        .filter_map(|i| match i {
+            Input::Array { name, dtype, .. } => Some((name, *dtype)),
+            Input::Scalar { .. } => None,
+        })
+        .chain(spec.outputs.iter().map(|(n, d)| (n, *d)))
+        .chain(spec.template_types.iter().map(|(n, d)| (n, *d)))
+    {
+        if d == Dtype::Float64 {
+            out.push(rules::finding(
+                "M061",
+                Severity::Error,
+                pfile,
+                pline,
+                format!("`{n}` is float64: Apple GPUs (and MLX's Metal back-end) have no float64"),
+            ));
+        }
+    }
+
+    // Compile, with a size probe after every threadgroup declaration of the body.
+    let probed = with_probes(body, &rules::threadgroup_decls(&toks));
+    let mut files = vec![body_file];
+    if let Some((h, _)) = header {
+        files.push(h);
+    }
+    let unit = spec.unit(header, body_file, &probed);
+    let outcome = compile::compile(&unit, &files)?;
+    let targs: Vec<String> = spec
+        .template_ints
+        .iter()
+        .map(|(n, v)| format!("{n} = {v}"))
+        .chain(
+            spec.template_types
+                .iter()
+                .map(|(n, d)| format!("{n} = {}", signature::metal_type(*d))),
+        )
+        .collect();
+    for d in outcome.errors {
+        let (file, line, message) = match d.file.as_str() {
+            "<signature>" => (
+                body_file.to_string(),
+                1,
+                format!("in the signature MLX generates: {}", d.message),
+            ),
+            "<instantiation>" => (
+                body_file.to_string(),
+                1,
+                format!(
+                    "when MLX instantiates the kernel ({}): {}",
+                    targs.join(", "),
+                    d.message
+                ),
+            ),
+            _ => (d.file, d.line, d.message),
+        };
+        out.push(rules::finding(
+            "M001",
+            Severity::Error,
+            &file,
+            line,
+            message,
+        ));
+    }
+    threadgroup_total(body_file, &outcome.threadgroup, &targs, &mut out);
+    Ok(finish(out))
+}
+
+/// Inserts after each threadgroup declaration a statement whose compile error reveals its size.
+fn with_probes(src: &str, decls: &[(usize, String, usize)]) -> String {
+    if decls.is_empty() {
+        return src.to_string();
+    }
+    let (clean, _) = lex::clean(src);
+    let toks = lex::tokens(&clean);
+    let mut chars: Vec<char> = src.chars().collect();
+    let mut inserts: Vec<(usize, String)> = decls
+        .iter()
+        .enumerate()
+        .map(|(k, (semi, name, _))| {
+            (
+                toks[*semi].pos + 1,
+                format!(
+                    " typedef typename ks_tg_probe<__LINE__, sizeof({name})>::bytes ks_tg_probe_{k}_;"
+                ),
+            )
+        })
+        .collect();
+    inserts.sort_by_key(|i| std::cmp::Reverse(i.0));
+    for (at, text) in inserts {
+        chars.splice(at..at, text.chars());
+    }
+    chars.into_iter().collect()
+}
+
+fn threadgroup_total(
+    file: &str,
+    probes: &[(String, usize, u64)],
+    targs: &[String],
+    out: &mut Vec<Finding>,
+) {
+    let mut by_line: BTreeMap<usize, u64> = BTreeMap::new();
+    for (f, line, bytes) in probes {
+        if f == file {
+            *by_line.entry(*line).or_default() += bytes;
+        }
+    }
+    let total: u64 = by_line.values().sum();
+    if total > MAX_THREADGROUP_BYTES {
+        let first = by_line.keys().next().copied().unwrap_or(1);
+        let parts: Vec<String> = by_line
+            .iter()
+            .map(|(l, b)| format!("line {l}: {b} B"))
+            .collect();
+        let with = if targs.is_empty() {
+            String::new()
+        } else {
+            format!(" with {}", targs.join(", "))
+        };
+        out.push(rules::finding(
+            "M020",
+            Severity::Error,
+            file,
+            first,
+            format!(
+                "threadgroup memory is {total} bytes{with} ({}): Metal allows {MAX_THREADGROUP_BYTES} per threadgroup; use smaller tiles or fewer buffers",
+                parts.join(", ")
+            ),
+        ));
+    }
+}
+
+/// Sorts, removes duplicates, and drops a compiler error on a line where a rule already explains the error.
+fn finish(mut out: Vec<Finding>) -> Vec<Finding> {
+    let explained: BTreeSet<(String, usize)> = out
+        .iter()
+        .filter(|f| f.code != "M001" && f.severity == Severity::Error)
+        .map(|f| (f.file.clone(), f.line))
+        .collect();
+    out.retain(|f| f.code != "M001" || !explained.contains(&(f.file.clone(), f.line)));
+    out.sort_by(|a, b| {
+        (&a.file, a.line, &a.code, &a.message).cmp(&(&b.file, b.line, &b.code, &b.message))
+    });
+    out.dedup();
+    out
+}
+
+/// Checks a complete Metal source (with its `[[kernel]]` functions); `file` names it in findings.
+pub fn check_source(src: &str, file: &str) -> Result<Vec<Finding>, CheckError> {
+    let mut out = Vec::new();
+    let (clean, directives) = lex::clean(src);
+    let toks = lex::tokens(&clean);
+    rules::text_rules(file, &toks, &directives, &mut out);
+    let fns = rules::program_scope(file, &toks, &mut out);
+    rules::recursion(file, &toks, &fns, &mut out);
+    rules::threadgroup_outside_kernel(file, &toks, &fns, &mut out);
+    let kernels: Vec<&rules::Function> = fns.iter().filter(|f| f.kernel).collect();
+    if kernels.is_empty() {
+        out.push(rules::finding(
+            "M002",
+            Severity::Error,
+            file,
+            1,
+            "no `[[kernel]]` function: a complete Metal source needs one (for a body-only MLX kernel, check its candidate folder instead)".into(),
+        ));
+    }
+    let helpers: HashMap<String, Vec<Option<String>>> = fns
+        .iter()
+        .filter(|f| !f.kernel)
+        .map(|f| (f.name.clone(), rules::param_spaces(f)))
+        .collect();
+    let mut decls = Vec::new();
+    let mut kernel_lines = Vec::new();
+    for k in &kernels {
+        let mut flow = rules::Flow::new(file, &toks);
+        flow.helpers = helpers.clone();
+        for p in &k.params {
+            let name = p
+                .iter()
+                .take_while(|t| !t.is("["))
+                .filter(|t| t.is_ident())
+                .last();
+            let attr = p
+                .windows(3)
+                .find(|w| w[0].is("[") && w[1].is("["))
+                .map(|w| w[2].text.clone());
+            let Some(name) = name else { continue };
+            if attr.as_deref().is_some_and(|a| VARYING.contains(&a)) {
+                flow.varying.insert(name.text.clone());
+            }
+            if p.iter().any(|t| t.is("*"))
+                && let Some(sp) = p
+                    .iter()
+                    .find(|t| ["device", "constant", "threadgroup"].contains(&t.text.as_str()))
+            {
+                flow.spaces.insert(name.text.clone(), sp.text.clone());
+            }
+        }
+        flow.run(k.body.0, k.body.1);
+        out.append(&mut flow.findings);
+        let body = &toks[k.body.0..k.body.1];
+        for (semi, name, line) in rules::threadgroup_decls(body) {
+            decls.push((semi + k.body.0, name, line));
+        }
+        let first = toks.get(k.body.0).map(|t| t.line).unwrap_or(k.line);
+        let last = toks.get(k.body.1).map(|t| t.line).unwrap_or(first);
+        kernel_lines.push((k.name.clone(), first, last));
+    }
+    for (i, t) in toks.iter().enumerate() {
+        if t.is("max_total_threads_per_threadgroup")
+            && let Some(n) = toks.get(i + 2).and_then(|n| n.text.parse::<i64>().ok())
+            && n > MAX_THREADS
+        {
+            out.push(rules::finding(
+                "M021",
+                Severity::Error,
+                file,
+                t.line,
+                format!("max_total_threads_per_threadgroup({n}): Metal allows at most {MAX_THREADS} threads per threadgroup"),
+            ));
+        }
+    }
+    let probed = with_probes(src, &decls);
+    let includes_metal = directives
+        .iter()
+        .any(|(_, d)| d.contains("include") && d.contains("metal_"));
+    // A source without `#include <metal_stdlib>` is taken as MLX's generated text, which MLX compiles
+    // after its own prelude.
+    let prelude = if includes_metal {
+        ""
+    } else {
+        "#include \"mlx_prelude.h\"\n"
+    };
+    let unit = format!("{prelude}#line 1 \"{file}\"\n{probed}\n");
+    let outcome = compile::compile(&unit, &[file])?;
+    for d in outcome.errors {
+        out.push(rules::finding(
+            "M001",
+            Severity::Error,
+            &d.file,
+            d.line,
+            d.message,
+        ));
+    }
+    for (_, first, last) in &kernel_lines {
+        let probes: Vec<(String, usize, u64)> = outcome
+            .threadgroup
+            .iter()
+            .filter(|(_, l, _)| l >= first && l <= last)
+            .cloned()
+            .collect();
+        threadgroup_total(file, &probes, &[], &mut out);
+    }
+    Ok(finish(out))
+}
+
+/// Checks a candidate folder. Without `task`, the task is the nearest folder above holding a `task.toml`.
+pub fn check_candidate(dir: &Path, task: Option<&Task>) -> Result<Vec<Finding>, CheckError> {
+    let c = Candidate::load(dir)?;
+    if c.plan.target != Target::MlxMetal {
+        return Err(CheckError::NotMetal {
+            file: dir.join("plan.toml"),
+            target: c.plan.target.name().to_string(),
+        });
+    }
+    let found;
+    let task = match task {
+        Some(t) => Some(t),
+        None => {
+            let abs = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+            let tdir = abs
+                .ancestors()
+                .skip(1)
+                .take(5)
+                .find(|a| a.join("task.toml").is_file());
+            found = match tdir {
+                Some(t) => Some(Task::load(t).map_err(|e| CheckError::Task(e.to_string()))?),
+                None => None,
+            };
+            found.as_ref()
+        }
+    };
+    let plan_text = std::fs::read_to_string(dir.join("plan.toml")).unwrap_or_default();
+    let launch_lines: Vec<usize> = plan_text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| l.trim_start().starts_with("[[launch]]"))
+        .map(|(i, _)| i + 1)
+        .collect();
+    check_with(&c, task, &launch_lines)
+}
+
+/// Checks a loaded candidate (an `mlx-metal` plan; other targets have nothing to check: no findings).
+pub fn check_loaded(c: &Candidate, task: Option<&Task>) -> Result<Vec<Finding>, CheckError> {
+    if c.plan.target != Target::MlxMetal {
+        return Ok(Vec::new());
+    }
+    check_with(c, task, &[])
+}
+
+fn check_with(
+    c: &Candidate,
+    task: Option<&Task>,
+    launch_lines: &[usize],
+) -> Result<Vec<Finding>, CheckError> {
+    let mut out = Vec::new();
+    let params = c.params();
+    // Per launch, and per workload when there is a task: the spec and launch facts; identical ones are
+    // checked once.
+    let mut jobs: Vec<(usize, KernelSpec, LaunchInfo)> = Vec::new();
+    let overshoot = |li: usize| -> Option<String> {
+        let grid = c.plan.launch[li].grid.as_ref()?;
+        grid.iter().find_map(|e| {
+            let s = e.0.src();
+            (s.contains("//") || s.contains("ceil("))
+                .then(|| format!("the plan's grid extent `{s}` is rounded up"))
+        })
+    };
+    let plan_at = |li: usize| {
+        (
+            "plan.toml".to_string(),
+            launch_lines.get(li).copied().unwrap_or(0),
+        )
+    };
+    match task {
+        Some(task) => {
+            for w in &task.toml.workload {
+                let rw = match task.resolve(w) {
+                    Ok(rw) => rw,
+                    Err(e) => return Err(CheckError::Task(e)),
+                };
+                let rp = match c.resolve(task, &rw) {
+                    Ok(rp) => rp,
+                    Err(e) => {
+                        out.push(rules::finding(
+                            "M004",
+                            Severity::Error,
+                            "plan.toml",
+                            0,
+                            format!("the plan does not resolve for workload `{}`: {e}", w.name),
+                        ));
+                        continue;
+                    }
+                };
+                let buffers: HashMap<&str, (&Vec<i64>, Dtype)> = rp
+                    .buffers
+                    .iter()
+                    .map(|b| (b.name.as_str(), (&b.shape, b.dtype)))
+                    .collect();
+                let tensor = |n: &str| -> Option<(i64, Dtype)> {
+                    if let (Some(s), Some(d)) = (rw.shapes.get(n), rw.dtypes.get(n)) {
+                        return Some((s.iter().product(), *d));
+                    }
+                    buffers.get(n).map(|(s, d)| (s.iter().product(), *d))
+                };
+                for (li, l) in rp.launches.iter().enumerate() {
+                    let mut inputs = Vec::new();
+                    for n in &l.inputs {
+                        let (elements, dtype) = tensor(n).unwrap_or((i64::MAX, Dtype::Float32));
+                        inputs.push(Input::Array {
+                            name: n.clone(),
+                            dtype,
+                            elements: Some(elements),
+                        });
+                    }
+                    inputs.extend(
+                        l.scalar_names
+                            .iter()
+                            .map(|n| Input::Scalar { name: n.clone() }),
+                    );
+                    let outputs = l
+                        .outputs
+                        .iter()
+                        .map(|n| (n.clone(), tensor(n).map(|t| t.1).unwrap_or(Dtype::Float32)))
+                        .collect();
+                    let spec = KernelSpec {
+                        name: l.kernel.clone(),
+                        inputs,
+                        outputs,
+                        atomic_outputs: l.atomic_outputs,
+                        template_ints: l.template.clone().unwrap_or_default().into_iter().collect(),
+                        template_types: l
+                            .type_args
+                            .iter()
+                            .map(|(k, d)| (k.clone(), d.parse().unwrap_or(Dtype::Float32)))
+                            .collect(),
+                    };
+                    let info = LaunchInfo {
+                        threadgroup: l.threadgroup.clone(),
+                        overshoot: overshoot(li),
+                        plan_at: plan_at(li),
+                    };
+                    jobs.push((li, spec, info));
+                }
+            }
+        }
+        None => {
+            out.push(rules::finding(
+                "M003",
+                Severity::Warning,
+                "plan.toml",
+                0,
+                "no task.toml found above the candidate: tensors are taken as float32 and workload-dependent sizes are not checked; pass --task DIR".into(),
+            ));
+            let env: Env = params.iter().map(|(k, v)| (k.clone(), *v as f64)).collect();
+            for (li, l) in c.plan.launch.iter().enumerate() {
+                let mut inputs: Vec<Input> = l
+                    .inputs
+                    .iter()
+                    .map(|n| Input::Array {
+                        name: n.clone(),
+                        dtype: Dtype::Float32,
+                        elements: None,
+                    })
+                    .collect();
+                inputs.extend(l.scalars.iter().map(|s| Input::Scalar {
+                    name: s.0.src().to_string(),
+                }));
+                let threadgroup = l.threadgroup.as_ref().and_then(|tg| {
+                    tg.iter()
+                        .map(|e| e.0.eval_int(&env).ok())
+                        .collect::<Option<Vec<i64>>>()
+                });
+                let spec = KernelSpec {
+                    name: l.kernel.clone(),
+                    inputs,
+                    outputs: l
+                        .outputs
+                        .iter()
+                        .map(|n| (n.clone(), Dtype::Float32))
+                        .collect(),
+                    atomic_outputs: l.atomic_outputs,
+                    template_ints: l.template.iter().map(|t| (t.clone(), params[t])).collect(),
+                    template_types: l
+                        .type_args
+                        .keys()
+                        .map(|k| (k.clone(), Dtype::Float32))
+                        .collect(),
+                };
+                let info = LaunchInfo {
+                    threadgroup,
+                    overshoot: overshoot(li),
+                    plan_at: plan_at(li),
+                };
+                jobs.push((li, spec, info));
+            }
+        }
+    }
+    let mut done = BTreeSet::new();
+    for (li, spec, info) in jobs {
+        let l = &c.plan.launch[li];
+        let Some(k) = c.plan.kernel.iter().find(|k| k.name == l.kernel) else {
+            continue;
+        };
+        let body = &c.files[&k.source];
+        let header = k.header.as_ref().map(|h| (h.as_str(), c.files[h].as_str()));
+        let key = format!(
+            "{}\0{}\0{:?}\0{:?}",
+            k.name,
+            spec.unit(header, &k.source, body),
+            info.threadgroup,
+            info.overshoot
+        );
+        if !done.insert(key) {
+            continue;
+        }
+        out.extend(check_body(&spec, header, &k.source, body, &info)?);
+    }
+    Ok(finish(out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn probes_go_after_the_declaration_and_keep_lines() {
+        let src = "threadgroup float a[4], b[8]; // x\nint y;";
+        let (clean, _) = lex::clean(src);
+        let toks = lex::tokens(&clean);
+        let decls = rules::threadgroup_decls(&toks);
+        assert_eq!(
+            decls.iter().map(|d| d.1.as_str()).collect::<Vec<_>>(),
+            ["a", "b"]
+        );
+        let p = with_probes(src, &decls);
+        assert_eq!(p.lines().count(), 2);
+        assert!(p.starts_with("threadgroup float a[4], b[8]; typedef typename ks_tg_probe<"));
+        assert!(p.contains("sizeof(a)") && p.contains("sizeof(b)"));
+    }
+
+    #[test]
+    fn a_compile_error_explained_by_a_rule_is_dropped() {
+        let f =
+            |code: &str, line| rules::finding(code, Severity::Error, "k.metal", line, "m".into());
+        let out = finish(vec![f("M001", 3), f("M010", 3), f("M001", 4)]);
+        let codes: Vec<_> = out.iter().map(|f| (f.code.as_str(), f.line)).collect();
+        assert_eq!(codes, [("M010", 3), ("M001", 4)]);
+    }
+}

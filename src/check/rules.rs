@@ -1,0 +1,887 @@
+//! The rules: what a Mac rejects (or runs wrongly) that the C++ compile cannot see. Each finding has a
+//! code documented in `docs/check.md`.
+
+use super::lex::{Tok, matching};
+use super::{Finding, Severity};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+const CUDA_LEFTOVERS: &str = include_str!("cuda_leftovers.txt");
+
+fn cuda_table() -> &'static HashMap<String, String> {
+    static T: std::sync::OnceLock<HashMap<String, String>> = std::sync::OnceLock::new();
+    T.get_or_init(|| {
+        CUDA_LEFTOVERS
+            .lines()
+            .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+            .filter_map(|l| l.split_once('|'))
+            .map(|(a, b)| (a.trim().to_string(), b.trim().to_string()))
+            .collect()
+    })
+}
+
+pub fn finding(code: &str, sev: Severity, file: &str, line: usize, message: String) -> Finding {
+    Finding {
+        code: code.to_string(),
+        severity: sev,
+        file: file.to_string(),
+        line,
+        message,
+    }
+}
+
+fn err(code: &str, file: &str, line: usize, message: String) -> Finding {
+    finding(code, Severity::Error, file, line, message)
+}
+
+const SPACES: [&str; 4] = ["device", "constant", "threadgroup", "thread"];
+const KEYWORDS: [&str; 16] = [
+    "return", "if", "else", "for", "while", "do", "switch", "case", "default", "break", "continue",
+    "goto", "delete", "throw", "new", "sizeof",
+];
+
+/// Rules that read one file on its own: CUDA leftovers, `double`, C/C++ library use, unsupported C++,
+/// includes, initialised threadgroup variables.
+pub fn text_rules(
+    file: &str,
+    toks: &[Tok],
+    directives: &[(usize, String)],
+    out: &mut Vec<Finding>,
+) {
+    let cuda = cuda_table();
+    let mut seen = BTreeSet::new();
+    for (i, t) in toks.iter().enumerate() {
+        let next = |k: usize| toks.get(i + k).map(|t| t.text.as_str()).unwrap_or("");
+        let prev = if i > 0 { toks[i - 1].text.as_str() } else { "" };
+        if prev == "." || prev == "->" {
+            continue; // a member, not a free name
+        }
+        if let Some(fix) = cuda.get(&t.text) {
+            if seen.insert((t.text.clone(), t.line)) {
+                out.push(err(
+                    "M010",
+                    file,
+                    t.line,
+                    format!("`{}` is CUDA, not Metal; write {fix}", t.text),
+                ));
+            }
+            continue;
+        }
+        match t.text.as_str() {
+            "double" => out.push(err(
+                "M011",
+                file,
+                t.line,
+                "`double` does not exist on Apple GPUs; use float (accumulate in float, or in two floats for extra precision)".into(),
+            )),
+            "printf" | "fprintf" | "puts" | "malloc" | "free" | "cout" | "cerr" | "exit" | "abort"
+                if next(1) == "(" || next(1) == "<<" =>
+            {
+                out.push(err(
+                    "M012",
+                    file,
+                    t.line,
+                    format!(
+                        "`{}` is not available in a Metal kernel (no C library, no printf); write debug values to an extra output instead",
+                        t.text
+                    ),
+                ))
+            }
+            "std" if next(1) == "::" => out.push(err(
+                "M012",
+                file,
+                t.line,
+                format!(
+                    "`std::{}`: Metal has no C++ standard library; use the metal:: function (metal::{0}) or write it yourself",
+                    next(2)
+                ),
+            )),
+            "throw" | "try" | "catch" | "virtual" | "dynamic_cast" | "typeid" | "goto"
+            | "thread_local" | "asm" | "__asm__" => out.push(err(
+                "M014",
+                file,
+                t.line,
+                format!("`{}` is not supported by the Metal Shading Language", t.text),
+            )),
+            "new" | "delete"
+                if !matches!(prev, "operator")
+                    && (next(1) != "(" || t.text == "delete")
+                    && next(1) != ";"
+                    && next(1) != ")" =>
+            {
+                out.push(err(
+                    "M014",
+                    file,
+                    t.line,
+                    format!(
+                        "`{}`: Metal has no dynamic memory; use threadgroup arrays or the plan's [[buffer]]s",
+                        t.text
+                    ),
+                ))
+            }
+            "threadgroup" => {
+                // `threadgroup T name[...] = ...;` (not a pointer): Metal cannot initialise threadgroup memory.
+                let end = (i..toks.len())
+                    .find(|&j| toks[j].is(";"))
+                    .unwrap_or(toks.len());
+                let stmt = &toks[i..end];
+                let pointer = stmt.iter().take_while(|t| !t.is("=")).any(|t| t.is("*"));
+                let is_decl = i == 0 || matches!(prev, ";" | "{" | "}" | ")" | "]");
+                if is_decl && !pointer && stmt.iter().any(|t| t.is("=")) {
+                    out.push(err(
+                        "M022",
+                        file,
+                        t.line,
+                        "a threadgroup variable cannot have an initializer; declare it, then have the threads fill it and call threadgroup_barrier(mem_flags::mem_threadgroup)".into(),
+                    ));
+                }
+            }
+            _ => {}
+        }
+    }
+    for (line, d) in directives {
+        let d = d.trim_start_matches('#').trim_start();
+        if let Some(inc) = d.strip_prefix("include") {
+            let inc = inc.trim();
+            let name = inc.trim_matches(|c| c == '<' || c == '>' || c == '"');
+            if !(name.starts_with("metal_") || name == "simd/simd.h") {
+                out.push(err(
+                    "M013",
+                    file,
+                    *line,
+                    format!(
+                        "#include {inc}: only Metal's own headers (<metal_stdlib>, ...) exist when MLX compiles a kernel; put helpers in the candidate's header file"
+                    ),
+                ));
+            }
+        }
+    }
+}
+
+/// A function defined at program scope.
+#[derive(Debug, Clone)]
+pub struct Function {
+    pub name: String,
+    pub line: usize,
+    pub kernel: bool,
+    /// Parameter tokens, split at top-level commas.
+    pub params: Vec<Vec<Tok>>,
+    /// Token range of the body, without its braces.
+    pub body: (usize, usize),
+}
+
+/// Program-scope structure of a header or a full source: functions, and program-scope variables that are
+/// not in the `constant` address space (M024).
+pub fn program_scope(file: &str, toks: &[Tok], out: &mut Vec<Finding>) -> Vec<Function> {
+    let mut fns = Vec::new();
+    let mut stmt: Vec<usize> = Vec::new();
+    let mut i = 0;
+    while i < toks.len() {
+        let t = &toks[i];
+        if t.is("{") {
+            let first = stmt.first().map(|&s| toks[s].text.as_str()).unwrap_or("");
+            if first == "namespace" || (first == "extern" && stmt.len() <= 2) {
+                stmt.clear();
+                i += 1;
+                continue;
+            }
+            let close = matching(toks, i);
+            let paren = stmt.iter().position(|&s| toks[s].is("("));
+            let is_fn = paren.is_some()
+                && !matches!(first, "struct" | "class" | "enum" | "union")
+                && stmt.last().is_some_and(|&s| !toks[s].is("="));
+            if let (true, Some(p)) = (is_fn, paren) {
+                let pidx = stmt[p];
+                let name_idx = if pidx > 0 { pidx - 1 } else { pidx };
+                let pclose = matching(toks, pidx);
+                let mut params = vec![Vec::new()];
+                let mut depth = 0i32;
+                for tk in &toks[pidx + 1..pclose] {
+                    match tk.text.as_str() {
+                        "(" | "[" | "<" => depth += 1,
+                        ")" | "]" | ">" => depth -= 1,
+                        "," if depth == 0 => {
+                            params.push(Vec::new());
+                            continue;
+                        }
+                        _ => {}
+                    }
+                    params.last_mut().expect("one list").push(tk.clone());
+                }
+                params.retain(|p| !p.is_empty());
+                let kernel = stmt.iter().any(|&s| toks[s].is("kernel"));
+                fns.push(Function {
+                    name: toks[name_idx].text.clone(),
+                    line: toks[name_idx].line,
+                    kernel,
+                    params,
+                    body: (i + 1, close),
+                });
+                stmt.clear();
+                i = close + 1;
+                continue;
+            }
+            // A struct body or an initializer: part of the statement.
+            stmt.extend(i..=close);
+            i = close + 1;
+            continue;
+        }
+        if t.is("}") {
+            stmt.clear(); // the end of a namespace
+            i += 1;
+            continue;
+        }
+        if t.is(";") {
+            program_variable(file, toks, &stmt, out);
+            stmt.clear();
+            i += 1;
+            continue;
+        }
+        stmt.push(i);
+        i += 1;
+    }
+    fns
+}
+
+fn program_variable(file: &str, toks: &[Tok], stmt: &[usize], out: &mut Vec<Finding>) {
+    let words: Vec<&str> = stmt.iter().map(|&s| toks[s].text.as_str()).collect();
+    let Some(first) = words.first() else { return };
+    let skip = [
+        "typedef",
+        "using",
+        "template",
+        "struct",
+        "class",
+        "enum",
+        "union",
+        "namespace",
+        "static_assert",
+        "extern",
+        "friend",
+    ];
+    if skip.contains(first)
+        || words.contains(&"constant")
+        || words.contains(&"constexpr")
+        || words.contains(&"(") && !words.contains(&"=")
+        || words.len() < 2
+    {
+        return;
+    }
+    // `T name;`, `T name = ...;`, `T name[N] = {...};`
+    let eq = words.iter().position(|w| *w == "=").unwrap_or(words.len());
+    let head = &words[..eq];
+    let name_pos = head.iter().position(|w| *w == "[").unwrap_or(head.len());
+    if name_pos >= 2 && toks[stmt[name_pos - 1]].is_ident() {
+        out.push(err(
+            "M024",
+            file,
+            toks[stmt[0]].line,
+            format!(
+                "program-scope variable `{}` must be in the constant address space: write `constant {}`",
+                words[name_pos - 1],
+                words[..eq].join(" ")
+            ),
+        ));
+    }
+}
+
+/// Recursion among the functions of a file (Metal has no call stack for it).
+pub fn recursion(file: &str, toks: &[Tok], fns: &[Function], out: &mut Vec<Finding>) {
+    let names: BTreeSet<&str> = fns.iter().map(|f| f.name.as_str()).collect();
+    let mut calls: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+    for f in fns {
+        let body = &toks[f.body.0..f.body.1];
+        for (j, t) in body.iter().enumerate() {
+            if names.contains(t.text.as_str()) && body.get(j + 1).is_some_and(|n| n.is("(")) {
+                calls
+                    .entry(f.name.as_str())
+                    .or_default()
+                    .insert(t.text.as_str());
+            }
+        }
+    }
+    for f in fns {
+        // Depth-first search from f's callees back to f.
+        let mut stack: Vec<&str> = calls
+            .get(f.name.as_str())
+            .map(|c| c.iter().copied().collect())
+            .unwrap_or_default();
+        let mut seen = BTreeSet::new();
+        while let Some(n) = stack.pop() {
+            if n == f.name {
+                out.push(err(
+                    "M015",
+                    file,
+                    f.line,
+                    format!(
+                        "`{}` calls itself (directly or through other functions); Metal does not allow recursion: use a loop with an explicit stack in registers or threadgroup memory",
+                        f.name
+                    ),
+                ));
+                break;
+            }
+            if seen.insert(n) {
+                stack.extend(calls.get(n).into_iter().flatten().copied());
+            }
+        }
+    }
+}
+
+/// Threadgroup variables declared inside a function that is not a kernel (M023).
+pub fn threadgroup_outside_kernel(
+    file: &str,
+    toks: &[Tok],
+    fns: &[Function],
+    out: &mut Vec<Finding>,
+) {
+    for f in fns.iter().filter(|f| !f.kernel) {
+        let body = &toks[f.body.0..f.body.1];
+        for (j, t) in body.iter().enumerate() {
+            if !t.is("threadgroup")
+                || (j > 0 && !matches!(body[j - 1].text.as_str(), ";" | "{" | "}"))
+            {
+                continue;
+            }
+            let end = (j..body.len())
+                .find(|&k| body[k].is(";"))
+                .unwrap_or(body.len());
+            if !body[j..end].iter().any(|t| t.is("*") || t.is("&")) {
+                out.push(err(
+                    "M023",
+                    file,
+                    t.line,
+                    format!(
+                        "threadgroup memory declared in `{}`, which is not the kernel: declare it in the kernel body and pass a `threadgroup T*` to the function",
+                        f.name
+                    ),
+                ));
+            }
+        }
+    }
+}
+
+/// Threadgroup variables of a kernel body: (index of the closing `;`, name, line) of each array or scalar
+/// declaration, for the size probes.
+pub fn threadgroup_decls(toks: &[Tok]) -> Vec<(usize, String, usize)> {
+    let mut out = Vec::new();
+    for (i, t) in toks.iter().enumerate() {
+        if !t.is("threadgroup")
+            || (i > 0 && !matches!(toks[i - 1].text.as_str(), ";" | "{" | "}" | ")"))
+        {
+            continue;
+        }
+        let Some(end) = (i..toks.len()).find(|&k| toks[k].is(";")) else {
+            continue;
+        };
+        let stmt = &toks[i..end];
+        if stmt.iter().any(|t| t.is("(") || t.is("=")) {
+            continue; // a pointer with an initializer, or not a declaration
+        }
+        // Declarators: split at top-level commas; each one's name is its first identifier after the type.
+        let mut depth = 0i32;
+        let mut parts: Vec<Vec<&Tok>> = vec![Vec::new()];
+        for tk in &stmt[1..] {
+            match tk.text.as_str() {
+                "[" | "<" => depth += 1,
+                "]" | ">" => depth -= 1,
+                "," if depth == 0 => {
+                    parts.push(Vec::new());
+                    continue;
+                }
+                _ => {}
+            }
+            parts.last_mut().expect("one").push(tk);
+        }
+        for (k, p) in parts.iter().enumerate() {
+            if p.iter().any(|t| t.is("*")) {
+                continue;
+            }
+            // In the first part the name is the identifier just before `[` (or the last one).
+            let upto = p.iter().position(|t| t.is("[")).unwrap_or(p.len());
+            let name = if k == 0 {
+                p[..upto].iter().rev().find(|t| t.is_ident())
+            } else {
+                p[..upto].iter().find(|t| t.is_ident())
+            };
+            if let Some(n) = name {
+                out.push((end, n.text.clone(), n.line));
+            }
+        }
+    }
+    out
+}
+
+/// What the flow analysis of one kernel body knows.
+pub struct Flow<'a> {
+    pub file: &'a str,
+    pub toks: &'a [Tok],
+    /// Names whose value differs between threads of a threadgroup.
+    pub varying: BTreeSet<String>,
+    /// Names with a known address space (kernel parameters, threadgroup arrays, qualified pointers).
+    pub spaces: HashMap<String, String>,
+    /// Names MLX injects or declares, with why (M050).
+    pub reserved: Vec<(String, String)>,
+    /// Helper functions: name -> address space of each parameter (None: not a pointer).
+    pub helpers: HashMap<String, Vec<Option<String>>>,
+    pub findings: Vec<Finding>,
+    /// Whether a comparison involves a thread-dependent value (a bounds guard).
+    pub guarded: bool,
+    final_pass: bool,
+    divergent_return: Option<usize>,
+}
+
+impl<'a> Flow<'a> {
+    pub fn new(file: &'a str, toks: &'a [Tok]) -> Flow<'a> {
+        Flow {
+            file,
+            toks,
+            varying: BTreeSet::new(),
+            spaces: HashMap::new(),
+            reserved: Vec::new(),
+            helpers: HashMap::new(),
+            findings: Vec::new(),
+            guarded: false,
+            final_pass: false,
+            divergent_return: None,
+        }
+    }
+
+    /// Runs the analysis over `toks[start..end]` until the set of varying names is stable, then once
+    /// more recording findings.
+    pub fn run(&mut self, start: usize, end: usize) {
+        for _ in 0..8 {
+            let before = self.varying.len();
+            self.divergent_return = None;
+            self.block(start, end, None);
+            if self.varying.len() == before {
+                break;
+            }
+        }
+        self.final_pass = true;
+        self.divergent_return = None;
+        self.block(start, end, None);
+    }
+
+    fn varies(&self, r: &[Tok]) -> bool {
+        r.iter().any(|t| self.varying.contains(&t.text))
+    }
+
+    fn compares_varying(&self, r: &[Tok]) -> bool {
+        self.varies(r)
+            && r.iter().enumerate().any(|(k, t)| {
+                matches!(t.text.as_str(), "<" | ">" | "<=" | ">=")
+                    && !(k > 0 && (r[k - 1].text.ends_with("_cast") || r[k - 1].is("template")))
+            })
+    }
+
+    fn block(&mut self, mut i: usize, end: usize, div: Option<usize>) {
+        while i < end {
+            i = self.stmt(i, end, div);
+        }
+    }
+
+    /// Parses one statement at `i`; returns the index after it.
+    fn stmt(&mut self, i: usize, end: usize, div: Option<usize>) -> usize {
+        let toks = self.toks;
+        let t = &toks[i];
+        match t.text.as_str() {
+            "{" => {
+                let c = matching(toks, i).min(end);
+                self.block(i + 1, c, div);
+                c + 1
+            }
+            "if" | "while" | "for" | "switch" if toks.get(i + 1).is_some_and(|n| n.is("(")) => {
+                let c = matching(toks, i + 1).min(end);
+                let head = &toks[i + 2..c];
+                if t.is("for") {
+                    // The init clause may make the loop variable thread-dependent.
+                    if let Some(semi) = head.iter().position(|t| t.is(";")) {
+                        self.assign(&toks[i + 2..i + 2 + semi]);
+                    }
+                }
+                if self.compares_varying(head) {
+                    self.guarded = true;
+                }
+                let d = div.or_else(|| self.varies(head).then_some(t.line));
+                let mut j = self.stmt(c + 1, end, d);
+                if t.is("if") && j < end && toks[j].is("else") {
+                    j = self.stmt(j + 1, end, d);
+                }
+                j
+            }
+            "do" => {
+                let j = self.stmt(i + 1, end, div);
+                // `while (cond);`
+                let mut k = j;
+                if k < end && toks[k].is("while") && toks.get(k + 1).is_some_and(|n| n.is("(")) {
+                    k = matching(toks, k + 1) + 1;
+                }
+                if k < end && toks[k].is(";") {
+                    k += 1;
+                }
+                k
+            }
+            "else" => self.stmt(i + 1, end, div),
+            "case" | "default" => {
+                let mut k = i;
+                while k < end && !toks[k].is(":") {
+                    k += 1;
+                }
+                k + 1
+            }
+            ";" => i + 1,
+            _ => {
+                // A simple statement, up to `;` at depth 0.
+                let mut depth = 0i32;
+                let mut k = i;
+                while k < end {
+                    match toks[k].text.as_str() {
+                        "(" | "[" | "{" => depth += 1,
+                        ")" | "]" | "}" => depth -= 1,
+                        ";" if depth <= 0 => break,
+                        _ => {}
+                    }
+                    k += 1;
+                }
+                self.simple(i, k, div);
+                k + 1
+            }
+        }
+    }
+
+    fn simple(&mut self, s: usize, e: usize, div: Option<usize>) {
+        let toks = self.toks;
+        let r = &toks[s..e];
+        if r.is_empty() {
+            return;
+        }
+        if r[0].is("return") {
+            if div.is_some() && self.divergent_return.is_none() {
+                self.divergent_return = Some(r[0].line);
+            }
+            return;
+        }
+        if r.iter().any(|t| t.is("?")) && self.compares_varying(r)
+            || r.iter().enumerate().any(|(k, t)| {
+                matches!(t.text.as_str(), "min" | "clamp")
+                    && r.get(k + 1).is_some_and(|n| n.is("("))
+                    && self.varies(&r[k..])
+            })
+        {
+            self.guarded = true;
+        }
+        self.assign(r);
+        if !self.final_pass {
+            return;
+        }
+        for t in r {
+            if t.is("threadgroup_barrier") || t.is("simdgroup_barrier") {
+                if let Some(line) = div {
+                    self.findings.push(err(
+                        "M030",
+                        self.file,
+                        t.line,
+                        format!(
+                            "{} inside control flow that depends on the thread (the condition on line {line}): threads that skip it never arrive and the threadgroup hangs or reads stale memory; keep every barrier where all threads reach it and guard only the work",
+                            t.text
+                        ),
+                    ));
+                } else if let Some(line) = self.divergent_return {
+                    self.findings.push(err(
+                        "M031",
+                        self.file,
+                        t.line,
+                        format!(
+                            "{} after a thread-dependent `return` (line {line}): the threads that returned never arrive; replace the early return by a flag that guards the work",
+                            t.text
+                        ),
+                    ));
+                }
+            }
+        }
+        self.declarations(r);
+        self.calls(r);
+    }
+
+    /// `a = expr` (also compound) and declarations: the target varies when the value does.
+    fn assign(&mut self, r: &[Tok]) {
+        let mut depth = 0i32;
+        let mut part_start = 0;
+        let mut parts = Vec::new();
+        for (k, t) in r.iter().enumerate() {
+            match t.text.as_str() {
+                "(" | "[" | "{" => depth += 1,
+                ")" | "]" | "}" => depth -= 1,
+                "," if depth == 0 => {
+                    parts.push(&r[part_start..k]);
+                    part_start = k + 1;
+                }
+                _ => {}
+            }
+        }
+        parts.push(&r[part_start..]);
+        for p in parts {
+            let mut depth = 0i32;
+            let eq = p.iter().position(|t| {
+                match t.text.as_str() {
+                    "(" | "[" => depth += 1,
+                    ")" | "]" => depth -= 1,
+                    _ => {}
+                }
+                depth == 0
+                    && matches!(
+                        t.text.as_str(),
+                        "=" | "+=" | "-=" | "*=" | "/=" | "%=" | "&=" | "|=" | "^=" | "<<=" | ">>="
+                    )
+            });
+            let Some(eq) = eq else { continue };
+            let lhs = &p[..eq];
+            let target = match lhs.iter().position(|t| t.is("[")) {
+                Some(b) if b > 0 => Some(&lhs[b - 1]),
+                _ => lhs.iter().rev().find(|t| t.is_ident()),
+            };
+            if let Some(target) = target
+                && self.varies(&p[eq + 1..])
+            {
+                self.varying.insert(target.text.clone());
+            }
+        }
+    }
+
+    /// Declarations in a statement: address spaces of pointers (M040) and names MLX reserves (M050).
+    fn declarations(&mut self, r: &[Tok]) {
+        if KEYWORDS.contains(&r[0].text.as_str()) || !r[0].is_ident() {
+            return;
+        }
+        // Type words, then the first declarator: `[const] [space] T [*|&] name ...`.
+        let mut k = 0;
+        let mut space: Option<String> = None;
+        let mut pointer = false;
+        let mut words = 0;
+        while k < r.len() {
+            let t = &r[k];
+            if SPACES.contains(&t.text.as_str()) {
+                space = Some(t.text.clone());
+            } else if t.is("<") {
+                // template arguments of the type
+                let mut depth = 0;
+                while k < r.len() {
+                    if r[k].is("<") {
+                        depth += 1;
+                    } else if r[k].is(">") {
+                        depth -= 1;
+                        if depth == 0 {
+                            break;
+                        }
+                    } else if r[k].is(">>") {
+                        depth -= 2;
+                        if depth <= 0 {
+                            break;
+                        }
+                    }
+                    k += 1;
+                }
+            } else if t.is("*") {
+                pointer = true;
+            } else if t.is("&") || t.is("::") || t.is("const") || t.is("volatile") {
+            } else if t.is_ident() {
+                words += 1;
+                let after = r.get(k + 1).map(|t| t.text.as_str()).unwrap_or(";");
+                if words >= 2
+                    && matches!(after, "=" | ";" | "[" | "," | "{" | "(")
+                    && !r[k - 1].is("::")
+                {
+                    self.declared(&r[k], space.as_deref(), pointer, &r[k + 1..]);
+                    // Further declarators of the same statement.
+                    let mut depth = 0i32;
+                    for (j, tk) in r.iter().enumerate().skip(k + 1) {
+                        match tk.text.as_str() {
+                            "(" | "[" | "{" => depth += 1,
+                            ")" | "]" | "}" => depth -= 1,
+                            "," if depth == 0 => {
+                                let mut m = j + 1;
+                                let mut ptr = pointer;
+                                while m < r.len() && (r[m].is("*") || r[m].is("&")) {
+                                    ptr = true;
+                                    m += 1;
+                                }
+                                if let Some(n) = r.get(m).filter(|t| t.is_ident()) {
+                                    self.declared(n, space.as_deref(), ptr, &r[m + 1..]);
+                                }
+                            }
+                            _ => {}
+                        }
+                    }
+                    return;
+                }
+            } else {
+                return; // not a declaration
+            }
+            k += 1;
+        }
+    }
+
+    fn declared(&mut self, name: &Tok, space: Option<&str>, pointer: bool, rest: &[Tok]) {
+        if let Some((_, why)) = self.reserved.iter().find(|(n, _)| *n == name.text) {
+            self.findings.push(err(
+                "M050",
+                self.file,
+                name.line,
+                format!("`{}` clashes with {why}; rename the variable", name.text),
+            ));
+        }
+        if let Some(sp) = space {
+            self.spaces.insert(name.text.clone(), sp.to_string());
+        }
+        if !pointer {
+            return;
+        }
+        // The initializer's address space against the declared one.
+        if !rest.first().is_some_and(|t| t.is("=")) {
+            return;
+        }
+        let init = &rest[1..];
+        let end = {
+            let mut depth = 0i32;
+            init.iter()
+                .position(|t| {
+                    match t.text.as_str() {
+                        "(" | "[" => depth += 1,
+                        ")" | "]" => depth -= 1,
+                        _ => {}
+                    }
+                    depth == 0 && t.is(",")
+                })
+                .unwrap_or(init.len())
+        };
+        let declared = space.unwrap_or("thread");
+        if let Some((src, root, line)) = self.expr_space(&init[..end])
+            && src != declared
+        {
+            self.findings.push(err(
+                "M040",
+                self.file,
+                line,
+                format!(
+                    "pointer `{}` is declared in the {declared} address space but `{root}` is {src} memory; write `{src} T* {}` (Metal pointers carry their address space, and none converts to another)",
+                    name.text, name.text
+                ),
+            ));
+        }
+        if space.is_none() {
+            self.spaces.insert(name.text.clone(), "thread".into());
+        }
+    }
+
+    /// The address space an expression points into, when it is visible: (space, root name, line).
+    /// A cast to another address space is itself reported.
+    fn expr_space(&mut self, e: &[Tok]) -> Option<(String, String, usize)> {
+        let mut k = 0;
+        while k < e.len() && (e[k].is("&") || e[k].is("(") && !self.is_cast(e, k)) {
+            k += 1;
+        }
+        if k < e.len() && e[k].is("(") && self.is_cast(e, k) {
+            let close = matching(e, k);
+            let cast = &e[k + 1..close];
+            let cast_space = cast
+                .iter()
+                .find(|t| SPACES.contains(&t.text.as_str()))
+                .map(|t| t.text.clone())
+                .unwrap_or_else(|| "thread".into());
+            if let Some((src, root, line)) = self.expr_space(&e[close + 1..])
+                && src != cast_space
+            {
+                self.findings.push(err(
+                    "M040",
+                    self.file,
+                    line,
+                    format!(
+                        "cast of `{root}` ({src} memory) to a {cast_space} pointer: Metal cannot convert between address spaces"
+                    ),
+                ));
+            }
+            return Some((cast_space, "the cast".into(), e[k].line));
+        }
+        if k < e.len() && e[k].text.ends_with("_cast") && e.get(k + 1).is_some_and(|t| t.is("<")) {
+            let gt = (k + 1..e.len()).find(|&j| e[j].is(">"))?;
+            let cast_space = e[k + 2..gt]
+                .iter()
+                .find(|t| SPACES.contains(&t.text.as_str()))
+                .map(|t| t.text.clone())
+                .unwrap_or_else(|| "thread".into());
+            return Some((cast_space, "the cast".into(), e[k].line));
+        }
+        let t = e.get(k)?;
+        let sp = self.spaces.get(&t.text)?;
+        Some((sp.clone(), t.text.clone(), t.line))
+    }
+
+    fn is_cast(&self, e: &[Tok], k: usize) -> bool {
+        let close = matching(e, k);
+        close > k + 1
+            && e[close - 1].is("*")
+            && e[k + 1..close - 1]
+                .iter()
+                .all(|t| t.is_ident() || t.is("::") || t.is("<") || t.is(">"))
+    }
+
+    /// Calls of header helpers with a pointer into another address space than the parameter's.
+    fn calls(&mut self, r: &[Tok]) {
+        for (k, t) in r.iter().enumerate() {
+            let Some(params) = self.helpers.get(&t.text).cloned() else {
+                continue;
+            };
+            if !r.get(k + 1).is_some_and(|n| n.is("(")) || (k > 0 && r[k - 1].is(".")) {
+                continue;
+            }
+            let close = matching(r, k + 1);
+            let mut args: Vec<&[Tok]> = Vec::new();
+            let (mut depth, mut s) = (0i32, k + 2);
+            for j in k + 2..close {
+                match r[j].text.as_str() {
+                    "(" | "[" => depth += 1,
+                    ")" | "]" => depth -= 1,
+                    "," if depth == 0 => {
+                        args.push(&r[s..j]);
+                        s = j + 1;
+                    }
+                    _ => {}
+                }
+            }
+            if s < close {
+                args.push(&r[s..close]);
+            }
+            for (a, p) in args.iter().zip(&params) {
+                let Some(p) = p else { continue };
+                if let Some((src, root, line)) = self.expr_space(a)
+                    && src != *p
+                {
+                    self.findings.push(err(
+                        "M040",
+                        self.file,
+                        line,
+                        format!(
+                            "`{}` takes a {p} pointer but `{root}` is {src} memory; give the parameter the `{src}` address space (or a template over it)",
+                            t.text
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+}
+
+/// Address space of each parameter of a helper (None: not a pointer).
+pub fn param_spaces(f: &Function) -> Vec<Option<String>> {
+    f.params
+        .iter()
+        .map(|p| {
+            let pointer = p.iter().any(|t| t.is("*"));
+            pointer.then(|| {
+                p.iter()
+                    .find(|t| SPACES.contains(&t.text.as_str()))
+                    .map(|t| t.text.clone())
+                    .unwrap_or_else(|| "thread".into())
+            })
+        })
+        .collect()
+}
