@@ -140,6 +140,16 @@ enum Command {
         #[arg(long, default_value = ".")]
         out: PathBuf,
     },
+    /// Rewrite an mlx-metal candidate folder into an mlx-cuda one (Metal built-ins emulated in CUDA), so
+    /// that the Metal kernel's logic can be checked on an NVIDIA GPU.
+    BackTranslate {
+        candidate: PathBuf,
+        /// Output folder (default: `<candidate folder>-mlx-cuda` in the current directory).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
     /// Check the installation: Python environment, compiler, worker, hardware, store.
     Doctor {
         #[arg(long)]
@@ -407,7 +417,37 @@ fn dispatch(cli: Cli) -> Result<u8> {
         }
         Command::Doctor { json } => cmd_doctor(&store_dir, python.as_deref(), json),
         Command::Check { path, task, json } => cmd_check(&path, task, json),
-        Command::Translate { file, to, out, json } => cmd_translate(&file, to, out, json),
+        Command::Translate {
+            file,
+            to,
+            out,
+            json,
+        } => cmd_translate(&file, to, out, json),
+        Command::BackTranslate {
+            candidate,
+            out,
+            json,
+        } => {
+            let bt = crate::back_translate::back_translate_dir(&candidate)?;
+            let out = out.unwrap_or_else(|| {
+                let base = candidate
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned());
+                PathBuf::from(format!(
+                    "{}-mlx-cuda",
+                    base.unwrap_or_else(|| bt.report.name.clone())
+                ))
+            });
+            bt.candidate
+                .write_dir(&out)
+                .with_context(|| format!("writing {}", out.display()))?;
+            if json {
+                print_json(&json!({"out": out, "hash": bt.candidate.hash(), "report": bt.report}));
+            } else {
+                print!("{}", crate::back_translate::report_text(&bt.report, &out));
+            }
+            Ok(0)
+        }
         Command::Export {
             source,
             task,

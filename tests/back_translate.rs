@@ -1,0 +1,311 @@
+//! Back-translation (Metal -> MLX-CUDA): every shipped mlx-metal seed becomes an mlx-cuda candidate with
+//! the same plan (kernels, launches, buffers, tunables, constraints) that its task accepts, with no Metal
+//! construct left in the bodies; constructs outside the emulated subset are errors naming file and line.
+//! Whether the results are right is measured on the H200 by bench/back_translate.sh.
+
+mod common;
+use common::*;
+use ksearch::back_translate::{PRELUDE, back_translate, back_translate_dir};
+use ksearch::candidate::Candidate;
+use ksearch::target::Target;
+use ksearch::task::Task;
+use std::path::{Path, PathBuf};
+
+fn metal_seeds() -> Vec<(String, PathBuf)> {
+    let mut out = Vec::new();
+    for task in std::fs::read_dir(repo().join("tasks")).unwrap().flatten() {
+        if let Ok(seeds) = std::fs::read_dir(task.path().join("seeds/mlx-metal")) {
+            for s in seeds
+                .flatten()
+                .filter(|s| s.path().join("plan.toml").is_file())
+            {
+                out.push((task.file_name().to_string_lossy().to_string(), s.path()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Identifiers outside comments and strings, crudely: enough to spot Metal leftovers.
+fn code_words(src: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    for line in src.lines() {
+        let code = line.split("//").next().unwrap_or("");
+        if code.trim_start().starts_with('#') {
+            continue;
+        }
+        words.extend(
+            code.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
+                .filter(|w| !w.is_empty())
+                .map(str::to_string),
+        );
+    }
+    words
+}
+
+#[test]
+fn every_shipped_metal_seed_back_translates_into_a_valid_mlx_cuda_candidate() {
+    let seeds = metal_seeds();
+    assert!(
+        seeds.len() >= 4,
+        "expected the mamba-scan and ssd Metal seeds at least"
+    );
+    let mut checked = Vec::new();
+    for (task_name, seed) in seeds {
+        let what = format!(
+            "{task_name}/{}",
+            seed.file_name().unwrap().to_string_lossy()
+        );
+        let metal = Candidate::load(&seed).unwrap();
+        let bt = back_translate_dir(&seed).unwrap_or_else(|e| panic!("{what}: {e}"));
+        let out = tempfile::tempdir().unwrap();
+        bt.candidate.write_dir(out.path()).unwrap();
+        // The folder written is a candidate its task accepts for mlx-cuda.
+        let cuda = Candidate::load(out.path()).unwrap_or_else(|e| panic!("{what}: {e}"));
+        // A task still being written (it does not load) is reported, not held against the seed.
+        match Task::load(&repo().join("tasks").join(&task_name)) {
+            Ok(task) => {
+                cuda.check_against(&task)
+                    .unwrap_or_else(|e| panic!("{what}: {e}"));
+                checked.push(what.clone());
+            }
+            Err(e) => eprintln!("{what}: task not loadable, plan not checked against it: {e}"),
+        }
+        let (m, c) = (&metal.plan, &cuda.plan);
+        assert_eq!(c.target, Target::MlxCuda, "{what}");
+        assert_eq!(c.name, m.name, "{what}");
+        assert_eq!(c.constraints, m.constraints, "{what}");
+        assert_eq!(c.tunable, m.tunable, "{what}");
+        assert_eq!(c.buffer, m.buffer, "{what}");
+        assert_eq!(
+            c.kernel.iter().map(|k| &k.name).collect::<Vec<_>>(),
+            m.kernel.iter().map(|k| &k.name).collect::<Vec<_>>(),
+            "{what}"
+        );
+        assert_eq!(c.launch.len(), m.launch.len(), "{what}");
+        for (lc, lm) in c.launch.iter().zip(&m.launch) {
+            assert_eq!(lc.kernel, lm.kernel, "{what}");
+            assert_eq!(lc.inputs, lm.inputs, "{what}");
+            assert_eq!(lc.outputs, lm.outputs, "{what}");
+            assert_eq!(lc.grid, lm.grid, "{what}");
+            assert_eq!(lc.threadgroup, lm.threadgroup, "{what}");
+            assert_eq!(lc.type_args, lm.type_args, "{what}");
+            assert_eq!(lc.init_value, lm.init_value, "{what}");
+            // Scalars and template ints are kept in order; a grid guard may append names it needs.
+            assert_eq!(lc.scalars[..lm.scalars.len()], lm.scalars[..], "{what}");
+            assert_eq!(lc.template[..lm.template.len()], lm.template[..], "{what}");
+            assert!(!lc.atomic_outputs, "{what}");
+        }
+        // Bodies: no Metal construct left; every scalar read as name[0]; the prelude in every header.
+        for k in &c.kernel {
+            let body = &cuda.files[&k.source];
+            let header = &cuda.files[k.header.as_ref().unwrap()];
+            assert!(
+                header.contains(PRELUDE),
+                "{what}: {} lacks the prelude",
+                k.name
+            );
+            let words = code_words(body);
+            for bad in [
+                "device",
+                "threadgroup",
+                "constant",
+                "thread",
+                "metal::exp",
+                "threadgroup_barrier",
+                "simd_sum",
+                "simd_shuffle_up",
+                "half",
+                "bfloat16_t",
+            ] {
+                assert!(
+                    !words.iter().any(|w| w == bad),
+                    "{what}: `{bad}` left in {}:\n{body}",
+                    k.source
+                );
+            }
+            for l in c.launch.iter().filter(|l| l.kernel == k.name) {
+                for s in &l.scalars {
+                    let s = s.0.src();
+                    if words.iter().any(|w| w == s) {
+                        assert!(
+                            body.contains(&format!("{s}[0]")),
+                            "{what}: scalar `{s}` is not read as `{s}[0]`"
+                        );
+                    }
+                }
+            }
+        }
+    }
+    for must in [
+        "mamba-scan/naive",
+        "mamba-scan/expert",
+        "ssd/naive",
+        "ssd/expert",
+    ] {
+        assert!(checked.iter().any(|c| c == must), "{must} was not checked");
+    }
+}
+
+#[test]
+fn a_grid_that_is_not_whole_threadgroups_gets_a_guard_and_whole_ones_do_not() {
+    let naive = back_translate_dir(&repo().join("tasks/mamba-scan/seeds/mlx-metal/naive")).unwrap();
+    let k = &naive.report.kernels[0];
+    let guard = k
+        .ghost_guard
+        .as_deref()
+        .expect("B * D over TG is not whole groups");
+    assert!(guard.contains("B[0]") && guard.contains("D[0]"), "{guard}");
+    let body = &naive.candidate.files[&k.cuda_source];
+    assert!(
+        body.contains("ksbt_grid") && body.contains("return;"),
+        "{body}"
+    );
+
+    let expert = back_translate_dir(&repo().join("tasks/ssd/seeds/mlx-metal/expert")).unwrap();
+    for k in &expert.report.kernels {
+        // 256 * chunks over 256 is whole; state_pass (B * H * P * N over 256) is not
+        assert_eq!(
+            k.ghost_guard.is_some(),
+            k.kernel == "state_pass",
+            "{}",
+            k.kernel
+        );
+    }
+}
+
+fn metal_candidate(dir: &Path, plan_extra: &str, body: &str) {
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(
+        dir.join("plan.toml"),
+        format!(
+            r#"name = "t"
+target = "mlx-metal"
+{plan_extra}
+[[kernel]]
+name = "k"
+source = "k.metal"
+
+[[launch]]
+kernel = "k"
+inputs = ["x"]
+outputs = ["y"]
+scalars = ["N"]
+grid = ["TG * ((N + TG - 1) // TG)", "1", "1"]
+threadgroup = ["TG", "1", "1"]
+template = ["TG"]
+
+[tunable.TG]
+values = [64, 128]
+default = 128
+"#
+        ),
+    )
+    .unwrap();
+    std::fs::write(dir.join("k.metal"), body).unwrap();
+}
+
+#[test]
+fn the_command_writes_the_folder_and_reports_json() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("reduce");
+    metal_candidate(
+        &src,
+        "",
+        "threadgroup float part[TG / 32];\nconst uint i = thread_position_in_grid.x;\nfloat v = i < uint(N) ? x[i] : 0.0f;\nv = simd_sum(v);\nif (thread_index_in_simdgroup == 0) part[simdgroup_index_in_threadgroup] = v;\nthreadgroup_barrier(mem_flags::mem_threadgroup);\nif (i < uint(N)) y[i] = v + part[0];\n",
+    );
+    let out = tmp.path().join("out");
+    let o = run(
+        tmp.path(),
+        &[
+            "back-translate",
+            src.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--json",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v = last_json(&o);
+    let k = &v["report"]["kernels"][0];
+    assert_eq!(k["cuda_source"], "k.cu");
+    assert!(
+        k["ghost_guard"].is_null(),
+        "TG * ceil(N / TG) over TG is whole"
+    );
+    assert!(
+        k["attributes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a == "thread_index_in_simdgroup")
+    );
+    let body = std::fs::read_to_string(out.join("k.cu")).unwrap();
+    assert!(body.contains("__shared__ float part[TG / 32];"), "{body}");
+    assert!(body.contains("ksbt::simd_sum(v)"), "{body}");
+    assert!(body.contains("uint(N[0])"), "{body}");
+    assert!(
+        body.contains("const uint thread_index_in_simdgroup ="),
+        "{body}"
+    );
+    let plan = Candidate::load(&out).unwrap();
+    assert_eq!(plan.plan.target, Target::MlxCuda);
+}
+
+#[test]
+fn unsupported_constructs_and_wrong_targets_are_clear_errors() {
+    let tmp = tempfile::tempdir().unwrap();
+    let bad = tmp.path().join("bad");
+    metal_candidate(
+        &bad,
+        "",
+        "const uint i = thread_position_in_grid.x;\ntexture2d<float> t;\ny[i] = x[i];\n",
+    );
+    let o = run(tmp.path(), &["back-translate", bad.to_str().unwrap()]);
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert!(e.contains("k.metal:2") && e.contains("texture2d"), "{e}");
+
+    let cuda = repo().join("tasks/ssd/seeds/mlx-cuda/naive");
+    let c = Candidate::load(&cuda).unwrap();
+    let e = back_translate(&c, "plan.toml").unwrap_err().to_string();
+    assert!(e.contains("mlx-cuda") && e.contains("mlx-metal"), "{e}");
+}
+
+#[test]
+fn a_grid_name_the_body_already_uses_is_an_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("clash");
+    metal_candidate(
+        &dir,
+        "",
+        "const uint i = thread_position_in_grid.x;\nif (i < uint(N)) y[i] = x[i];\n",
+    );
+    // A grid over a dim the launch does not pass, that the body declares itself.
+    let plan = std::fs::read_to_string(dir.join("plan.toml"))
+        .unwrap()
+        .replace("\"TG * ((N + TG - 1) // TG)\"", "\"M\"");
+    std::fs::write(dir.join("plan.toml"), plan).unwrap();
+    std::fs::write(
+        dir.join("k.metal"),
+        "const uint M = 3;\nconst uint i = thread_position_in_grid.x;\nif (i < uint(N)) y[i] = x[i] + M;\n",
+    )
+    .unwrap();
+    let e = back_translate_dir(&dir).unwrap_err().to_string();
+    assert!(e.contains("`M`") && e.contains("body already uses"), "{e}");
+    // Without the clash, M is passed as an extra scalar and read as M[0] by the guard.
+    std::fs::write(
+        dir.join("k.metal"),
+        "const uint i = thread_position_in_grid.x;\nif (i < uint(N)) y[i] = x[i];\n",
+    )
+    .unwrap();
+    let bt = back_translate_dir(&dir).unwrap();
+    let names: Vec<&str> = bt.candidate.plan.launch[0]
+        .scalars
+        .iter()
+        .map(|s| s.0.src())
+        .collect();
+    assert_eq!(names, ["N", "M"]);
+    assert!(bt.candidate.files["k.cu"].contains("M[0]"));
+}
