@@ -64,6 +64,8 @@ pub struct KernelAnalysis {
     pub end_line: usize,
     pub params: Vec<Param>,
     pub template_ints: Vec<String>,
+    /// Every template parameter in declaration order (a launch's `<...>` values follow it).
+    pub template_order: Vec<String>,
     pub template_types: Vec<String>,
     /// construct → occurrences.
     pub constructs: BTreeMap<String, usize>,
@@ -155,13 +157,13 @@ pub(crate) fn function_parts<'t>(f: Node<'t>, src: &str) -> Option<(String, Node
 }
 
 /// `template <...>` parameters of a function definition: (ints, types).
-fn template_params(f: Node, src: &str) -> (Vec<String>, Vec<String>) {
-    let (mut ints, mut types) = (Vec::new(), Vec::new());
+fn template_params(f: Node, src: &str) -> (Vec<String>, Vec<String>, Vec<String>) {
+    let (mut ints, mut types, mut order) = (Vec::new(), Vec::new(), Vec::new());
     let Some(t) = f.parent().filter(|p| p.kind() == "template_declaration") else {
-        return (ints, types);
+        return (ints, types, order);
     };
     let Some(list) = t.child_by_field_name("parameters") else {
-        return (ints, types);
+        return (ints, types, order);
     };
     for p in children(list) {
         match p.kind() {
@@ -171,17 +173,19 @@ fn template_params(f: Node, src: &str) -> (Vec<String>, Vec<String>) {
                     .find(|n| n.kind() == "type_identifier")
                 {
                     types.push(text(n, src).to_string());
+                    order.push(text(n, src).to_string());
                 }
             }
             "parameter_declaration" | "optional_parameter_declaration" => {
                 if let Some(n) = p.child_by_field_name("declarator") {
                     ints.push(text(n, src).to_string());
+                    order.push(text(n, src).to_string());
                 }
             }
             _ => {}
         }
     }
-    (ints, types)
+    (ints, types, order)
 }
 
 /// A declaration's parameter: name, element type, pointer, const.
@@ -493,6 +497,11 @@ pub(crate) fn call_name(n: Node, src: &str) -> Option<String> {
     Some(t.to_string())
 }
 
+/// Calls that store through their first argument without reading it.
+pub(crate) fn is_store(name: &str) -> bool {
+    name.ends_with("store_matrix_sync") || name.starts_with("__st")
+}
+
 pub(crate) fn is_atomic(name: &str) -> bool {
     name.starts_with("atomic")
         && name.len() > 6
@@ -596,7 +605,7 @@ fn analyze_kernel(
 ) -> Option<KernelAnalysis> {
     let (name, plist) = function_parts(f, src)?;
     let body = f.child_by_field_name("body")?;
-    let (template_ints, template_types) = template_params(f, src);
+    let (template_ints, template_types, template_order) = template_params(f, src);
     let mut params: Vec<Param> = children(plist)
         .into_iter()
         .filter(|p| p.kind() == "parameter_declaration")
@@ -811,6 +820,15 @@ fn analyze_kernel(
                     c if c.starts_with("__") && super::rules().metal_functions.contains_key(c) => {
                         bump("fast_math")
                     }
+                    c if c.ends_with("store_matrix_sync") || c.starts_with("__st") => {
+                        // wmma::store_matrix_sync(ptr, ...), __stcs(ptr, v): stores through the first argument.
+                        if c.contains("wmma") || c.ends_with("store_matrix_sync") {
+                            bump("wmma");
+                        }
+                        if let Some(b) = args.first().and_then(|a| lvalue_base(*a, src, &aliases)) {
+                            written.insert(b);
+                        }
+                    }
                     c => {
                         if let Some(sig) = device_sigs.get(c) {
                             device_calls.insert(c.to_string());
@@ -894,6 +912,7 @@ fn analyze_kernel(
         params,
         template_ints,
         template_types,
+        template_order,
         constructs,
         shared,
         shared_bytes,
@@ -945,7 +964,7 @@ fn in_atomic_target(n: Node, src: &str) -> bool {
             return first
                 && p.parent()
                     .and_then(|c| call_name(c, src))
-                    .is_some_and(|c| is_atomic(&c));
+                    .is_some_and(|c| is_atomic(&c) || is_store(&c));
         }
         if !matches!(
             p.kind(),

@@ -111,9 +111,15 @@ struct Rw<'a> {
     /// Dynamic shared arrays (Metal): name → the template int sizing it.
     dyn_shared: BTreeMap<String, String>,
     fn_name: String,
+    /// Metal helpers: the MLX attributes each one uses, passed as extra trailing arguments.
+    helper_attrs: BTreeMap<String, Vec<String>>,
+    /// Node id → replacement text (a helper's parameter list).
+    replace_node: BTreeMap<usize, String>,
     diags: Vec<Diagnostic>,
     blocked: BTreeMap<String, usize>,
     noted: BTreeSet<String>,
+    /// Names declared by statements that became TODOs: later uses cannot be translated either.
+    dead: BTreeMap<String, &'static str>,
 }
 
 impl<'a> Rw<'a> {
@@ -139,6 +145,14 @@ impl<'a> Rw<'a> {
         let src = self.src;
         let t = text(n, src);
         let found = match n.kind() {
+            "identifier" if self.dead.contains_key(t) && !is_decl_name(n) => {
+                let code = self.dead[t];
+                (
+                    code,
+                    "dependent",
+                    format!("uses `{t}`, declared in a statement that was not translated"),
+                )
+            }
             "gnu_asm_expression" => {
                 if t.contains("cp.async") {
                     ("T101", "async_copy", "inline PTX cp.async".to_string())
@@ -319,6 +333,14 @@ impl<'a> Rw<'a> {
             *self.blocked.entry(construct.to_string()).or_default() += 1;
             self.note(code, *l, detail.clone());
         }
+        if n.kind() == "declaration" {
+            let code = blockers[0].0.0;
+            for d in children(n) {
+                if let Some(id) = declared_name(d, self.src) {
+                    self.dead.insert(id, code);
+                }
+            }
+        }
         let indent = " ".repeat(n.start_position().column);
         let tags: Vec<String> = codes.iter().map(|c| format!("TODO({c})")).collect();
         let mut out = format!(
@@ -330,6 +352,12 @@ impl<'a> Rw<'a> {
             out.push_str(&indent);
             out.push_str("// ");
             out.push_str(l.trim_start());
+        }
+        // The body of an if/for/while: keep it a statement, so the next line does not become the body.
+        if n.parent()
+            .is_some_and(|p| p.kind() != "compound_statement" && p.kind() != "translation_unit")
+        {
+            out = format!("{{ {out}\n{indent}}}");
         }
         out
     }
@@ -362,6 +390,9 @@ impl<'a> Rw<'a> {
     }
 
     fn render_inner(&mut self, n: Node) -> String {
+        if let Some(s) = self.replace_node.get(&n.id()) {
+            return s.clone();
+        }
         if let Some(s) = self.rewrite(n) {
             return s;
         }
@@ -466,6 +497,30 @@ impl<'a> Rw<'a> {
                 }
             }
             "assignment_expression" => self.assignment(n),
+            "cast_expression" if self.metal() => {
+                let ty = n.child_by_field_name("type")?;
+                let tt = text(ty, src);
+                if !tt.contains('*')
+                    || ["device", "threadgroup", "constant", "thread"]
+                        .iter()
+                        .any(|s| tt.contains(s))
+                {
+                    return None;
+                }
+                let value = n.child_by_field_name("value")?;
+                let base = lvalue_base(value, src, &BTreeMap::new()).unwrap_or_default();
+                let space = if self.shared.contains_key(&base) {
+                    "threadgroup"
+                } else {
+                    "device"
+                };
+                let mt = self.metal_type(tt);
+                let mt = match mt.strip_prefix("const ") {
+                    Some(rest) => format!("const {space} {rest}"),
+                    None => format!("{space} {mt}"),
+                };
+                Some(format!("({mt}){}", self.render(value)))
+            }
             "call_expression" if self.metal() => self.metal_call(n),
             "declaration" if self.metal() => self.metal_declaration(n),
             "preproc_call" => None,
@@ -631,6 +686,12 @@ impl<'a> Rw<'a> {
                     _ => self.render(target),
                 };
                 format!("{f}({t}, {}, memory_order_relaxed)", r(self, 1))
+            }
+            c if self.helper_attrs.contains_key(c) => {
+                let f = n.child_by_field_name("function")?;
+                let mut rendered: Vec<String> = a.iter().map(|x| self.render(*x)).collect();
+                rendered.extend(self.helper_attrs[c].iter().cloned());
+                format!("{}({})", self.render(f), rendered.join(", "))
             }
             c => {
                 let m = rules().metal_functions.get(c)?;
@@ -850,7 +911,13 @@ pub fn translate(src: &str, stem: &str, target: Target) -> Translation {
             top.push(c);
         }
     }
-    for c in top {
+    let spaces = call_site_spaces(&analysis, root, src);
+    let helper_attrs = if metal {
+        helper_attributes(&top, src, target, &spaces)
+    } else {
+        BTreeMap::new()
+    };
+    for c in top.iter().copied() {
         let t = text(c, src);
         let func = if c.kind() == "function_definition" {
             Some(c)
@@ -866,30 +933,19 @@ pub fn translate(src: &str, stem: &str, target: Target) -> Translation {
                 let name = function_parts(f, src).map(|p| p.0).unwrap_or_default();
                 device_lines += f.end_position().row - f.start_position().row + 1;
                 let mut rw = rewriter(src, target, None, &name);
+                rw.helper_attrs = helper_attrs.clone();
+                if metal && let Some((_, plist)) = function_parts(f, src) {
+                    let (list, unknown) =
+                        helper_params(&mut rw, plist, &name, &spaces, &helper_attrs);
+                    rw.replace_node.insert(plist.id(), list);
+                    if unknown {
+                        rw.note("T023", line(f), format!("in `{name}`"));
+                    }
+                }
                 let mut s = rw.splice(c);
                 if metal {
                     for q in ["__device__", "__host__", "__forceinline__", "__noinline__"] {
                         s = s.replace(&format!("{q} "), "");
-                    }
-                    // Pointer parameters of helpers: device memory unless stated.
-                    if let Some((_, plist)) = function_parts(f, src) {
-                        let mut any = false;
-                        for p in children(plist)
-                            .into_iter()
-                            .filter(|p| p.kind() == "parameter_declaration")
-                        {
-                            let pt = text(p, src);
-                            if pt.contains('*')
-                                && !pt.contains("threadgroup")
-                                && !pt.contains("device")
-                            {
-                                any = true;
-                            }
-                        }
-                        if any {
-                            s = add_address_space_to_params(&s, f, src);
-                            rw.note("T023", line(f), format!("in `{name}`"));
-                        }
                     }
                     if !s.trim_start().starts_with("inline")
                         && !s.trim_start().starts_with("template")
@@ -1024,6 +1080,7 @@ pub fn translate(src: &str, stem: &str, target: Target) -> Translation {
             continue;
         };
         let mut rw = rewriter(src, target, Some(k), &k.name);
+        rw.helper_attrs = helper_attrs.clone();
         // Dynamic shared memory: Metal needs a compile-time size (a template int).
         let mut shared_memory = None;
         for s in k.shared.iter().filter(|s| s.dynamic) {
@@ -1138,6 +1195,25 @@ pub fn translate(src: &str, stem: &str, target: Target) -> Translation {
         }
         diags.extend(rw.diags.drain(..));
         rendered = format!("{prologue}{}", strip_braces(&rendered));
+        let live: String = rendered
+            .lines()
+            .filter(|l| !l.trim_start().starts_with("//"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let writes_left = k
+            .params
+            .iter()
+            .filter(|p| matches!(p.role, ParamRole::Output | ParamRole::InOut))
+            .any(|p| {
+                contains_word(&live, &p.name) || contains_word(&live, &format!("{}_out", p.name))
+            });
+        if !writes_left
+            && k.params
+                .iter()
+                .any(|p| matches!(p.role, ParamRole::Output | ParamRole::InOut))
+        {
+            diags.push(kd("T004", k.line, format!("kernel `{}`", k.name)));
+        }
         let source = format!("{}.{ext}", k.name);
         files.insert(source.clone(), rendered);
 
@@ -1186,7 +1262,8 @@ pub fn translate(src: &str, stem: &str, target: Target) -> Translation {
                 ),
             ));
         }
-        for (i, t) in k.template_ints.iter().enumerate() {
+        for t in &k.template_ints {
+            let i = k.template_order.iter().position(|x| x == t).unwrap_or(0);
             let v = host.and_then(|h| h.template_values.get(i).copied().flatten());
             let v = match v {
                 Some(v) => v,
@@ -1267,6 +1344,13 @@ pub fn translate(src: &str, stem: &str, target: Target) -> Translation {
         }
     }
     stats.kernel_lines += device_lines;
+    if !metal && src.contains("FLT_MAX") && !header.contains("define FLT_MAX") {
+        // NVRTC has no <float.h>.
+        header.insert_str(
+            0,
+            "#ifndef FLT_MAX\n#define FLT_MAX 3.402823466e+38f\n#endif\n",
+        );
+    }
     let header_name = format!("header.{}", if metal { "metal" } else { "cuh" });
     if !header.trim().is_empty() {
         files.insert(header_name.clone(), header.trim_end().to_string() + "\n");
@@ -1316,9 +1400,12 @@ fn rewriter<'a>(src: &'a str, target: Target, k: Option<&'a KernelAnalysis>, nam
         rename_at: BTreeMap::new(),
         dyn_shared: BTreeMap::new(),
         fn_name: name.to_string(),
+        helper_attrs: BTreeMap::new(),
+        replace_node: BTreeMap::new(),
         diags: Vec::new(),
         blocked: BTreeMap::new(),
         noted: BTreeSet::new(),
+        dead: BTreeMap::new(),
     };
     if let Some(k) = k {
         for s in &k.shared {
@@ -1349,30 +1436,6 @@ fn rewriter<'a>(src: &'a str, target: Target, k: Option<&'a KernelAnalysis>, nam
         }
     }
     rw
-}
-
-/// `T* p` → `device T* p` in a Metal helper's parameter list.
-fn add_address_space_to_params(s: &str, f: Node, src: &str) -> String {
-    let Some((_, plist)) = function_parts(f, src) else {
-        return s.to_string();
-    };
-    let old = text(plist, src);
-    let mut parts = Vec::new();
-    for p in children(plist)
-        .into_iter()
-        .filter(|p| p.kind() == "parameter_declaration")
-    {
-        let pt = text(p, src).replace("__restrict__", "");
-        if !pt.contains('*') {
-            parts.push(pt.trim().to_string());
-        } else if let Some(rest) = pt.trim().strip_prefix("const ") {
-            parts.push(format!("const device {}", rest.trim()));
-        } else {
-            parts.push(format!("device {}", pt.trim()));
-        }
-    }
-    let new = format!("({})", parts.join(", "));
-    s.replacen(old, &new, 1)
 }
 
 /// Grid (threads) and threadgroup of a kernel's launch, and how they were found.
@@ -1450,4 +1513,194 @@ fn launch_shape(
     );
     diags.push(kd("T011", k.line, how.clone()));
     (grid, tg, how)
+}
+
+/// MLX attributes a Metal kernel body can name: (name, type).
+const ATTRIBUTES: &[(&str, &str)] = &[
+    ("thread_position_in_grid", "uint3"),
+    ("thread_position_in_threadgroup", "uint3"),
+    ("threadgroup_position_in_grid", "uint3"),
+    ("threads_per_threadgroup", "uint3"),
+    ("threadgroups_per_grid", "uint3"),
+    ("threads_per_grid", "uint3"),
+    ("thread_index_in_simdgroup", "uint"),
+    ("simdgroup_index_in_threadgroup", "uint"),
+];
+
+/// Address space of each helper pointer parameter, from the kernels' calls: (helper, index) → space,
+/// `None` when call sites disagree.
+fn call_site_spaces(
+    a: &Analysis,
+    root: Node,
+    src: &str,
+) -> BTreeMap<(String, usize), Option<&'static str>> {
+    let mut out: BTreeMap<(String, usize), Option<&'static str>> = BTreeMap::new();
+    for k in &a.kernels {
+        let Some(def) = root.descendant_for_byte_range(k.def_range.0, k.def_range.1) else {
+            continue;
+        };
+        let shared: BTreeSet<&str> = k.shared.iter().map(|s| s.name.as_str()).collect();
+        for n in descendants(def) {
+            if n.kind() != "call_expression" {
+                continue;
+            }
+            let Some(name) = call_name(n, src) else {
+                continue;
+            };
+            if !a.device_functions.contains(&name) {
+                continue;
+            }
+            for (i, arg) in args(n).into_iter().enumerate() {
+                let Some(base) = lvalue_base(arg, src, &BTreeMap::new()) else {
+                    continue;
+                };
+                let space = if shared.contains(base.as_str()) {
+                    "threadgroup"
+                } else if k.params.iter().any(|p| p.pointer && p.name == base)
+                    || arg.kind() != "identifier"
+                {
+                    "device"
+                } else {
+                    continue;
+                };
+                out.entry((name.clone(), i))
+                    .and_modify(|s| {
+                        if *s != Some(space) {
+                            *s = None;
+                        }
+                    })
+                    .or_insert(Some(space));
+            }
+        }
+    }
+    out
+}
+
+/// The attributes each helper uses once translated, including through the helpers it calls.
+fn helper_attributes(
+    top: &[Node],
+    src: &str,
+    target: Target,
+    spaces: &BTreeMap<(String, usize), Option<&'static str>>,
+) -> BTreeMap<String, Vec<String>> {
+    let mut attrs: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    // Helpers calling helpers: iterate until nothing changes (bounded by the number of helpers).
+    for _ in 0..=top.len().min(8) {
+        let mut next = BTreeMap::new();
+        for c in top {
+            let f = if c.kind() == "template_declaration" {
+                children(*c)
+                    .into_iter()
+                    .find(|x| x.kind() == "function_definition")
+            } else {
+                Some(*c).filter(|c| c.kind() == "function_definition")
+            };
+            let Some(f) = f else { continue };
+            if !has_qualifier(f, src, "__device__") || has_qualifier(f, src, "__global__") {
+                continue;
+            }
+            let Some((name, plist)) = function_parts(f, src) else {
+                continue;
+            };
+            let Some(body) = f.child_by_field_name("body") else {
+                continue;
+            };
+            let mut rw = rewriter(src, target, None, &name);
+            rw.helper_attrs = attrs.clone();
+            let text = rw.splice(body);
+            let own: BTreeSet<String> = children(plist)
+                .into_iter()
+                .filter_map(|p| analyze::param_info(p, src).map(|i| i.0))
+                .collect();
+            let used: Vec<String> = ATTRIBUTES
+                .iter()
+                .filter(|(a, _)| contains_word(&text, a) && !own.contains(*a))
+                .map(|(a, _)| a.to_string())
+                .collect();
+            let _ = spaces;
+            if !used.is_empty() {
+                next.insert(name, used);
+            }
+        }
+        if next == attrs {
+            break;
+        }
+        attrs = next;
+    }
+    attrs
+}
+
+fn contains_word(hay: &str, w: &str) -> bool {
+    hay.match_indices(w).any(|(i, _)| {
+        let before = hay[..i].chars().next_back();
+        let after = hay[i + w.len()..].chars().next();
+        let ident = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '_');
+        !ident(before) && !ident(after)
+    })
+}
+
+/// A Metal helper's parameter list: pointers get the address space their call sites pass (device when
+/// unknown: the bool), and the MLX attributes it uses are appended.
+fn helper_params(
+    rw: &mut Rw,
+    plist: Node,
+    name: &str,
+    spaces: &BTreeMap<(String, usize), Option<&'static str>>,
+    attrs: &BTreeMap<String, Vec<String>>,
+) -> (String, bool) {
+    let src = rw.src;
+    let mut parts = Vec::new();
+    let mut unknown = false;
+    for (i, p) in children(plist)
+        .into_iter()
+        .filter(|p| p.kind() == "parameter_declaration")
+        .enumerate()
+    {
+        let pt = rw.render_inner(p);
+        let pt = pt.trim().to_string();
+        let is_ptr = analyze::param_info(p, src).is_some_and(|x| x.2) && pt.contains('*');
+        if !is_ptr
+            || pt.contains("device ")
+            || pt.contains("threadgroup ")
+            || pt.contains("thread ")
+        {
+            parts.push(pt);
+            continue;
+        }
+        let space = match spaces.get(&(name.to_string(), i)) {
+            Some(Some(s)) => *s,
+            _ => {
+                unknown = true;
+                "device"
+            }
+        };
+        parts.push(match pt.strip_prefix("const ") {
+            Some(rest) => format!("const {space} {}", rest.trim()),
+            None => format!("{space} {pt}"),
+        });
+    }
+    for a in attrs.get(name).into_iter().flatten() {
+        let ty = ATTRIBUTES
+            .iter()
+            .find(|x| x.0 == a)
+            .map(|x| x.1)
+            .unwrap_or("uint");
+        parts.push(format!("{ty} {a}"));
+    }
+    (format!("({})", parts.join(", ")), unknown)
+}
+
+/// The name a declarator declares (`x`, `*p`, `a[4]`, `x = ...`).
+fn declared_name(d: Node, src: &str) -> Option<String> {
+    match d.kind() {
+        "identifier" => Some(text(d, src).to_string()),
+        "init_declarator" | "pointer_declarator" | "array_declarator" | "reference_declarator" => {
+            declared_name(
+                d.child_by_field_name("declarator")
+                    .or_else(|| d.named_child(0))?,
+                src,
+            )
+        }
+        _ => None,
+    }
 }

@@ -166,6 +166,19 @@ fn host_locals<'a>(call: Node<'a>, src: &str) -> BTreeMap<String, Node<'a>> {
         {
             locals.insert(text(d, src).to_string(), v);
         }
+        // dim3 block(THREADS): C++ parses it as a function declaration; keep the "parameters" as text.
+        if n.kind() == "declaration"
+            && n.child_by_field_name("type")
+                .is_some_and(|t| text(t, src) == "dim3")
+            && let Some(d) = n.child_by_field_name("declarator")
+            && d.kind() == "function_declarator"
+            && let (Some(name), Some(params)) = (
+                d.child_by_field_name("declarator"),
+                d.child_by_field_name("parameters"),
+            )
+        {
+            locals.insert(text(name, src).to_string(), params);
+        }
         // dim3 block(16, 16): a declarator with an argument list
         if n.kind() == "init_declarator"
             && let (Some(d), None) = (
@@ -191,7 +204,7 @@ fn times(g: &str, t: &str) -> String {
 }
 
 fn paren(e: &str) -> String {
-    if e.chars().all(|c| c.is_alphanumeric() || c == '_') {
+    if e.chars().all(|c| c.is_alphanumeric() || c == '_') || wrapped(e) {
         e.to_string()
     } else {
         format!("({e})")
@@ -222,6 +235,32 @@ fn dim3(n: Node, ctx: &Ctx) -> Result<[String; 3], String> {
             )
         }
         "initializer_list" | "argument_list" => components(n),
+        "parameter_list" => {
+            // The extents of a `dim3 b(X, Y)` that parsed as a declaration: re-read each as an expression.
+            let mut out = ["1".to_string(), "1".to_string(), "1".to_string()];
+            for (i, p) in children(n)
+                .into_iter()
+                .filter(|c| c.is_named())
+                .take(3)
+                .enumerate()
+            {
+                let snippet = format!("int __v = ({});", text(p, src));
+                let tree = super::analyze::parse(&snippet);
+                let v = descendants(tree.root_node())
+                    .into_iter()
+                    .find(|x| x.kind() == "init_declarator")
+                    .and_then(|d| d.child_by_field_name("value"))
+                    .ok_or_else(|| format!("`{}` in a dim3", text(p, src)))?;
+                let sub = Ctx {
+                    src: &snippet,
+                    consts: ctx.consts,
+                    scalars: ctx.scalars.clone(),
+                    locals: BTreeMap::new(),
+                };
+                out[i] = expr(v, &sub, 1)?;
+            }
+            Ok(out)
+        }
         "compound_literal_expression" => {
             components(n.child_by_field_name("value").ok_or("empty dim3")?)
         }
@@ -231,7 +270,8 @@ fn dim3(n: Node, ctx: &Ctx) -> Result<[String; 3], String> {
                 Some(v)
                     if matches!(
                         v.kind(),
-                        "argument_list"
+                        "parameter_list"
+                            | "argument_list"
                             | "initializer_list"
                             | "call_expression"
                             | "compound_literal_expression"
@@ -273,7 +313,7 @@ fn expr(n: Node, ctx: &Ctx, depth: usize) -> Result<String, String> {
         }
         "parenthesized_expression" => {
             let inner = n.named_child(0).ok_or("empty parentheses")?;
-            Ok(format!("({})", expr(inner, ctx, depth + 1)?))
+            Ok(paren(&expr(inner, ctx, depth + 1)?))
         }
         "cast_expression" => expr(
             n.child_by_field_name("value").ok_or("empty cast")?,
@@ -334,4 +374,25 @@ fn expr(n: Node, ctx: &Ctx, depth: usize) -> Result<String, String> {
         }
         _ => Err(format!("`{}` in a launch expression", text(n, src))),
     }
+}
+
+/// `(...)` whose outer parentheses enclose the whole expression.
+fn wrapped(e: &str) -> bool {
+    if !(e.starts_with('(') && e.ends_with(')')) {
+        return false;
+    }
+    let mut depth = 0;
+    for (i, c) in e.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => {
+                depth -= 1;
+                if depth == 0 && i != e.len() - 1 {
+                    return false;
+                }
+            }
+            _ => {}
+        }
+    }
+    true
 }

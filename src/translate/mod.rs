@@ -229,3 +229,44 @@ pub fn report(t: &Translation, file: &Path) -> String {
     ));
     s
 }
+
+/// The dtype MLX would pass for a CUDA element type (`const` and qualifiers ignored).
+pub fn dtype_of(elem: &str) -> Option<crate::dtype::Dtype> {
+    use crate::dtype::Dtype;
+    let t = elem
+        .replace("const", "")
+        .replace("volatile", "")
+        .replace("__restrict__", "");
+    Some(match t.trim() {
+        "float" => Dtype::Float32,
+        "half" | "__half" => Dtype::Float16,
+        "__nv_bfloat16" | "nv_bfloat16" | "bfloat16" => Dtype::Bfloat16,
+        "double" => Dtype::Float64,
+        "int" | "int32_t" => Dtype::Int32,
+        "unsigned" | "unsigned int" | "uint" | "uint32_t" => Dtype::Uint32,
+        "long" | "long long" | "int64_t" => Dtype::Int64,
+        "char" | "int8_t" | "signed char" => Dtype::Int8,
+        "unsigned char" | "uint8_t" => Dtype::Uint8,
+        "short" | "int16_t" => Dtype::Int16,
+        "bool" => Dtype::Bool,
+        _ => return None,
+    })
+}
+
+impl Translation {
+    /// Every tensor of the plan with the dtype its CUDA parameter implies (float32 when the type is a
+    /// template parameter or unknown), for checking the candidate without a task.
+    pub fn tensor_dtypes(&self) -> BTreeMap<String, crate::dtype::Dtype> {
+        let mut out = BTreeMap::new();
+        for k in &self.analysis.kernels {
+            for p in k.params.iter().filter(|p| p.pointer) {
+                let d = dtype_of(&p.elem_type).unwrap_or(crate::dtype::Dtype::Float32);
+                out.insert(p.name.clone(), d);
+                if p.role == ParamRole::InOut {
+                    out.insert(format!("{}_out", p.name), d);
+                }
+            }
+        }
+        out
+    }
+}

@@ -24,14 +24,7 @@ __global__ void softmax_rows(const float* x, float* y, int rows, int cols) {
     float* yr = y + row * cols;
     float m = -FLT_MAX;
     for (int j = threadIdx.x; j < cols; j += blockDim.x) m = fmaxf(m, xr[j]);
-    red[threadIdx.x] = m;
-    __syncthreads();
-    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
-        if (threadIdx.x < s) red[threadIdx.x] = fmaxf(red[threadIdx.x], red[threadIdx.x + s]);
-        __syncthreads();
-    }
-    m = red[0];
-    __syncthreads();
+    m = block_max(m, red);
     float sum = 0.0f;
     for (int j = threadIdx.x; j < cols; j += blockDim.x) sum += __expf(xr[j] - m);
     red[threadIdx.x] = sum;

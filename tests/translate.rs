@@ -1,0 +1,565 @@
+//! `ksearch translate`: CUDA fixtures (tests/translate/*.cu) → MLX candidates. Metal candidates must pass
+//! the Metal checker (`ksearch::check`); untranslatable constructs come back with their codes.
+
+use ksearch::check::signature::{Input, KernelSpec};
+use ksearch::check::{self, LaunchInfo};
+use ksearch::target::Target;
+use ksearch::translate::{self, Severity, Translation};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/translate")
+        .join(name)
+}
+
+fn tr(name: &str, target: Target) -> Translation {
+    translate::translate_file(&fixture(name), target).unwrap()
+}
+
+fn codes(t: &Translation, severity: Severity) -> Vec<&str> {
+    t.diagnostics
+        .iter()
+        .filter(|d| d.severity == severity)
+        .map(|d| d.code.as_str())
+        .collect()
+}
+
+fn body<'a>(t: &'a Translation, kernel: &str) -> &'a str {
+    let c = t.candidate.as_ref().expect("a candidate");
+    let k = c.plan.kernel.iter().find(|k| k.name == kernel).unwrap();
+    &c.files[&k.source]
+}
+
+/// Runs the Metal checker on every launch of a translated candidate, with the dtypes the CUDA
+/// parameters imply; returns the error findings.
+fn metal_check_errors(t: &Translation) -> Vec<String> {
+    let c = t.candidate.as_ref().expect("a candidate");
+    let dtypes = t.tensor_dtypes();
+    let params = c.params();
+    let env: ksearch::expr::Env = params.iter().map(|(k, v)| (k.clone(), *v as f64)).collect();
+    let mut errors = Vec::new();
+    for l in &c.plan.launch {
+        let k = c.plan.kernel.iter().find(|k| k.name == l.kernel).unwrap();
+        let mut inputs: Vec<Input> = l
+            .inputs
+            .iter()
+            .map(|n| Input::Array {
+                name: n.clone(),
+                dtype: dtypes[n],
+                elements: None,
+            })
+            .collect();
+        inputs.extend(l.scalars.iter().map(|s| Input::Scalar {
+            name: s.0.src().to_string(),
+        }));
+        let spec = KernelSpec {
+            name: l.kernel.clone(),
+            inputs,
+            outputs: l.outputs.iter().map(|n| (n.clone(), dtypes[n])).collect(),
+            atomic_outputs: l.atomic_outputs,
+            template_ints: l.template.iter().map(|t| (t.clone(), params[t])).collect(),
+            template_types: l
+                .type_args
+                .iter()
+                .map(|(a, tensor)| (a.clone(), dtypes[tensor]))
+                .collect(),
+        };
+        let info = LaunchInfo {
+            threadgroup: l.threadgroup.as_ref().and_then(|tg| {
+                tg.iter()
+                    .map(|e| e.0.eval_int(&env).ok())
+                    .collect::<Option<Vec<i64>>>()
+            }),
+            overshoot: None,
+            plan_at: ("plan.toml".into(), 0),
+        };
+        let header = k.header.as_ref().map(|h| (h.as_str(), c.files[h].as_str()));
+        let findings =
+            check::check_body(&spec, header, &k.source, &c.files[&k.source], &info).unwrap();
+        errors.extend(
+            findings
+                .iter()
+                .filter(|f| f.severity == check::Severity::Error)
+                .map(|f| format!("{}:{}: {} {}", f.file, f.line, f.code, f.message)),
+        );
+    }
+    errors
+}
+
+const COMMON: [&str; 5] = [
+    "vector_add.cu",
+    "reduce_shared.cu",
+    "warp_reduce.cu",
+    "histogram.cu",
+    "softmax.cu",
+];
+
+#[test]
+fn the_common_kernels_become_metal_candidates_that_pass_the_checker() {
+    for f in COMMON {
+        let t = tr(f, Target::MlxMetal);
+        assert!(
+            codes(&t, Severity::Error).is_empty(),
+            "{f}: {:?}",
+            t.diagnostics
+        );
+        let c = t.candidate.as_ref().unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.plan.target, Target::MlxMetal);
+        for src in c.files.values() {
+            for cuda in [
+                "threadIdx",
+                "blockIdx",
+                "blockDim",
+                "__syncthreads",
+                "__shfl",
+                "atomicAdd",
+                "__shared__",
+            ] {
+                assert!(!src.contains(cuda), "{f}: `{cuda}` left in\n{src}");
+            }
+        }
+        let errors = metal_check_errors(&t);
+        assert!(
+            errors.is_empty(),
+            "{f}: the checker found\n{}",
+            errors.join("\n")
+        );
+        // The harness is not vacuous: a body with CUDA left in fails it.
+        let mut bad = t.clone();
+        let c = bad.candidate.as_mut().unwrap();
+        let src = c.plan.kernel[0].source.clone();
+        c.files
+            .insert(src, "int i = threadIdx.x; __syncthreads();\n".into());
+        assert!(
+            !metal_check_errors(&bad).is_empty(),
+            "{f}: a CUDA body passed the checker"
+        );
+        assert_eq!(t.stats.not_translated, 0, "{f}");
+        assert!(
+            t.stats.seen > 0 && t.stats.translated == t.stats.seen,
+            "{f}"
+        );
+    }
+}
+
+#[test]
+fn vector_add_maps_indices_and_takes_the_host_launch() {
+    let t = tr("vector_add.cu", Target::MlxMetal);
+    let b = body(&t, "vector_add");
+    assert!(b.contains("int i = thread_position_in_grid.x;"), "{b}");
+    assert!(b.contains("c[i] = a[i] + b[i];"), "{b}");
+    let l = &t.candidate.as_ref().unwrap().plan.launch[0];
+    assert_eq!(l.inputs, ["a", "b"]);
+    assert_eq!(l.outputs, ["c"]);
+    assert_eq!(l.scalars[0].0.src(), "n");
+    // <<<(n + 255) / 256, 256>>> is a grid of that many blocks times 256 threads.
+    let grid = &l.grid.as_ref().unwrap()[0];
+    let env = [("n".to_string(), 1000.0)].into_iter().collect();
+    assert_eq!(grid.0.eval_int(&env).unwrap(), 1024);
+    assert!(codes(&t, Severity::Info).contains(&"T010"));
+}
+
+#[test]
+fn reductions_use_threadgroup_memory_barriers_and_simd_shuffles() {
+    let t = tr("reduce_shared.cu", Target::MlxMetal);
+    let b = body(&t, "reduce_sum");
+    assert!(b.contains("threadgroup float sdata[BLOCK];"), "{b}");
+    assert!(
+        b.contains("threadgroup_barrier(mem_flags::mem_threadgroup)"),
+        "{b}"
+    );
+    assert_eq!(t.analysis.kernels[0].shared_bytes, Some(1024));
+    // No host launch: the default is stated as a warning and in the plan's description.
+    assert!(codes(&t, Severity::Warning).contains(&"T011"));
+    assert!(
+        t.candidate
+            .as_ref()
+            .unwrap()
+            .plan
+            .description
+            .contains("assumed grid")
+    );
+
+    let t = tr("warp_reduce.cu", Target::MlxMetal);
+    let b = body(&t, "row_sum");
+    assert!(b.contains("simd_shuffle_xor(v, offset)"), "{b}");
+    assert!(b.contains("int lane = thread_index_in_simdgroup;"), "{b}");
+    assert!(
+        b.contains("int warp = simdgroup_index_in_threadgroup;"),
+        "{b}"
+    );
+    let header = &t.candidate.as_ref().unwrap().files["header.metal"];
+    assert!(header.contains("simd_shuffle_down(v, offset)"), "{header}");
+    assert!(
+        header.contains("constant constexpr int WARPS = 8;"),
+        "{header}"
+    );
+    assert!(codes(&t, Severity::Warning).contains(&"T021"));
+    let k = &t.analysis.kernels[0];
+    assert!(k.concepts.iter().any(|c| c == "shuffle_xor"));
+    assert!(k.brief.contains("simd_shuffle_xor"), "{}", k.brief);
+}
+
+#[test]
+fn histogram_atomics_use_metal_atomics_with_zeroed_outputs() {
+    let t = tr("histogram.cu", Target::MlxMetal);
+    let b = body(&t, "histogram");
+    assert!(b.contains("threadgroup atomic_int local[BINS];"), "{b}");
+    assert!(
+        b.contains("atomic_fetch_add_explicit(&local[v], 1, memory_order_relaxed)"),
+        "{b}"
+    );
+    assert!(
+        b.contains("atomic_store_explicit(&local[b], 0, memory_order_relaxed)"),
+        "{b}"
+    );
+    assert!(b.contains("threads_per_grid.x"), "grid-stride step: {b}");
+    let l = &t.candidate.as_ref().unwrap().plan.launch[0];
+    assert!(l.atomic_outputs);
+    assert_eq!(l.init_value, Some(0.0));
+    assert!(codes(&t, Severity::Info).contains(&"T013"));
+    let k = &t.analysis.kernels[0];
+    assert_eq!(k.constructs["atomic_global"], 1);
+    assert_eq!(k.constructs["atomic_shared"], 1);
+    assert!(k.grid_stride);
+}
+
+#[test]
+fn softmax_helpers_get_address_spaces_and_attributes() {
+    let t = tr("softmax.cu", Target::MlxMetal);
+    let header = &t.candidate.as_ref().unwrap().files["header.metal"];
+    assert!(
+        header.contains("threadgroup float* scratch, uint3 thread_position_in_threadgroup"),
+        "{header}"
+    );
+    let b = body(&t, "softmax_rows");
+    assert!(
+        b.contains("m = block_max(m, red, thread_position_in_threadgroup"),
+        "{b}"
+    );
+    assert!(b.contains("metal::fast::exp(xr[j] - m)"), "{b}");
+    assert!(
+        b.contains("const device float* xr = x + row * cols;"),
+        "{b}"
+    );
+    // dim3 block(THREADS); dim3 grid(rows); launch<<<grid, block>>>
+    let l = &t.candidate.as_ref().unwrap().plan.launch[0];
+    let env = [("rows".to_string(), 3.0)].into_iter().collect();
+    assert_eq!(l.grid.as_ref().unwrap()[0].0.eval_int(&env).unwrap(), 768);
+    assert_eq!(l.threadgroup.as_ref().unwrap()[0].0.src(), "256");
+}
+
+#[test]
+fn the_common_kernels_become_mlx_cuda_candidates() {
+    for f in COMMON {
+        let t = tr(f, Target::MlxCuda);
+        assert!(
+            codes(&t, Severity::Error).is_empty(),
+            "{f}: {:?}",
+            t.diagnostics
+        );
+        let c = t.candidate.as_ref().unwrap();
+        c.validate().unwrap();
+        for l in &c.plan.launch {
+            let k = c.plan.kernel.iter().find(|k| k.name == l.kernel).unwrap();
+            let src = &c.files[&k.source];
+            assert!(!src.contains("threadgroup"), "{f}: {src}");
+            for s in &l.scalars {
+                // MLX-CUDA passes scalars as int32 pointers: every use reads s[0].
+                let s = s.0.src();
+                assert!(
+                    src.contains(&format!("{s}[0]")),
+                    "{f}: `{s}` not read as {s}[0]\n{src}"
+                );
+            }
+        }
+    }
+    let t = tr("softmax.cu", Target::MlxCuda);
+    assert!(t.candidate.as_ref().unwrap().files["header.cuh"].contains("#define FLT_MAX"));
+}
+
+#[test]
+fn cp_async_and_wmma_come_back_with_their_codes() {
+    let t = tr("cp_async.cu", Target::MlxMetal);
+    let errors = codes(&t, Severity::Error);
+    assert!(errors.contains(&"T101"), "{:?}", t.diagnostics);
+    assert!(body(&t, "scale_tiles").contains("// TODO(T101)"));
+    assert!(body(&t, "copy_asm").contains("// TODO(T101)"));
+    assert!(
+        body(&t, "copy_asm").contains("cp.async.ca.shared.global"),
+        "the CUDA is kept in the comment"
+    );
+    assert!(t.stats.not_translated > 0);
+    assert!(t.stats.constructs["async_copy"].not_translated > 0);
+    // On mlx-cuda cp.async is legal (sm_90a): kept, reported as information.
+    let t = tr("cp_async.cu", Target::MlxCuda);
+    assert!(codes(&t, Severity::Error).is_empty(), "{:?}", t.diagnostics);
+    assert!(codes(&t, Severity::Info).contains(&"T101"));
+
+    let t = tr("wmma.cu", Target::MlxMetal);
+    let errors = codes(&t, Severity::Error);
+    assert!(errors.contains(&"T102"), "{:?}", t.diagnostics);
+    // Every write of the output was inside the tensor-core code: the folder is a skeleton and says so.
+    assert!(errors.contains(&"T004"), "{:?}", t.diagnostics);
+    assert!(body(&t, "wmma_gemm").contains("// TODO(T102)"));
+    let k = &t.analysis.kernels[0];
+    assert!(k.uses("wmma") && k.uses("half"));
+}
+
+#[test]
+fn templates_in_place_parameters_and_dynamic_shared_memory() {
+    let t = tr("misc_template_inplace.cu", Target::MlxMetal);
+    let c = t.candidate.as_ref().unwrap();
+    let l = &c.plan.launch[0];
+    assert_eq!(l.inputs, ["data"]);
+    assert_eq!(l.outputs, ["data_out"]);
+    assert_eq!(l.template, ["TILE"]);
+    assert_eq!(
+        c.plan.tunable["TILE"].default, 16,
+        "the value of the host launch"
+    );
+    assert_eq!(l.type_args["T"], "data");
+    assert_eq!(
+        c.plan.tunable["SMEM_STAGE"].default, 256,
+        "1024 bytes of float"
+    );
+    let b = body(&t, "scale_inplace");
+    assert!(b.contains("threadgroup float stage[SMEM_STAGE];"), "{b}");
+    assert!(b.contains("data_out[r * cols + c] ="), "{b}");
+    assert!(b.contains("int r = thread_position_in_grid.y;"), "{b}");
+    assert!(b.contains("// TODO(T018)"), "{b}");
+    for code in ["T015", "T016", "T017", "T018", "T019", "T022"] {
+        assert!(
+            t.diagnostics.iter().any(|d| d.code == code),
+            "{code}: {:?}",
+            t.diagnostics
+        );
+    }
+    let env = [("cols".to_string(), 40.0), ("rows".to_string(), 20.0)]
+        .into_iter()
+        .collect();
+    let g: Vec<i64> = l
+        .grid
+        .as_ref()
+        .unwrap()
+        .iter()
+        .map(|e| e.0.eval_int(&env).unwrap())
+        .collect();
+    assert_eq!(g, [48, 32, 1]);
+
+    let t = tr("misc_template_inplace.cu", Target::MlxCuda);
+    let l = &t.candidate.as_ref().unwrap().plan.launch[0];
+    assert_eq!(l.shared_memory.as_ref().unwrap().0.src(), "1024");
+    assert!(body(&t, "scale_inplace").contains("extern __shared__ float stage[];"));
+}
+
+#[test]
+fn unsupported_constructs_are_marked_never_dropped() {
+    let t = tr("misc_unsupported.cu", Target::MlxMetal);
+    let errors = codes(&t, Severity::Error);
+    for code in ["T104", "T105", "T106", "T107", "T108", "T110", "T112"] {
+        assert!(errors.contains(&code), "{code}: {:?}", t.diagnostics);
+    }
+    let b = body(&t, "everything");
+    for code in ["T104", "T105", "T106", "T107", "T108", "T110", "T112"] {
+        assert!(b.contains(&format!("TODO({code})")), "{code}\n{b}");
+    }
+    // A commented-out statement inside an `if` stays that if's body.
+    assert!(b.contains("if (i == 0) { // TODO(T108)"), "{b}");
+    // `grid` came from cooperative groups, so its use is not translated either.
+    assert!(b.contains("// grid.sync();"), "{b}");
+    let t = tr("misc_unsupported.cu", Target::MlxCuda);
+    let errors = codes(&t, Severity::Error);
+    assert!(
+        errors.contains(&"T105") && errors.contains(&"T107"),
+        "{errors:?}"
+    );
+    assert!(!errors.contains(&"T108"), "printf is legal CUDA");
+}
+
+#[test]
+fn json_output_has_kernels_stats_and_diagnostics() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("cand");
+    let o = Command::new(env!("CARGO_BIN_EXE_ksearch"))
+        .args([
+            "translate",
+            fixture("cp_async.cu").to_str().unwrap(),
+            "--to",
+            "mlx-metal",
+            "--json",
+            "--out",
+        ])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let stdout = String::from_utf8(o.stdout).unwrap();
+    let v: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    for key in [
+        "seen",
+        "translated",
+        "not_translated",
+        "lines",
+        "constructs",
+    ] {
+        assert!(v["stats"].get(key).is_some(), "stats.{key}: {v}");
+    }
+    let diags = v["diagnostics"].as_array().unwrap();
+    assert!(
+        diags
+            .iter()
+            .any(|d| d["code"] == "T101" && d["severity"] == "error")
+    );
+    for d in diags {
+        for key in ["code", "severity", "line", "message"] {
+            assert!(d.get(key).is_some(), "{d}");
+        }
+    }
+    assert_eq!(v["kernels"].as_array().unwrap().len(), 2);
+    assert!(
+        v["kernels"][0]["brief"]
+            .as_str()
+            .unwrap()
+            .contains("mlx-metal")
+    );
+    assert!(out.join("plan.toml").is_file() && out.join("scale_tiles.metal").is_file());
+    ksearch::candidate::Candidate::load(&out).unwrap();
+}
+
+#[test]
+fn bad_input_names_the_file_and_the_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("host_only.cu");
+    std::fs::write(&f, "int main() { return 0; }\n").unwrap();
+    let e = translate::translate_file(&f, Target::MlxMetal)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("host_only.cu") && e.contains("__global__"),
+        "{e}"
+    );
+    let e = translate::translate_file(&dir.path().join("missing.cu"), Target::MlxMetal)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("missing.cu"), "{e}");
+    let e = translate::translate_file(&fixture("vector_add.cu"), Target::Cpu)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("--to mlx-metal"), "{e}");
+}
+
+#[test]
+fn every_code_is_documented() {
+    let doc =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/translate.md"))
+            .unwrap();
+    for c in &translate::rules().code {
+        assert!(
+            doc.contains(&format!("### {}", c.code)),
+            "docs/translate.md lacks {}",
+            c.code
+        );
+    }
+}
+
+/// The CUDA bodies of knowledge/patterns.toml, wrapped as kernels, translate to Metal that the checker
+/// accepts (a sanity check of the translator on code it was not written against).
+#[test]
+fn knowledge_pattern_cuda_bodies_translate() {
+    let k = ksearch::knowledge::get();
+    let mut checked = 0;
+    for p in &k.patterns {
+        let field = |name: &str| p.rest.get(name).cloned();
+        let names = |v: Option<toml::Value>| -> Vec<String> {
+            v.and_then(|v| v.as_array().cloned())
+                .unwrap_or_default()
+                .iter()
+                .filter_map(|x| x.as_str())
+                .map(|s| s.split(':').next().unwrap().trim().to_string())
+                .filter(|s| !s.is_empty())
+                .collect()
+        };
+        let inputs = names(field("inputs"));
+        let outputs: Vec<String> = names(field("outputs"));
+        let scalars = names(field("scalars"));
+        let templates: Vec<(String, i64)> = field("template")
+            .and_then(|t| t.as_table().cloned())
+            .unwrap_or_default()
+            .iter()
+            .map(|(k, v)| (k.clone(), v.as_integer().unwrap()))
+            .collect();
+        let mut body = p.cuda.clone();
+        for s in &scalars {
+            body = body.replace(&format!("{s}[0]"), s);
+        }
+        let mut params: Vec<String> = inputs.iter().map(|i| format!("const float* {i}")).collect();
+        params.extend(outputs.iter().map(|o| format!("float* {o}")));
+        params.extend(scalars.iter().map(|s| format!("int {s}")));
+        let tpl = if templates.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "template <{}>\n",
+                templates
+                    .iter()
+                    .map(|(n, _)| format!("int {n}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        };
+        let header = field("cuda_header")
+            .and_then(|h| h.as_str().map(str::to_string))
+            .unwrap_or_default();
+        let src = format!(
+            "{header}\n{tpl}__global__ void {}({}) {{\n{body}\n}}\n",
+            p.id,
+            params.join(", ")
+        );
+        let mut t = translate::translate(&src, &p.id, Target::MlxMetal);
+        if let Some(c) = t.candidate.as_mut() {
+            for (n, v) in &templates {
+                c.plan.tunable.insert(
+                    n.clone(),
+                    ksearch::candidate::Tunable {
+                        values: vec![*v],
+                        default: *v,
+                    },
+                );
+            }
+        }
+        if codes(&t, Severity::Error).is_empty() {
+            let errors = metal_check_errors(&t);
+            assert!(
+                errors.is_empty(),
+                "pattern {}:\n{}\n{}",
+                p.id,
+                errors.join("\n"),
+                body_of(&t)
+            );
+            checked += 1;
+        } else {
+            eprintln!("pattern {}: {:?}", p.id, codes(&t, Severity::Error));
+        }
+    }
+    assert!(
+        checked >= 4,
+        "only {checked} patterns translated without errors"
+    );
+}
+
+fn body_of(t: &Translation) -> String {
+    t.candidate
+        .as_ref()
+        .map(|c| {
+            c.files
+                .values()
+                .cloned()
+                .collect::<Vec<_>>()
+                .join("\n----\n")
+        })
+        .unwrap_or_default()
+}
