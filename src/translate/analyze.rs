@@ -327,10 +327,10 @@ fn constants(root: Node, src: &str) -> BTreeMap<String, i64> {
                     ) else {
                         continue;
                     };
-                    if name.kind() == "identifier" {
-                        if let Some(v) = eval(value, src, &consts) {
-                            consts.insert(text(name, src).to_string(), v);
-                        }
+                    if name.kind() == "identifier"
+                        && let Some(v) = eval(value, src, &consts)
+                    {
+                        consts.insert(text(name, src).to_string(), v);
                     }
                 }
             }
@@ -559,24 +559,25 @@ pub(crate) fn analyze_tree(tree: &Tree, src: &str) -> Analysis {
         .filter(|n| n.kind() == "function_definition")
         .collect();
     for f in &defs {
-        if has_qualifier(*f, src, "__device__") && !has_qualifier(*f, src, "__global__") {
-            if let Some((name, params)) = function_parts(*f, src) {
-                let sig = children(params)
-                    .into_iter()
-                    .filter(|p| p.kind() == "parameter_declaration")
-                    .filter_map(|p| param_info(p, src))
-                    .map(|(_, _, ptr, c)| (ptr, c))
-                    .collect();
-                device_sigs.insert(name.clone(), sig);
-                device_functions.push(name);
-            }
+        if has_qualifier(*f, src, "__device__")
+            && !has_qualifier(*f, src, "__global__")
+            && let Some((name, params)) = function_parts(*f, src)
+        {
+            let sig = children(params)
+                .into_iter()
+                .filter(|p| p.kind() == "parameter_declaration")
+                .filter_map(|p| param_info(p, src))
+                .map(|(_, _, ptr, c)| (ptr, c))
+                .collect();
+            device_sigs.insert(name.clone(), sig);
+            device_functions.push(name);
         }
     }
     for f in &defs {
-        if has_qualifier(*f, src, "__global__") {
-            if let Some(k) = analyze_kernel(*f, src, &consts, &device_sigs) {
-                kernels.push(k);
-            }
+        if has_qualifier(*f, src, "__global__")
+            && let Some(k) = analyze_kernel(*f, src, &consts, &device_sigs)
+        {
+            kernels.push(k);
         }
     }
     let launches = launch::host_launches(root, src, &consts, &kernels);
@@ -871,13 +872,11 @@ fn analyze_kernel(
             "new_expression" => bump("device_malloc"),
             "identifier" => {
                 let t = text(n, src);
-                if pointer_names.contains(t) || aliases.contains_key(t) {
-                    if !lhs_positions.contains(&n.start_byte()) {
-                        let base = aliases.get(t).cloned().unwrap_or_else(|| t.to_string());
-                        if !in_atomic_target(n, src) {
-                            read.insert(base);
-                        }
-                    }
+                if (pointer_names.contains(t) || aliases.contains_key(t))
+                    && !lhs_positions.contains(&n.start_byte())
+                    && !in_atomic_target(n, src)
+                {
+                    read.insert(aliases.get(t).cloned().unwrap_or_else(|| t.to_string()));
                 }
             }
             _ => {}

@@ -430,9 +430,6 @@ impl<'a> Rw<'a> {
                         self.note("T025", line(n), format!("`{t}` renamed to `{t}_`"));
                         return Some(format!("{t}_"));
                     }
-                    if self.atomic_read(n) {
-                        return None;
-                    }
                 }
                 None
             }
@@ -526,11 +523,6 @@ impl<'a> Rw<'a> {
             "preproc_call" => None,
             _ => None,
         }
-    }
-
-    /// Is `n` an identifier naming an atomic array inside a subscript (handled by the subscript)?
-    fn atomic_read(&self, _n: Node) -> bool {
-        false
     }
 
     fn in_atomic_call(&self, n: Node) -> bool {
@@ -1193,7 +1185,7 @@ pub fn translate(src: &str, stem: &str, target: Target) -> Translation {
         for (kname, v) in rw.blocked.iter() {
             *blocked.entry(kname.clone()).or_default() += v;
         }
-        diags.extend(rw.diags.drain(..));
+        diags.append(&mut rw.diags);
         rendered = format!("{prologue}{}", strip_braces(&rendered));
         let live: String = rendered
             .lines()
@@ -1291,12 +1283,7 @@ pub fn translate(src: &str, stem: &str, target: Target) -> Translation {
                 .iter()
                 .find(|p| p.pointer && p.elem_type.trim_start_matches("const ").trim() == t)
             {
-                let tensor = if p.role == ParamRole::Output {
-                    p.name.clone()
-                } else {
-                    p.name.clone()
-                };
-                type_args.insert(t.clone(), tensor);
+                type_args.insert(t.clone(), p.name.clone());
             }
         }
         let (grid, threadgroup, how) = launch_shape(k, host, &mut diags, target);
