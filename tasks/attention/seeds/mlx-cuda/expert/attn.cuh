@@ -178,17 +178,22 @@ __device__ __forceinline__ void prefill_mma(const T* __restrict__ q, const T* __
     lrow[wm][0] = lrow[wm][1] = 0.0f;
   }
 
+  // ldmatrix addresses. Every row an ldmatrix lane addresses has (row & 7) == (lane & 7), so with the swizzle the
+  // byte offset of logical chunk 2 i + c0 within a row is ((i << 5) ^ (x << 4)) with x = c0 ^ (lane & 7): one
+  // per-lane constant per operand, the rest immediates.
+  const unsigned xa = (((lane >> 4) ^ (lane & 7)) << 4);        // Q (A operand) and V (.trans): c0 = lane >> 4
+  const unsigned xk = ((((lane >> 3) & 1) ^ (lane & 7)) << 4);  // K: c0 = (lane >> 3) & 1
+  const unsigned qbase = smem_u32(sQ) + (wr0 + (lane & 15)) * (D * 2);
+  const unsigned kbase0 = smem_u32(sK) + ((lane & 7) + ((lane >> 4) << 3)) * (D * 2);
+  const unsigned vbase0 = smem_u32(sV) + ((lane & 7) + (((lane >> 3) & 1) << 3)) * (D * 2);
+
   for (int j = 0; j < ntiles; ++j) {
-    if (j + 1 < ntiles) {
-      load_kv(j + 1, (j + 1) & 1);
-      cp_commit();
-      cp_wait<1>();
-    } else {
-      cp_wait<0>();
-    }
-    __syncthreads();
-    const T* cK = sK + (j & 1) * BK * D;
-    const T* cV = sV + (j & 1) * BK * D;
+    cp_wait<0>();     // tile j (and, at j = 0, Q) has landed for this thread
+    __syncthreads();  // ... for every thread, and every warp is done with tile j - 1, whose buffers are refilled now
+    if (j + 1 < ntiles) load_kv(j + 1, (j + 1) & 1);
+    cp_commit();
+    const unsigned kbase = kbase0 + (j & 1) * (BK * D * 2);
+    const unsigned vbase = vbase0 + (j & 1) * (BK * D * 2);
     const int n0 = j * BK;
 
     // S = Q K^T
@@ -202,13 +207,14 @@ __device__ __forceinline__ void prefill_mma(const T* __restrict__ q, const T* __
 #pragma unroll
     for (int kd = 0; kd < KD; ++kd) {
       unsigned a[WM][4];
+      const unsigned qo = qbase + (((unsigned)kd << 5) ^ xa);
 #pragma unroll
-      for (int wm = 0; wm < WM; ++wm)
-        ldsm_x4(a[wm], smem_u32(sQ + swz<D>(wr0 + wm * 16 + (lane & 15), 2 * kd + (lane >> 4))));
+      for (int wm = 0; wm < WM; ++wm) ldsm_x4(a[wm], qo + wm * 16 * (D * 2));
+      const unsigned ko = kbase + (((unsigned)kd << 5) ^ xk);
 #pragma unroll
       for (int np = 0; np < NS / 2; ++np) {
         unsigned bb[4];
-        ldsm_x4(bb, smem_u32(cK + swz<D>(np * 16 + (lane & 7) + ((lane >> 4) << 3), 2 * kd + ((lane >> 3) & 1))));
+        ldsm_x4(bb, ko + np * 16 * (D * 2));
 #pragma unroll
         for (int wm = 0; wm < WM; ++wm) {
           Mma<T>::run(s[wm][2 * np], a[wm], bb[0], bb[1]);
@@ -233,6 +239,7 @@ __device__ __forceinline__ void prefill_mma(const T* __restrict__ q, const T* __
     }
 
     // Online softmax: rows g (e = 0, 1) and g + 8 (e = 2, 3) of each m16 tile.
+    float alpha[WM][2];
 #pragma unroll
     for (int wm = 0; wm < WM; ++wm) {
 #pragma unroll
@@ -243,7 +250,7 @@ __device__ __forceinline__ void prefill_mma(const T* __restrict__ q, const T* __
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
         const float ms = (mx == neg_inf()) ? 0.0f : mx * c;
-        const float alpha = ex2(mrow[wm][hr] * c - ms);
+        alpha[wm][hr] = ex2(mrow[wm][hr] * c - ms);
         mrow[wm][hr] = mx;
         float ls = 0.0f;
 #pragma unroll
@@ -254,13 +261,23 @@ __device__ __forceinline__ void prefill_mma(const T* __restrict__ q, const T* __
           s[wm][n][2 * hr + 1] = p1;
           ls += p0 + p1;
         }
-        lrow[wm][hr] = lrow[wm][hr] * alpha + ls;
+        lrow[wm][hr] = lrow[wm][hr] * alpha[wm][hr] + ls;
+      }
+    }
+    // Rescale O only when some row of the warp raised its max (later tiles rarely do).
+    bool moved = false;
+#pragma unroll
+    for (int wm = 0; wm < WM; ++wm) moved |= (alpha[wm][0] != 1.0f) | (alpha[wm][1] != 1.0f);
+    if (__any_sync(0xffffffffu, moved)) {
+#pragma unroll
+      for (int wm = 0; wm < WM; ++wm)
 #pragma unroll
         for (int n = 0; n < ND; ++n) {
-          acc[wm][n][2 * hr] *= alpha;
-          acc[wm][n][2 * hr + 1] *= alpha;
+          acc[wm][n][0] *= alpha[wm][0];
+          acc[wm][n][1] *= alpha[wm][0];
+          acc[wm][n][2] *= alpha[wm][1];
+          acc[wm][n][3] *= alpha[wm][1];
         }
-      }
     }
 
     // O += P V
@@ -277,7 +294,7 @@ __device__ __forceinline__ void prefill_mma(const T* __restrict__ q, const T* __
 #pragma unroll
       for (int dp = 0; dp < ND / 2; ++dp) {
         unsigned bb[4];
-        ldsm_x4_t(bb, smem_u32(cV + swz<D>(kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3), 2 * dp + (lane >> 4))));
+        ldsm_x4_t(bb, vbase + kk * 16 * (D * 2) + (((unsigned)dp << 5) ^ xa));
 #pragma unroll
         for (int wm = 0; wm < WM; ++wm) {
           Mma<T>::run(acc[wm][2 * dp], pa[wm], bb[0], bb[1]);
@@ -285,7 +302,6 @@ __device__ __forceinline__ void prefill_mma(const T* __restrict__ q, const T* __
         }
       }
     }
-    __syncthreads();  // the next iteration's prefetch overwrites this tile's buffers
   }
   cp_wait<0>();
 
@@ -341,6 +357,7 @@ __device__ __forceinline__ void prefill_f32(const float* __restrict__ q, const f
   const float* vg = v + (size_t)(b * Hkv + kvh) * Tk * D;
   const float c = rsqrtf((float)D) * KSATTN_LOG2E;
 
+#pragma unroll 1
   for (int p0 = 0; p0 < BQ; p0 += RP) {
     const int row = q0 + p0 + (tid >> 1);
     const bool valid = row < Tq;
@@ -375,23 +392,30 @@ __device__ __forceinline__ void prefill_f32(const float* __restrict__ q, const f
       float s[KB];
       float mx = m;
 #pragma unroll
-      for (int jj = 0; jj < KB; ++jj) {
-        const float* kr = sK + jj * D + 4 * half;
-        float d0 = 0.0f, d1 = 0.0f;
+      for (int j0 = 0; j0 < KB; j0 += 4) {  // 4 keys at a time: 8 independent FMA chains per thread
+        float d0[4], d1[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) d0[u] = d1[u] = 0.0f;
 #pragma unroll
         for (int i = 0; i < DH / 4; ++i) {
-          const float4 x = *reinterpret_cast<const float4*>(kr + 8 * i);
-          d0 = fmaf(qv[4 * i], x.x, d0);
-          d1 = fmaf(qv[4 * i + 1], x.y, d1);
-          d0 = fmaf(qv[4 * i + 2], x.z, d0);
-          d1 = fmaf(qv[4 * i + 3], x.w, d1);
+#pragma unroll
+          for (int u = 0; u < 4; ++u) {
+            const float4 x = *reinterpret_cast<const float4*>(sK + (j0 + u) * D + 4 * half + 8 * i);
+            d0[u] = fmaf(qv[4 * i], x.x, d0[u]);
+            d1[u] = fmaf(qv[4 * i + 1], x.y, d1[u]);
+            d0[u] = fmaf(qv[4 * i + 2], x.z, d0[u]);
+            d1[u] = fmaf(qv[4 * i + 3], x.w, d1[u]);
+          }
         }
-        float d = d0 + d1;
-        d += __shfl_xor_sync(0xffffffffu, d, 1);
-        const int key = n0 + jj;
-        if (key >= Tk || (causal && key > row + off)) d = neg_inf();
-        s[jj] = d;
-        mx = fmaxf(mx, d);
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          float d = d0[u] + d1[u];
+          d += __shfl_xor_sync(0xffffffffu, d, 1);
+          const int key = n0 + j0 + u;
+          if (key >= Tk || (causal && key > row + off)) d = neg_inf();
+          s[j0 + u] = d;
+          mx = fmaxf(mx, d);
+        }
       }
       const float ms = (mx == neg_inf()) ? 0.0f : mx;
       const float alpha = exp2f(m - ms);
