@@ -82,6 +82,9 @@ pub struct TaskToml {
     /// Kernel family (attention, scan, reduction, matmul): selects the knowledge an LLM gets.
     #[serde(default)]
     pub family: Option<String>,
+    /// A CUDA kernel for this problem (a file in the task folder): its analysis goes into MLX prompts.
+    #[serde(default)]
+    pub cuda_source: Option<String>,
     pub dims: BTreeMap<String, String>,
     #[serde(default)]
     pub types: BTreeMap<String, String>,
@@ -197,6 +200,21 @@ impl Task {
 
     fn validate(&self, file: &Path) -> Result<(), TaskError> {
         let t = &self.toml;
+        if let Some(c) = &t.cuda_source {
+            let plain = !c.is_empty()
+                && Path::new(c)
+                    .components()
+                    .all(|p| matches!(p, std::path::Component::Normal(_)));
+            if !plain || !self.dir.join(c).is_file() {
+                return Err(invalid(
+                    file,
+                    "cuda_source",
+                    format!(
+                        "`{c}` must be a .cu file inside the task folder (a relative path such as \"kernel.cu\")"
+                    ),
+                ));
+            }
+        }
         let dims: Vec<&String> = t.dims.keys().collect();
         let mut names = std::collections::BTreeSet::new();
         for (kind, list) in [("input", &t.input), ("output", &t.output)] {

@@ -316,7 +316,7 @@ fn templates_in_place_parameters_and_dynamic_shared_memory() {
     let l = &c.plan.launch[0];
     assert_eq!(l.inputs, ["data"]);
     assert_eq!(l.outputs, ["data_out"]);
-    assert_eq!(l.template, ["TILE"]);
+    assert_eq!(l.template, ["TILE", "SMEM_STAGE"]);
     assert_eq!(
         c.plan.tunable["TILE"].default, 16,
         "the value of the host launch"
@@ -562,4 +562,152 @@ fn body_of(t: &Translation) -> String {
                 .join("\n----\n")
         })
         .unwrap_or_default()
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let dest = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &dest);
+        } else {
+            std::fs::copy(e.path(), dest).unwrap();
+        }
+    }
+}
+
+/// A task with `cuda_source` gets the analyzer's brief in the prompts of the MLX targets.
+#[test]
+fn a_tasks_cuda_kernel_is_briefed_in_mlx_prompts() {
+    let dir = tempfile::tempdir().unwrap();
+    let task_dir = dir.path().join("softmax");
+    copy_dir(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("tasks/softmax"),
+        &task_dir,
+    );
+    std::fs::copy(fixture("softmax.cu"), task_dir.join("kernel.cu")).unwrap();
+    let toml_path = task_dir.join("task.toml");
+    let text = std::fs::read_to_string(&toml_path).unwrap();
+    std::fs::write(&toml_path, format!("cuda_source = \"kernel.cu\"\n{text}")).unwrap();
+    let task = ksearch::task::Task::load(&task_dir).unwrap();
+
+    let brief = translate::task_brief(&task, Target::MlxMetal);
+    assert!(
+        brief.contains("softmax_rows") && brief.contains("threadgroup_barrier"),
+        "{brief}"
+    );
+    assert!(translate::task_brief(&task, Target::Cpu).is_empty());
+    let ctx = |cuda_brief: &str| {
+        serde_json::json!({
+            "task": {"name": "softmax", "description": "d", "spec": "s", "workloads": []},
+            "target": {"name": "mlx-metal", "notes": ""},
+            "hardware": "h", "knowledge": "", "cuda_brief": cuda_brief,
+        })
+    };
+    let prompt = ksearch::prompts::render("_task.j2", ctx(&brief)).unwrap();
+    assert!(
+        prompt.contains("## The CUDA kernel this task comes from (kernel.cu)"),
+        "{prompt}"
+    );
+    let prompt = ksearch::prompts::render("_task.j2", ctx("")).unwrap();
+    assert!(!prompt.contains("CUDA kernel this task"));
+
+    // A path outside the task folder is refused, naming the file and the field.
+    std::fs::write(
+        &toml_path,
+        format!("cuda_source = \"../kernel.cu\"\n{text}"),
+    )
+    .unwrap();
+    let e = ksearch::task::Task::load(&task_dir)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("task.toml") && e.contains("cuda_source"), "{e}");
+}
+
+/// Kernels written in other styles than the main fixtures (extern "C", size_t indices, dynamic shared
+/// memory, dim3 launches, 2D tiles, float4 casts, half precision): every one translates to Metal without
+/// errors and passes the checker, and to mlx-cuda without errors.
+#[test]
+fn kernels_in_other_styles_translate_and_pass_the_checker() {
+    let dir = fixture("variants");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "cu"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 7);
+    for f in files {
+        let t = translate::translate_file(&f, Target::MlxMetal).unwrap();
+        assert!(
+            codes(&t, Severity::Error).is_empty(),
+            "{}: {:?}",
+            f.display(),
+            t.diagnostics
+        );
+        let errors = metal_check_errors(&t);
+        assert!(
+            errors.is_empty(),
+            "{}: the checker found\n{}\n{}",
+            f.display(),
+            errors.join("\n"),
+            body_of(&t)
+        );
+        let t = translate::translate_file(&f, Target::MlxCuda).unwrap();
+        assert!(
+            codes(&t, Severity::Error).is_empty(),
+            "{}: {:?}",
+            f.display(),
+            t.diagnostics
+        );
+    }
+    // Launch facts from those styles.
+    let t = translate::translate_file(&dir.join("histogram_u8.cu"), Target::MlxMetal).unwrap();
+    let l = &t.candidate.as_ref().unwrap().plan.launch[0];
+    let env = [("width".to_string(), 100.0), ("height".to_string(), 50.0)]
+        .into_iter()
+        .collect();
+    let g: Vec<i64> = l
+        .grid
+        .as_ref()
+        .unwrap()
+        .iter()
+        .map(|e| e.0.eval_int(&env).unwrap())
+        .collect();
+    assert_eq!(
+        g,
+        [112, 64, 1],
+        "dim3 grid((width + block.x - 1) / block.x, ...)"
+    );
+    let t =
+        translate::translate_file(&dir.join("reduce_dynamic_smem.cu"), Target::MlxMetal).unwrap();
+    assert_eq!(
+        t.candidate.as_ref().unwrap().plan.tunable["SMEM_SDATA"].default,
+        256
+    );
+    let t = translate::translate_file(&dir.join("vec4_scale.cu"), Target::MlxMetal).unwrap();
+    let l = &t.candidate.as_ref().unwrap().plan.launch[0];
+    assert_eq!(
+        l.outputs,
+        ["y"],
+        "a store through reinterpret_cast is a write, not a read"
+    );
+    let t = translate::translate_file(&dir.join("matmul_tiled.cu"), Target::MlxMetal).unwrap();
+    let l = &t.candidate.as_ref().unwrap().plan.launch[0];
+    let env = [("M".to_string(), 40.0), ("N".to_string(), 20.0)]
+        .into_iter()
+        .collect();
+    let g: Vec<i64> = l
+        .grid
+        .as_ref()
+        .unwrap()
+        .iter()
+        .map(|e| e.0.eval_int(&env).unwrap())
+        .collect();
+    assert_eq!(
+        g,
+        [32, 48, 1],
+        "blockIdx.y * TILE + threadIdx.y guarded by M"
+    );
 }

@@ -23,6 +23,8 @@ pub struct Agent {
     pub hardware: String,
     /// The knowledge section for the MLX targets (empty on the CPU).
     pub knowledge: String,
+    /// The analysis of the task's CUDA kernel, when it has one (MLX targets).
+    pub cuda_brief: String,
     pub max_output_tokens: Option<u32>,
     consecutive_failures: u32,
 }
@@ -42,6 +44,7 @@ impl Agent {
             target: json!({"name": target.name(), "notes": target_notes(target)}),
             hardware: hardware_line(hardware),
             knowledge: crate::knowledge::prompt_section(target, task.toml.family.as_deref()),
+            cuda_brief: crate::translate::task_brief(task, target),
             max_output_tokens: None,
             consecutive_failures: 0,
         }
@@ -49,7 +52,7 @@ impl Agent {
 
     /// Context every prompt template gets.
     pub fn ctx(&self, extra: Value) -> Value {
-        let mut v = json!({"task": self.task, "target": self.target, "hardware": self.hardware, "knowledge": self.knowledge});
+        let mut v = json!({"task": self.task, "target": self.target, "hardware": self.hardware, "knowledge": self.knowledge, "cuda_brief": self.cuda_brief});
         if let (Some(o), Value::Object(e)) = (v.as_object_mut(), extra) {
             o.extend(e);
         }

@@ -422,6 +422,27 @@ pub(crate) fn global_id(n: Node, src: &str) -> Option<usize> {
     None
 }
 
+/// `blockIdx.a * E + threadIdx.a` for any `E` (a tile size): a global index on axis `a`.
+pub(crate) fn tiled_global_id(n: Node, src: &str) -> Option<usize> {
+    let (l, op, r) = binary_parts(strip_parens(n), src)?;
+    if op != "+" {
+        return None;
+    }
+    for (p, t) in [(l, r), (r, l)] {
+        let Some(("threadIdx", tx)) = builtin_index(t, src) else {
+            continue;
+        };
+        if let Some((a, "*", b)) = binary_parts(p, src) {
+            for side in [a, b] {
+                if builtin_index(side, src) == Some(("blockIdx", tx)) {
+                    return Some(tx);
+                }
+            }
+        }
+    }
+    None
+}
+
 /// `blockDim.a * gridDim.a`: the grid-stride step on axis `a`.
 pub(crate) fn grid_stride(n: Node, src: &str) -> Option<usize> {
     product_of(n, src, "blockDim", "gridDim")
@@ -672,6 +693,9 @@ fn analyze_kernel(
                 if global_id(n, src).is_some() {
                     gid = true;
                     bump("global_thread_id");
+                } else if tiled_global_id(n, src).is_some() {
+                    // blockIdx.y * TILE + threadIdx.y: one thread per element as well.
+                    gid = true;
                 }
                 if grid_stride(n, src).is_some() {
                     stride = true;
@@ -688,7 +712,11 @@ fn analyze_kernel(
                     let op = n.child_by_field_name("operator").map(|o| text(o, src));
                     if op == Some("=") {
                         lhs_positions.insert(strip_parens(left).start_byte());
-                        if let Some(first) = first_identifier(left) {
+                        if let Some(first) = descendants(left).into_iter().find(|x| {
+                            x.kind() == "identifier"
+                                && (pointer_names.contains(text(*x, src))
+                                    || aliases.contains_key(text(*x, src)))
+                        }) {
                             lhs_positions.insert(first.start_byte());
                         }
                     }
@@ -1074,6 +1102,7 @@ fn find_guards(body: Node, src: &str, params: &[Param]) -> BTreeMap<usize, Strin
     let axis_of = |v: Node, vars: &BTreeMap<String, usize>| -> Option<usize> {
         let v = strip_parens(v);
         global_id(v, src)
+            .or_else(|| tiled_global_id(v, src))
             .or_else(|| match builtin_index(v, src) {
                 Some(("blockIdx", a)) => Some(a),
                 _ => None,

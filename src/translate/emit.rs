@@ -936,9 +936,25 @@ pub fn translate(src: &str, stem: &str, target: Target) -> Translation {
                 }
                 let mut s = rw.splice(c);
                 if metal {
-                    for q in ["__device__", "__host__", "__forceinline__", "__noinline__"] {
-                        s = s.replace(&format!("{q} "), "");
-                    }
+                    // CUDA function qualifiers before the parameter list; Metal helpers are plain inline functions.
+                    let cut = s.find('(').unwrap_or(0);
+                    let head: Vec<&str> = s[..cut]
+                        .split(' ')
+                        .filter(|w| {
+                            !matches!(
+                                *w,
+                                "__device__"
+                                    | "__host__"
+                                    | "__forceinline__"
+                                    | "__noinline__"
+                                    | "__inline__"
+                                    | "__inline"
+                                    | "inline"
+                                    | "static"
+                            )
+                        })
+                        .collect();
+                    s = format!("{}{}", head.join(" "), &s[cut..]);
                     if !s.trim_start().starts_with("inline")
                         && !s.trim_start().starts_with("template")
                     {
@@ -1075,6 +1091,7 @@ pub fn translate(src: &str, stem: &str, target: Target) -> Translation {
         rw.helper_attrs = helper_attrs.clone();
         // Dynamic shared memory: Metal needs a compile-time size (a template int).
         let mut shared_memory = None;
+        let mut smem_templates: Vec<String> = Vec::new();
         for s in k.shared.iter().filter(|s| s.dynamic) {
             let elem = type_size(&s.elem_type).unwrap_or(4) as i64;
             let bytes = host
@@ -1084,7 +1101,8 @@ pub fn translate(src: &str, stem: &str, target: Target) -> Translation {
                 let tname = format!("SMEM_{}", s.name.to_uppercase());
                 let elems = bytes
                     .as_deref()
-                    .and_then(|b| b.parse::<i64>().ok())
+                    .and_then(|b| crate::expr::Expr::parse(b).ok())
+                    .and_then(|e| e.eval_int(&crate::expr::Env::new()).ok())
                     .filter(|b| *b > 0)
                     .map(|b| b / elem)
                     .unwrap_or(1024);
@@ -1096,6 +1114,7 @@ pub fn translate(src: &str, stem: &str, target: Target) -> Translation {
                     },
                 );
                 rw.dyn_shared.insert(s.name.clone(), tname.clone());
+                smem_templates.push(tname.clone());
                 diags.push(kd(
                     "T019",
                     s.line,
@@ -1308,7 +1327,12 @@ pub fn translate(src: &str, stem: &str, target: Target) -> Translation {
             scalars: scalars.iter().filter_map(|s| ef(s).ok()).collect(),
             grid,
             threadgroup: tgv,
-            template: k.template_ints.clone(),
+            template: k
+                .template_ints
+                .iter()
+                .chain(&smem_templates)
+                .cloned()
+                .collect(),
             type_args,
             shared_memory: shared_memory.and_then(|s| ef(&s).ok()),
             init_value: atomic.then_some(0.0),

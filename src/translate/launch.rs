@@ -315,6 +315,23 @@ fn expr(n: Node, ctx: &Ctx, depth: usize) -> Result<String, String> {
             let inner = n.named_child(0).ok_or("empty parentheses")?;
             Ok(paren(&expr(inner, ctx, depth + 1)?))
         }
+        "field_expression" => {
+            // block.x of a `dim3 block(...)`
+            let arg = n.child_by_field_name("argument").ok_or("bad field")?;
+            let field = n
+                .child_by_field_name("field")
+                .map(|f| text(f, src))
+                .unwrap_or("");
+            let i = ["x", "y", "z"]
+                .iter()
+                .position(|f| *f == field)
+                .ok_or_else(|| format!("`{}` in a launch expression", text(n, src)))?;
+            if arg.kind() == "identifier" && ctx.locals.contains_key(text(arg, src)) {
+                let d = dim3(arg, ctx)?;
+                return Ok(paren(&d[i]));
+            }
+            Err(format!("`{}` in a launch expression", text(n, src)))
+        }
         "cast_expression" => expr(
             n.child_by_field_name("value").ok_or("empty cast")?,
             ctx,

@@ -270,3 +270,26 @@ impl Translation {
         out
     }
 }
+
+/// The prompt section for a task that supplies a CUDA kernel (`cuda_source` in task.toml): the
+/// analyzer's brief of each kernel for an MLX target; empty otherwise.
+pub fn task_brief(task: &crate::task::Task, target: Target) -> String {
+    let Some(rel) = task.toml.cuda_source.as_deref() else {
+        return String::new();
+    };
+    if !target.is_gpu() {
+        return String::new();
+    }
+    let path = task.dir.join(rel);
+    let briefs = match std::fs::read_to_string(&path) {
+        Ok(src) => brief_for_prompt(&src, target),
+        Err(e) => return format!("(the task's CUDA kernel {rel} could not be read: {e})\n"),
+    };
+    if briefs.is_empty() {
+        return String::new();
+    }
+    format!(
+        "## The CUDA kernel this task comes from ({rel}), analysed\n\
+         Port its ideas, not its syntax: `ksearch translate {rel} --to {target}` gives a mechanical start.\n{briefs}"
+    )
+}
