@@ -232,6 +232,18 @@ impl Evaluator {
             return Ok(key);
         }
         let deadline = Duration::from_secs_f64(self.settings.compile_timeout_s);
+        if self.target == Target::MlxMetal {
+            // What would fail on a Mac fails here too (docs/check.md); a checker that cannot run (no C++
+            // compiler) does not block the evaluation.
+            match crate::check::check_loaded(cand, Some(&self.task)) {
+                Ok(f) if crate::check::has_errors(&f) => {
+                    let summary = crate::check::summary(&f);
+                    return Err((Status::CompileError, summary, json!({ "findings": f })));
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!("ksearch check could not run: {e}"),
+            }
+        }
         if self.target.is_gpu() {
             // MLX compiles kernel bodies itself, at their first launch; the worker records them.
             let kernels: Vec<Value> = cand

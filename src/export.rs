@@ -125,6 +125,15 @@ fn spec(task: &Task, c: &Candidate) -> Result<Value> {
 
 /// Writes `<function>.py` and `<function>_test.py` into `out`; returns their paths.
 pub fn mlx_python(task: &Task, c: &Candidate, out: &Path) -> Result<(PathBuf, PathBuf)> {
+    // A Metal kernel that would not compile or run on a Mac is not exported (docs/check.md).
+    let findings = crate::check::check_loaded(c, Some(task))?;
+    if crate::check::has_errors(&findings) {
+        bail!(
+            "refusing to export candidate {}: {}",
+            c.hash(),
+            crate::check::summary(&findings)
+        );
+    }
     let spec = spec(task, c)?;
     let function = function_name(task);
     let backend = if c.plan.target == Target::MlxMetal {

@@ -60,6 +60,11 @@
 // as in Metal; `bfloat` needs another distinct floating type, and only its name shows in messages.
 typedef _Float16 half;
 typedef __float128 bfloat;
+// Metal's half literals: 1.0h, 2h.
+half operator""h(long double);
+half operator""h(unsigned long long);
+half operator""H(long double);
+half operator""H(unsigned long long);
 typedef unsigned char uchar;
 typedef unsigned short ushort;
 typedef unsigned int uint;

@@ -194,6 +194,15 @@ fn parse(text: &str, user_files: &[&str], dir: &Path) -> Outcome {
             last_user = Some((file.to_string(), line));
         }
     }
+    // Messages about the shim's own machinery (`ks_*`) next to a plainer error on the same line add nothing.
+    let plain: Vec<(String, usize)> = out
+        .errors
+        .iter()
+        .filter(|d| !d.message.contains("ks_"))
+        .map(|d| (d.file.clone(), d.line))
+        .collect();
+    out.errors
+        .retain(|d| !d.message.contains("ks_") || !plain.contains(&(d.file.clone(), d.line)));
     out
 }
 
@@ -225,8 +234,30 @@ fn metal_names(msg: &str) -> String {
             }
         }
     }
-    s.replace("_Float16", "half")
-        .replace("__float128", "bfloat")
+    let s = s
+        .replace("_Float16", "half")
+        .replace("__float128", "bfloat");
+    drop_same_aka(&s)
+}
+
+/// `‘float4’ {aka ‘float4’}` (after renaming) says the same thing twice: keep the first.
+fn drop_same_aka(s: &str) -> String {
+    let mut out = String::new();
+    let mut rest = s;
+    while let Some(at) = rest.find(" {aka ‘") {
+        let before = &rest[..at];
+        let after = &rest[at + " {aka ‘".len()..];
+        let Some(end) = after.find("’}") else { break };
+        let aka = &after[..end];
+        let same = before.ends_with(&format!("‘{aka}’"));
+        out.push_str(before);
+        if !same {
+            out.push_str(&rest[at..at + " {aka ‘".len() + end + "’}".len()]);
+        }
+        rest = &after[end + "’}".len()..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// `ks_tg_probe<LINE, BYTES>` in a message: the size of one threadgroup variable.
@@ -269,6 +300,10 @@ mod tests {
         assert_eq!(
             metal_names("from ‘vec<float,3>’ to ‘vec<unsigned int, 4>’ or ‘_Float16’"),
             "from ‘float3’ to ‘uint4’ or ‘half’"
+        );
+        assert_eq!(
+            metal_names("‘uint3’ {aka ‘vec<unsigned int,3>’} and ‘x’ {aka ‘int’}"),
+            "‘uint3’ and ‘x’ {aka ‘int’}"
         );
     }
 

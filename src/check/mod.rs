@@ -413,6 +413,7 @@ pub fn check_source(src: &str, file: &str) -> Result<Vec<Finding>, CheckError> {
     let mut decls = Vec::new();
     let mut kernel_lines = Vec::new();
     for k in &kernels {
+        rules::kernel_signature(file, k, &mut out);
         let mut flow = rules::Flow::new(file, &toks);
         flow.helpers = helpers.clone();
         for p in &k.params {
@@ -439,6 +440,36 @@ pub fn check_source(src: &str, file: &str) -> Result<Vec<Finding>, CheckError> {
         }
         flow.run(k.body.0, k.body.1);
         out.append(&mut flow.findings);
+        let sizes: Vec<String> = k
+            .params
+            .iter()
+            .filter(|p| {
+                p.iter().any(|t| t.is("&"))
+                    && p.iter().any(|t| t.is("constant"))
+                    && p.iter()
+                        .any(|t| ["int", "uint", "int32_t", "uint32_t"].contains(&t.text.as_str()))
+            })
+            .filter_map(|p| {
+                p.iter()
+                    .take_while(|t| !t.is("["))
+                    .filter(|t| t.is_ident())
+                    .last()
+            })
+            .map(|t| t.text.clone())
+            .collect();
+        if !flow.guarded && !sizes.is_empty() && !flow.varying.is_empty() {
+            out.push(rules::finding(
+                "M062",
+                Severity::Warning,
+                file,
+                k.line,
+                format!(
+                    "`{}` takes the size {} but compares no thread index with it: unless the grid matches the data exactly, threads past the end read and write out of bounds",
+                    k.name,
+                    sizes.join(", ")
+                ),
+            ));
+        }
         let body = &toks[k.body.0..k.body.1];
         for (semi, name, line) in rules::threadgroup_decls(body) {
             decls.push((semi + k.body.0, name, line));
@@ -548,7 +579,7 @@ fn check_with(
     let params = c.params();
     // Per launch, and per workload when there is a task: the spec and launch facts; identical ones are
     // checked once.
-    let mut jobs: Vec<(usize, KernelSpec, LaunchInfo)> = Vec::new();
+    let mut jobs: Vec<(KernelSpec, LaunchInfo)> = Vec::new();
     let overshoot = |li: usize| -> Option<String> {
         let grid = c.plan.launch[li].grid.as_ref()?;
         grid.iter().find_map(|e| {
@@ -594,7 +625,16 @@ fn check_with(
                     }
                     buffers.get(n).map(|(s, d)| (s.iter().product(), *d))
                 };
-                for (li, l) in rp.launches.iter().enumerate() {
+                for l in &rp.launches {
+                    // The plan's launch this one resolves (a plan may leave launches out for a workload).
+                    let li = c
+                        .plan
+                        .launch
+                        .iter()
+                        .position(|p| {
+                            p.kernel == l.kernel && p.inputs == l.inputs && p.outputs == l.outputs
+                        })
+                        .unwrap_or(0);
                     let mut inputs = Vec::new();
                     for n in &l.inputs {
                         let (elements, dtype) = tensor(n).unwrap_or((i64::MAX, Dtype::Float32));
@@ -631,7 +671,7 @@ fn check_with(
                         overshoot: overshoot(li),
                         plan_at: plan_at(li),
                     };
-                    jobs.push((li, spec, info));
+                    jobs.push((spec, info));
                 }
             }
         }
@@ -683,14 +723,13 @@ fn check_with(
                     overshoot: overshoot(li),
                     plan_at: plan_at(li),
                 };
-                jobs.push((li, spec, info));
+                jobs.push((spec, info));
             }
         }
     }
     let mut done = BTreeSet::new();
-    for (li, spec, info) in jobs {
-        let l = &c.plan.launch[li];
-        let Some(k) = c.plan.kernel.iter().find(|k| k.name == l.kernel) else {
+    for (spec, info) in jobs {
+        let Some(k) = c.plan.kernel.iter().find(|k| k.name == spec.name) else {
             continue;
         };
         let body = &c.files[&k.source];

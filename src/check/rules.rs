@@ -163,6 +163,8 @@ pub struct Function {
     pub name: String,
     pub line: usize,
     pub kernel: bool,
+    /// The word before the name (the return type's last word).
+    pub returns: String,
     /// Parameter tokens, split at top-level commas.
     pub params: Vec<Vec<Tok>>,
     /// Token range of the body, without its braces.
@@ -213,6 +215,11 @@ pub fn program_scope(file: &str, toks: &[Tok], out: &mut Vec<Finding>) -> Vec<Fu
                     name: toks[name_idx].text.clone(),
                     line: toks[name_idx].line,
                     kernel,
+                    returns: if name_idx > 0 {
+                        toks[name_idx - 1].text.clone()
+                    } else {
+                        String::new()
+                    },
                     params,
                     body: (i + 1, close),
                 });
@@ -884,4 +891,104 @@ pub fn param_spaces(f: &Function) -> Vec<Option<String>> {
             })
         })
         .collect()
+}
+
+/// The signature of a kernel in a complete source: a void function whose pointer arguments carry an
+/// address space, whose buffer indices are distinct, and whose thread attributes have integer types.
+pub fn kernel_signature(file: &str, f: &Function, out: &mut Vec<Finding>) {
+    if f.returns != "void" {
+        out.push(err(
+            "M027",
+            file,
+            f.line,
+            format!(
+                "kernel `{}` must return void (write results to a device buffer)",
+                f.name
+            ),
+        ));
+    }
+    let mut buffers: BTreeMap<String, usize> = BTreeMap::new();
+    for p in &f.params {
+        let Some(open) = p.windows(2).position(|w| w[0].is("[") && w[1].is("[")) else {
+            if p.iter().any(|t| t.is("*"))
+                && !p.iter().any(|t| SPACES[..3].contains(&t.text.as_str()))
+            {
+                let line = p[0].line;
+                out.push(err(
+                    "M040",
+                    file,
+                    line,
+                    format!(
+                        "kernel argument `{}` is a pointer without an address space: write `device` (or `constant`) before its type",
+                        p.iter().rev().find(|t| t.is_ident()).map(|t| t.text.as_str()).unwrap_or("?")
+                    ),
+                ));
+            }
+            continue;
+        };
+        let decl = &p[..open];
+        let name = decl
+            .iter()
+            .rev()
+            .find(|t| t.is_ident())
+            .map(|t| t.text.clone())
+            .unwrap_or_default();
+        let attr = p.get(open + 2).map(|t| t.text.as_str()).unwrap_or("");
+        let line = p[0].line;
+        if attr == "buffer" {
+            if decl.iter().any(|t| t.is("*"))
+                && !decl.iter().any(|t| SPACES[..3].contains(&t.text.as_str()))
+            {
+                out.push(err(
+                    "M040",
+                    file,
+                    line,
+                    format!("kernel argument `{name}` is a pointer without an address space: write `device` (or `constant`) before its type"),
+                ));
+            }
+            let index: String = p[open + 4..]
+                .iter()
+                .take_while(|t| !t.is(")"))
+                .map(|t| t.text.as_str())
+                .collect();
+            if let Some(prev) = buffers.insert(index.clone(), line) {
+                out.push(err(
+                    "M026",
+                    file,
+                    line,
+                    format!("buffer index {index} is used twice (also on line {prev}): every buffer argument needs its own index"),
+                ));
+            }
+        } else if let Some((_, ty)) = super::signature::ATTRIBUTES
+            .iter()
+            .find(|(a, _)| *a == attr)
+        {
+            let allowed: &[&str] = if *ty == "uint3" {
+                &["uint", "uint2", "uint3", "ushort", "ushort2", "ushort3"]
+            } else {
+                &["uint", "ushort"]
+            };
+            let tyw: Vec<&str> = decl
+                .iter()
+                .filter(|t| t.is_ident() && !t.is("const"))
+                .map(|t| t.text.as_str())
+                .collect();
+            let given = if tyw.len() >= 2 {
+                tyw[tyw.len() - 2]
+            } else {
+                ""
+            };
+            if !allowed.contains(&given) {
+                out.push(err(
+                    "M028",
+                    file,
+                    line,
+                    format!(
+                        "`{name}` has type `{given}` but [[{attr}]] must be one of {}: Metal rejects other types for this attribute",
+                        allowed.join(", ")
+                    ),
+                ));
+            }
+        }
+    }
 }
