@@ -187,6 +187,7 @@ __device__ __forceinline__ void prefill_mma(const T* __restrict__ q, const T* __
   const unsigned kbase0 = smem_u32(sK) + ((lane & 7) + ((lane >> 4) << 3)) * (D * 2);
   const unsigned vbase0 = smem_u32(sV) + ((lane & 7) + (((lane >> 3) & 1) << 3)) * (D * 2);
 
+#pragma unroll 1
   for (int j = 0; j < ntiles; ++j) {
     cp_wait<0>();     // tile j (and, at j = 0, Q) has landed for this thread
     __syncthreads();  // ... for every thread, and every warp is done with tile j - 1, whose buffers are refilled now
@@ -376,6 +377,7 @@ __device__ __forceinline__ void prefill_f32(const float* __restrict__ q, const f
     float m = neg_inf(), l = 0.0f;
     const int last = min(q0 + p0 + RP, Tq) - 1;  // last row of the pass
     const int kend = causal ? min(Tk, last + off + 1) : Tk;
+#pragma unroll 1
     for (int n0 = 0; n0 < kend; n0 += KB) {
       __syncthreads();
       for (int i = tid; i < KB * D / 4; i += NT) {
@@ -515,6 +517,7 @@ __device__ __forceinline__ void decode_split(const T* __restrict__ q, const T* _
 #pragma unroll
     for (int e = 0; e < 8; ++e) acc[gg][e] = 0.0f;
   }
+#pragma unroll 1
   for (int b0 = key0; b0 < key1; b0 += KG * U) {  // same trip count in every lane (shuffles below)
     const int base = b0 + kgi;
     uint4 kr[U][LW], vr[U][LW];
