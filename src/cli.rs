@@ -781,6 +781,7 @@ fn cmd_eval(
             "task": task.name(), "target": target.name(), "candidate": cand.hash(), "name": cand.plan.name,
             "params": cand.params(), "passed": summary.passed, "hardware": ev.hardware(), "sandbox": ev.hello["sandbox"],
             "speedup_vs_baselines": summary.speedup_vs_baseline,
+            "assertions": crate::assertions::assess(&task, &cand, &results),
             "workloads": results.iter().map(|r| {
                 let mut v = run::workload_json(r);
                 v["held_out"] = json!(task.toml.workload.iter().any(|w| w.name == r.workload && w.held_out));
@@ -799,6 +800,15 @@ fn cmd_eval(
             task.name()
         );
         println!("{}", report::workloads_table(&results));
+        if target.is_gpu() {
+            let lacking =
+                crate::assertions::missing_text(&crate::assertions::assess(&task, &cand, &results));
+            if !lacking.is_empty() {
+                println!(
+                    "\nExpert-kernel properties not found (knowledge/assertions.toml):\n{lacking}"
+                );
+            }
+        }
         if let Some(r) = results.iter().find(|r| !r.metal_sources.is_empty()) {
             println!(
                 "\nThe Metal source MLX generates for workload {} (checked instead of running):",
@@ -874,7 +884,7 @@ fn cmd_doctor(store_dir: &Path, python: Option<&Path>, json: bool) -> Result<u8>
 }
 
 fn cmd_translate(file: &Path, to: Target, out: Option<PathBuf>, json: bool) -> Result<u8> {
-    let t = crate::translate::translate_file(file, to)?;
+    let t = crate::translate::translate_and_check(file, to)?;
     let dir = out.unwrap_or_else(|| {
         let stem = file.file_stem().unwrap_or_default().to_string_lossy();
         PathBuf::from(format!("{stem}-{to}"))

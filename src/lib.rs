@@ -1,5 +1,6 @@
 //! ksearch: search for fast kernels with honest evaluation. See ARCHITECTURE.md for the code map.
 
+pub mod assertions;
 pub mod back_translate;
 pub mod builtin;
 pub mod candidate;

@@ -25,6 +25,8 @@ pub struct Agent {
     pub knowledge: String,
     /// The analysis of the task's CUDA kernel, when it has one (MLX targets).
     pub cuda_brief: String,
+    /// The task itself, for judging candidates against its family's expert properties (MLX targets).
+    assess: Option<Task>,
     pub max_output_tokens: Option<u32>,
     consecutive_failures: u32,
 }
@@ -45,9 +47,25 @@ impl Agent {
             hardware: hardware_line(hardware),
             knowledge: crate::knowledge::prompt_section(target, task.toml.family.as_deref()),
             cuda_brief: crate::translate::task_brief(task, target),
+            assess: target.is_gpu().then(|| task.clone()),
             max_output_tokens: None,
             consecutive_failures: 0,
         }
+    }
+
+    /// The expert properties (knowledge/assertions.toml) a measured candidate lacks, one per line; empty
+    /// on the CPU target or when nothing is missing.
+    pub fn lacking(&self, o: &super::Observation) -> String {
+        self.assess
+            .as_ref()
+            .map(|t| {
+                crate::assertions::missing_text(&crate::assertions::assess(
+                    t,
+                    &o.candidate,
+                    &o.results,
+                ))
+            })
+            .unwrap_or_default()
     }
 
     /// Context every prompt template gets.

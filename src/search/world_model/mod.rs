@@ -324,6 +324,14 @@ impl WorldModelStrategy {
                         .map(|x| format!("{x:.2}x"))
                         .unwrap_or_else(|| "unknown".into()),
                 );
+                let lacking = self.agent.lacking(best);
+                let evidence = if lacking.is_empty() {
+                    evidence
+                } else {
+                    format!(
+                        "{evidence}\nExpert-kernel properties the cycle best lacks (static checks of its source, dynamic ones of its measurements):\n{lacking}"
+                    )
+                };
                 self.log(format!("cycle {round}: `{}` solved by {hash}", cyc.node));
                 let code = agent::code(&best.candidate);
                 self.edit(
