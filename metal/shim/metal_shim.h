@@ -235,7 +235,7 @@ template <typename T> constexpr bool is_vector_v = is_vector<T>::value;
   vec& operator--();                                                                            \
   vec operator--(int);
 
-template <typename T> struct vec<T, 2> {
+template <typename T> struct alignas(sizeof(T) * 2) vec<T, 2> {
   union {
     struct { T x, y; };
     struct { T r, g; };
@@ -245,7 +245,7 @@ template <typename T> struct vec<T, 2> {
   KS_VEC_COMMON(2)
   vec(T a, T b);
 };
-template <typename T> struct vec<T, 3> {
+template <typename T> struct alignas(sizeof(T) * 4) vec<T, 3> {
   union {
     struct { T x, y, z; };
     struct { T r, g, b; };
@@ -257,7 +257,7 @@ template <typename T> struct vec<T, 3> {
   vec(const vec<T, 2>& a, T b);
   vec(T a, const vec<T, 2>& b);
 };
-template <typename T> struct vec<T, 4> {
+template <typename T> struct alignas(sizeof(T) * 4) vec<T, 4> {
   union {
     struct { T x, y, z, w; };
     struct { T r, g, b, a; };
@@ -589,6 +589,7 @@ template <typename T> struct atomic {
   static_assert(is_same_v<T, int> || is_same_v<T, uint> || is_same_v<T, float> || is_same_v<T, bool> ||
                     is_same_v<T, ulong>,
                 "Metal atomics exist only for int, uint, float, bool (and ulong min/max)");
+  T ks_value_;
   atomic() = default;
   atomic(const atomic&) = delete;
 };
@@ -650,3 +651,12 @@ typedef metal::simdgroup_matrix<bfloat, 8, 8> simdgroup_bfloat8x8;
 // For `ksearch check`: naming a member this struct lacks makes the compiler print a threadgroup variable's
 // size, after template substitution, in its message.
 template <int Line, unsigned long Bytes> struct ks_tg_probe {};
+// Bytes as Metal lays them out: `bfloat` stands in as a 16-byte type here but takes 2 bytes on a Mac.
+template <typename T> struct ks_sizeof { static constexpr unsigned long value = sizeof(T); };
+template <> struct ks_sizeof<bfloat> { static constexpr unsigned long value = 2; };
+template <typename T> struct ks_sizeof<const T> : ks_sizeof<T> {};
+template <typename T, unsigned long N> struct ks_sizeof<T[N]> {
+  static constexpr unsigned long value = N * ks_sizeof<T>::value;
+};
+template <int N> struct ks_sizeof<metal::vec<bfloat, N>> { static constexpr unsigned long value = 2 * (N == 3 ? 4 : N); };
+template <int N> struct ks_sizeof<metal::packed_vec<bfloat, N>> { static constexpr unsigned long value = 2 * N; };

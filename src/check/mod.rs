@@ -322,7 +322,7 @@ fn with_probes(src: &str, decls: &[(usize, String, usize)]) -> String {
             (
                 toks[*semi].pos + 1,
                 format!(
-                    " typedef typename ks_tg_probe<__LINE__, sizeof({name})>::bytes ks_tg_probe_{k}_;"
+                    " typedef typename ks_tg_probe<__LINE__, ks_sizeof<decltype({name})>::value>::bytes ks_tg_probe_{k}_;"
                 ),
             )
         })
@@ -766,7 +766,7 @@ mod tests {
         let p = with_probes(src, &decls);
         assert_eq!(p.lines().count(), 2);
         assert!(p.starts_with("threadgroup float a[4], b[8]; typedef typename ks_tg_probe<"));
-        assert!(p.contains("sizeof(a)") && p.contains("sizeof(b)"));
+        assert!(p.contains("decltype(a)") && p.contains("decltype(b)"));
     }
 
     #[test]
