@@ -1,8 +1,7 @@
 //! `ksearch translate`: CUDA fixtures (tests/translate/*.cu) → MLX candidates. Metal candidates must pass
 //! the Metal checker (`ksearch::check`); untranslatable constructs come back with their codes.
 
-use ksearch::check::signature::{Input, KernelSpec};
-use ksearch::check::{self, LaunchInfo};
+use ksearch::check;
 use ksearch::target::Target;
 use ksearch::translate::{self, Severity, Translation};
 use std::path::{Path, PathBuf};
@@ -32,60 +31,14 @@ fn body<'a>(t: &'a Translation, kernel: &str) -> &'a str {
     &c.files[&k.source]
 }
 
-/// Runs the Metal checker on every launch of a translated candidate, with the dtypes the CUDA
-/// parameters imply; returns the error findings.
+/// The Metal checker's error findings on a translated candidate (dtypes from the CUDA parameters).
 fn metal_check_errors(t: &Translation) -> Vec<String> {
-    let c = t.candidate.as_ref().expect("a candidate");
-    let dtypes = t.tensor_dtypes();
-    let params = c.params();
-    let env: ksearch::expr::Env = params.iter().map(|(k, v)| (k.clone(), *v as f64)).collect();
-    let mut errors = Vec::new();
-    for l in &c.plan.launch {
-        let k = c.plan.kernel.iter().find(|k| k.name == l.kernel).unwrap();
-        let mut inputs: Vec<Input> = l
-            .inputs
-            .iter()
-            .map(|n| Input::Array {
-                name: n.clone(),
-                dtype: dtypes[n],
-                elements: None,
-            })
-            .collect();
-        inputs.extend(l.scalars.iter().map(|s| Input::Scalar {
-            name: s.0.src().to_string(),
-        }));
-        let spec = KernelSpec {
-            name: l.kernel.clone(),
-            inputs,
-            outputs: l.outputs.iter().map(|n| (n.clone(), dtypes[n])).collect(),
-            atomic_outputs: l.atomic_outputs,
-            template_ints: l.template.iter().map(|t| (t.clone(), params[t])).collect(),
-            template_types: l
-                .type_args
-                .iter()
-                .map(|(a, tensor)| (a.clone(), dtypes[tensor]))
-                .collect(),
-        };
-        let info = LaunchInfo {
-            threadgroup: l.threadgroup.as_ref().and_then(|tg| {
-                tg.iter()
-                    .map(|e| e.0.eval_int(&env).ok())
-                    .collect::<Option<Vec<i64>>>()
-            }),
-            overshoot: None,
-            plan_at: ("plan.toml".into(), 0),
-        };
-        let header = k.header.as_ref().map(|h| (h.as_str(), c.files[h].as_str()));
-        let findings =
-            check::check_body(&spec, header, &k.source, &c.files[&k.source], &info).unwrap();
-        errors.extend(
-            findings
-                .iter()
-                .filter(|f| f.severity == check::Severity::Error)
-                .map(|f| format!("{}:{}: {} {}", f.file, f.line, f.code, f.message)),
-        );
-    }
-    errors
+    translate::check_metal(t)
+        .unwrap()
+        .iter()
+        .filter(|f| f.severity == check::Severity::Error)
+        .map(|f| format!("{}:{}: {} {}", f.file, f.line, f.code, f.message))
+        .collect()
 }
 
 const COMMON: [&str; 5] = [
@@ -419,6 +372,12 @@ fn json_output_has_kernels_stats_and_diagnostics() {
             assert!(d.get(key).is_some(), "{d}");
         }
     }
+    assert!(
+        !diags
+            .iter()
+            .any(|d| d["code"] == "T005" && d["severity"] == "error"),
+        "{v}"
+    );
     assert_eq!(v["kernels"].as_array().unwrap().len(), 2);
     assert!(
         v["kernels"][0]["brief"]

@@ -976,12 +976,6 @@ fn analyze_kernel(
     Some(k)
 }
 
-fn first_identifier(n: Node) -> Option<Node> {
-    descendants(n)
-        .into_iter()
-        .find(|x| x.kind() == "identifier")
-}
-
 /// Is identifier `n` the target pointer of an atomic call (`atomicAdd(&p[i], v)`)?
 fn in_atomic_target(n: Node, src: &str) -> bool {
     let mut cur = n;

@@ -293,3 +293,113 @@ pub fn task_brief(task: &crate::task::Task, target: Target) -> String {
          Port its ideas, not its syntax: `ksearch translate {rel} --to {target}` gives a mechanical start.\n{briefs}"
     )
 }
+
+/// Runs the Metal checker (`ksearch check`) on every launch of a translated `mlx-metal` candidate, with the
+/// dtypes the CUDA parameters imply (a checker run without a task would take every tensor as float32).
+pub fn check_metal(
+    t: &Translation,
+) -> Result<Vec<crate::check::Finding>, crate::check::CheckError> {
+    use crate::check::signature::{Input, KernelSpec};
+    let Some(c) = t
+        .candidate
+        .as_ref()
+        .filter(|c| c.plan.target == Target::MlxMetal)
+    else {
+        return Ok(Vec::new());
+    };
+    let dtypes = t.tensor_dtypes();
+    let dtype = |n: &str| {
+        dtypes
+            .get(n)
+            .copied()
+            .unwrap_or(crate::dtype::Dtype::Float32)
+    };
+    let params = c.params();
+    let env: crate::expr::Env = params.iter().map(|(k, v)| (k.clone(), *v as f64)).collect();
+    let mut out = Vec::new();
+    for l in &c.plan.launch {
+        let Some(k) = c.plan.kernel.iter().find(|k| k.name == l.kernel) else {
+            continue;
+        };
+        let mut inputs: Vec<Input> = l
+            .inputs
+            .iter()
+            .map(|n| Input::Array {
+                name: n.clone(),
+                dtype: dtype(n),
+                elements: None,
+            })
+            .collect();
+        inputs.extend(l.scalars.iter().map(|s| Input::Scalar {
+            name: s.0.src().to_string(),
+        }));
+        let spec = KernelSpec {
+            name: l.kernel.clone(),
+            inputs,
+            outputs: l.outputs.iter().map(|n| (n.clone(), dtype(n))).collect(),
+            atomic_outputs: l.atomic_outputs,
+            template_ints: l
+                .template
+                .iter()
+                .map(|t| (t.clone(), params.get(t).copied().unwrap_or(1)))
+                .collect(),
+            template_types: l
+                .type_args
+                .iter()
+                .map(|(a, tensor)| (a.clone(), dtype(tensor)))
+                .collect(),
+        };
+        let info = crate::check::LaunchInfo {
+            threadgroup: l.threadgroup.as_ref().and_then(|tg| {
+                tg.iter()
+                    .map(|e| e.0.eval_int(&env).ok())
+                    .collect::<Option<Vec<i64>>>()
+            }),
+            overshoot: None,
+            plan_at: ("plan.toml".into(), 0),
+        };
+        let header = k
+            .header
+            .as_ref()
+            .and_then(|h| c.files.get(h).map(|t| (h.as_str(), t.as_str())));
+        out.extend(crate::check::check_body(
+            &spec,
+            header,
+            &k.source,
+            &c.files[&k.source],
+            &info,
+        )?);
+    }
+    Ok(out)
+}
+
+/// `translate_file` plus the Metal checker's findings as T005 diagnostics (mlx-metal only).
+pub fn translate_and_check(file: &Path, target: Target) -> Result<Translation, TranslateError> {
+    let mut t = translate_file(file, target)?;
+    if target != Target::MlxMetal || t.candidate.is_none() {
+        return Ok(t);
+    }
+    match check_metal(&t) {
+        Ok(findings) => {
+            for f in findings {
+                let severity = match f.severity {
+                    crate::check::Severity::Error => Severity::Error,
+                    crate::check::Severity::Warning => Severity::Warning,
+                };
+                let mut d = diag(
+                    target,
+                    "T005",
+                    0,
+                    None,
+                    format!("{}:{}: {} {}", f.file, f.line, f.code, f.message),
+                );
+                d.severity = severity;
+                t.diagnostics.push(d);
+            }
+        }
+        Err(e) => t
+            .diagnostics
+            .push(diag(target, "T006", 0, None, e.to_string())),
+    }
+    Ok(t)
+}
