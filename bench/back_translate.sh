@@ -6,7 +6,9 @@
 # Result: $OUT/back_translate.json = {machine, versions, date, seeds: [one object per seed, with its kernels,
 # the commands, and the status of every workload]}; the log in $OUT/back_translate.log.
 # Knobs: CHECKS (fresh random inputs per workload, default 2), TIMING (seconds of timing per workload,
-# default 0.3), ONLY (a regex on "task/seed" to run a subset), KSEARCH_BIN.
+# default 0.3), ONLY (a regex on "task/seed" to run a subset), JOBS (seeds side by side, default 5),
+# PER_SEED_S (deadline of one evaluation, default 400), KSEARCH_BIN. Each seed's line is appended to
+# $OUT/back_translate.jsonl as soon as it is done, so a run cut short keeps what finished.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH=/root/mlx-site${PYTHONPATH:+:$PYTHONPATH}
@@ -15,34 +17,38 @@ out=${OUT:-/tmp/ksearch-out}
 checks=${CHECKS:-2}
 timing=${TIMING:-0.3}
 only=${ONLY:-.}
+jobs=${JOBS:-5}           # seeds evaluated side by side (the timings mean nothing here; the statuses do)
+per_seed=${PER_SEED_S:-400}  # deadline of one seed's evaluation
+if [ ! -x "$bin" ] && [ -f .device/binz/ksearch.gz ]; then
+  # the binary travels gzipped when MLX's two halves leave too little room in a call's carry
+  mkdir -p "$(dirname "$bin")" && gzip -dc .device/binz/ksearch.gz > "$bin" && chmod +x "$bin"
+fi
 mkdir -p "$out"
 work=$(mktemp -d)
-store=$(mktemp -d)
 log="$out/back_translate.log"
-rows="$work/rows.jsonl"
+rows="$out/back_translate.jsonl"  # one line per seed as it finishes (kept if the run is cut short)
 : > "$rows"
 {
   date -u +%FT%TZ
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   python3 -c "import mlx.core as mx; print('mlx', mx.__version__, 'cuda', mx.cuda.is_available())"
 } >> "$log" 2>&1
-for seed in tasks/*/seeds/mlx-metal/*/; do
-  [ -f "$seed/plan.toml" ] || continue
+one_seed() {  # one_seed SEED_DIR: back-translate, evaluate, append one JSON line to $rows
+  local seed=$1 task name dir st
   task=$(basename "$(dirname "$(dirname "$(dirname "$seed")")")")
   name=$(basename "$seed")
-  grep -Eq "$only" <<< "$task/$name" || continue
   dir="$work/$task-$name"
-  bt_cmd="ksearch back-translate $seed --out <tmp> --json"
-  ev_cmd="ksearch --python python3 eval tasks/$task <tmp> --target mlx-cuda --checks $checks --timing-budget $timing --json"
-  bt=$("$bin" back-translate "$seed" --out "$dir" --json 2>"$work/bt.err" | tail -n 1)
-  ev=""
-  : > "$work/ev.err"
+  st=$(mktemp -d)   # one store per seed: the evaluations run side by side
+  local bt_cmd="ksearch back-translate $seed --out <tmp> --json"
+  local ev_cmd="ksearch --python python3 eval tasks/$task <tmp> --target mlx-cuda --checks $checks --timing-budget $timing --json"
+  local bt ev=""
+  bt=$("$bin" back-translate "$seed" --out "$dir" --json 2>"$dir.bt.err" | tail -n 1)
+  : > "$dir.ev.err"
   if [ -f "$dir/plan.toml" ]; then
-    ev=$("$bin" --python python3 --store "$store" eval "tasks/$task" "$dir" --target mlx-cuda \
-      --checks "$checks" --timing-budget "$timing" --json 2>"$work/ev.err" | tail -n 1)
-    cat "$work/ev.err" >> "$log"
+    ev=$(timeout "$per_seed" "$bin" --python python3 --store "$st" eval "tasks/$task" "$dir" --target mlx-cuda \
+      --checks "$checks" --timing-budget "$timing" --json 2>"$dir.ev.err" | tail -n 1)
   fi
-  python3 - "$task" "$name" "$bt_cmd" "$ev_cmd" "$bt" "$ev" "$work/bt.err" "$work/ev.err" >> "$rows" <<'PY'
+  python3 - "$task" "$name" "$bt_cmd" "$ev_cmd" "$bt" "$ev" "$dir.bt.err" "$dir.ev.err" >> "$rows" <<'PY'
 import json, sys
 task, seed, bt_cmd, ev_cmd, bt, ev, bt_err, ev_err = sys.argv[1:]
 def parse(s):
@@ -72,11 +78,19 @@ else:
         row["hardware"] = {k: evj.get("hardware", {}).get(k) for k in ("name", "mlx", "gpu_name", "driver")}
 print(json.dumps(row))
 PY
-  echo "== $task/$name: $(tail -c 300 <<< "$ev")" >> "$log"
+  { echo "== $task/$name: $(tail -c 300 <<< "$ev")"; cat "$dir.ev.err"; } >> "$log"
+}
+for seed in tasks/*/seeds/mlx-metal/*/; do
+  [ -f "$seed/plan.toml" ] || continue
+  s=${seed%/}
+  grep -Eq "$only" <<< "$(basename "$(dirname "$(dirname "$(dirname "$s")")")")/$(basename "$s")" || continue
+  while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n; done
+  one_seed "$s" &
 done
+wait
 python3 - "$rows" "$out/back_translate.json" "$bin" <<'PY'
 import datetime, json, platform, subprocess, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+rows = sorted((json.loads(l) for l in open(sys.argv[1]) if l.strip()), key=lambda r: (r["task"], r["seed"]))
 try:
     smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
                          capture_output=True, text=True).stdout.strip()
