@@ -46,8 +46,19 @@ fn every_shipped_metal_seed_gets_its_generated_signature_checked() {
             ],
         );
         let v = last_json(&out);
-        let plan = Candidate::load(&seed).unwrap().plan;
+        let cand = Candidate::load(&seed).unwrap();
+        let task_def = ksearch::task::Task::load(&repo().join("tasks").join(&task)).unwrap();
         for w in v["workloads"].as_array().unwrap() {
+            // The launches this workload runs (a plan may dispatch on shape with `when`).
+            let spec = task_def
+                .toml
+                .workload
+                .iter()
+                .find(|x| x.name == w["workload"].as_str().unwrap())
+                .unwrap();
+            let resolved = cand
+                .resolve(&task_def, &task_def.resolve(spec).unwrap())
+                .unwrap();
             assert_eq!(w["status"], "unavailable", "{task}/{}: {w}", seed.display());
             assert!(
                 w["message"]
@@ -59,13 +70,13 @@ fn every_shipped_metal_seed_gets_its_generated_signature_checked() {
             let sources = w["metal_sources"].as_array().unwrap();
             assert_eq!(
                 sources.len(),
-                plan.launch.len(),
+                resolved.launches.len(),
                 "one source per launch: {w}"
             );
             for (src, launch) in sources
                 .iter()
                 .map(|s| s.as_str().unwrap())
-                .zip(&plan.launch)
+                .zip(&resolved.launches)
             {
                 assert!(
                     src.contains("[[kernel]]") && src.contains("template [[host_name("),
@@ -77,11 +88,10 @@ fn every_shipped_metal_seed_gets_its_generated_signature_checked() {
                         "`{name}` is not a buffer of the signature:\n{src}"
                     );
                 }
-                for s in &launch.scalars {
+                for s in &launch.scalar_names {
                     assert!(
-                        src.contains(&format!("constant int32_t& {} [[buffer(", s.0.src())),
-                        "scalar `{}` missing:\n{src}",
-                        s.0
+                        src.contains(&format!("constant int32_t& {s} [[buffer(")),
+                        "scalar `{s}` missing:\n{src}"
                     );
                 }
             }

@@ -58,6 +58,7 @@ class MlxTarget:
     def __init__(self, name: str) -> None:
         self.name = name  # "mlx-metal" or "mlx-cuda"
         self._builds: dict[str, _Build] = {}
+        self._scalars: dict[int, Any] = {}
 
     # -- hello ------------------------------------------------------------------------------------
     def describe(self) -> dict[str, Any]:
@@ -166,7 +167,7 @@ class MlxTarget:
         env = dict(arrays)
         for launch in launches:
             kernel = self._kernel(key, launch)
-            ins = [env[n] for n in launch["inputs"]] + [int(s) for s in launch.get("scalars") or []]
+            ins = [env[n] for n in launch["inputs"]] + [self._scalar(int(s)) for s in launch.get("scalars") or []]
             template: list[tuple[str, Any]] = [(k, int(v)) for k, v in (launch.get("template") or {}).items()]
             template += [(k, _mx_dtype(str(d))) for k, d in (launch.get("type_args") or {}).items()]
             init = launch.get("init_value")
@@ -183,6 +184,18 @@ class MlxTarget:
             )
             env.update(zip(launch["outputs"], outs, strict=True))
         return env
+
+    def _scalar(self, v: int) -> Any:
+        """A plan scalar as a materialised int32 array, made once per value: a Python int would become
+        a fresh array (an allocation and a host-to-device copy) at every launch, a cost that can exceed
+        a microsecond kernel's own time and that no baseline pays."""
+        m = _mlx()
+        a = self._scalars.get(v)
+        if a is None:
+            a = m.array(v, dtype=m.int32)
+            m.eval(a)
+            self._scalars[v] = a
+        return a
 
     # -- run --------------------------------------------------------------------------------------
     def metal_sources(self, r: Any, dtypes: Mapping[str, str]) -> list[str]:
@@ -204,7 +217,7 @@ class MlxTarget:
             outs: list[Any] = []
             for launch in r.launches:
                 kernel = self._kernel(r.key, launch)
-                ins = [env[n] for n in launch["inputs"]] + [int(s) for s in launch.get("scalars") or []]
+                ins = [env[n] for n in launch["inputs"]] + [self._scalar(int(s)) for s in launch.get("scalars") or []]
                 template = [(k, int(v)) for k, v in (launch.get("template") or {}).items()]
                 template += [(k, _mx_dtype(str(d))) for k, d in (launch.get("type_args") or {}).items()]
                 res = kernel(inputs=ins, output_shapes=[tuple(r.shapes[n]) for n in launch["outputs"]],
