@@ -479,7 +479,6 @@ template <class T, int R = 8, int C = 8> struct simdgroup_matrix {
     __device__ T& operator[](int i) { return p[i]; }
   };
   __device__ elems thread_elements() { return {e}; }
-  __device__ simdgroup_matrix() {}
 };
 typedef simdgroup_matrix<float, 8, 8> simdgroup_float8x8;
 typedef simdgroup_matrix<__half, 8, 8> simdgroup_half8x8;

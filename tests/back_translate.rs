@@ -309,3 +309,99 @@ fn a_grid_name_the_body_already_uses_is_an_error() {
     assert_eq!(names, ["N", "M"]);
     assert!(bt.candidate.files["k.cu"].contains("M[0]"));
 }
+
+/// The Metal examples of the knowledge patterns (what the LLM is shown as good MLX Metal code) are all
+/// inside the subset: each back-translates, its scalars read as `name[0]` and no Metal construct left.
+#[test]
+fn every_knowledge_pattern_metal_body_back_translates() {
+    let k = ksearch::knowledge::get();
+    assert!(k.patterns.len() >= 8);
+    for p in &k.patterns {
+        let names = |key: &str| -> Vec<String> {
+            p.rest
+                .get(key)
+                .and_then(|v| v.as_array())
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|x| x.as_str())
+                        .map(|s| s.split(':').next().unwrap().trim().to_string())
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let template: Vec<(String, i64)> = p
+            .rest
+            .get("template")
+            .and_then(|v| v.as_table())
+            .map(|t| {
+                t.iter()
+                    .map(|(k, v)| (k.clone(), v.as_integer().unwrap()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let header = p
+            .rest
+            .get("metal_header")
+            .and_then(|v| v.as_str())
+            .unwrap_or("");
+        let pass2 = p
+            .rest
+            .get("metal_pass2")
+            .and_then(|v| v.as_str())
+            .unwrap_or("");
+        let scalars = names("scalars");
+        let mut bodies = vec![(p.metal.clone(), names("inputs"), names("outputs"))];
+        if !pass2.trim().is_empty() {
+            bodies.push((pass2.to_string(), vec!["partial".into()], vec!["y".into()]));
+        }
+        for (body, inputs, outputs) in bodies {
+            let q = |v: &[String]| {
+                v.iter()
+                    .map(|s| format!("\"{s}\""))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            let tunables: String = template
+                .iter()
+                .map(|(k, v)| format!("[tunable.{k}]\nvalues = [{v}]\ndefault = {v}\n"))
+                .collect();
+            let plan = format!(
+                "name = \"{id}\"\ntarget = \"mlx-metal\"\n[[kernel]]\nname = \"k\"\nsource = \"k.metal\"\n{h}\n[[launch]]\nkernel = \"k\"\ninputs = [{i}]\noutputs = [{o}]\nscalars = [{s}]\ngrid = [\"32\", \"1\", \"1\"]\nthreadgroup = [\"32\", \"1\", \"1\"]\ntemplate = [{t}]\n{tunables}",
+                id = p.id,
+                h = if header.is_empty() {
+                    String::new()
+                } else {
+                    "header = \"h.metal\"".into()
+                },
+                i = q(&inputs),
+                o = q(&outputs),
+                s = q(&scalars),
+                t = q(&template.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>()),
+            );
+            let mut files = std::collections::BTreeMap::new();
+            files.insert("k.metal".to_string(), body.clone());
+            if !header.is_empty() {
+                files.insert("h.metal".to_string(), header.to_string());
+            }
+            let c = Candidate {
+                plan: toml::from_str(&plan).unwrap_or_else(|e| panic!("{}: {e}\n{plan}", p.id)),
+                files,
+            };
+            let bt = back_translate(&c, &p.id).unwrap_or_else(|e| panic!("{}: {e}", p.id));
+            let out = &bt.candidate.files["k.cu"];
+            let words = code_words(out);
+            for bad in ["device", "threadgroup", "threadgroup_barrier", "simd_sum"] {
+                assert!(
+                    !words.iter().any(|w| w == bad),
+                    "{}: `{bad}` left:\n{out}",
+                    p.id
+                );
+            }
+            for s in &scalars {
+                if code_words(&body).iter().any(|w| w == s) {
+                    assert!(out.contains(&format!("{s}[0]")), "{}: {s}", p.id);
+                }
+            }
+        }
+    }
+}
