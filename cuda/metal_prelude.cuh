@@ -281,6 +281,68 @@ template <class T, class U> __device__ inline T as_type(U u) {
   static_assert(sizeof(T) == sizeof(U), "as_type: sizes differ");
   return *reinterpret_cast<const T*>(&u);
 }
+__device__ inline float divide(float a, float b) { return a / b; }
+template <class T> __device__ inline T max3(T a, T b, T c) { return max(max(a, b), c); }
+template <class T> __device__ inline T min3(T a, T b, T c) { return min(min(a, b), c); }
+template <class A, class B> __device__ inline auto ceildiv(A a, B b) -> decltype(a + b) { return (a + b - 1) / b; }
+
+// metal::numeric_limits<T> (functions) and MLX's Metal Limits<T> (values: max, min, finite_max, finite_min).
+// For __half and __nv_bfloat16 the values are floats, converted where they are used.
+template <class T> struct numeric_limits;
+template <> struct numeric_limits<float> {
+  __device__ static constexpr float max() { return 3.402823466e+38f; }
+  __device__ static constexpr float min() { return 1.175494351e-38f; }
+  __device__ static constexpr float lowest() { return -3.402823466e+38f; }
+  __device__ static constexpr float epsilon() { return 1.192092896e-07f; }
+  __device__ static float infinity() { return __int_as_float(0x7f800000); }
+  __device__ static float quiet_NaN() { return __int_as_float(0x7fffffff); }
+};
+template <> struct numeric_limits<__half> {
+  __device__ static constexpr float max() { return 65504.0f; }
+  __device__ static constexpr float min() { return 6.103515625e-05f; }
+  __device__ static constexpr float lowest() { return -65504.0f; }
+  __device__ static constexpr float epsilon() { return 0.0009765625f; }
+  __device__ static float infinity() { return __int_as_float(0x7f800000); }
+  __device__ static float quiet_NaN() { return __int_as_float(0x7fffffff); }
+};
+template <> struct numeric_limits<__nv_bfloat16> {
+  __device__ static constexpr float max() { return 3.38953139e+38f; }
+  __device__ static constexpr float min() { return 1.175494351e-38f; }
+  __device__ static constexpr float lowest() { return -3.38953139e+38f; }
+  __device__ static constexpr float epsilon() { return 0.0078125f; }
+  __device__ static float infinity() { return __int_as_float(0x7f800000); }
+  __device__ static float quiet_NaN() { return __int_as_float(0x7fffffff); }
+};
+template <> struct numeric_limits<int> {
+  __device__ static constexpr int max() { return 2147483647; }
+  __device__ static constexpr int min() { return -2147483647 - 1; }
+  __device__ static constexpr int lowest() { return -2147483647 - 1; }
+};
+template <> struct numeric_limits<uint> {
+  __device__ static constexpr uint max() { return 4294967295u; }
+  __device__ static constexpr uint min() { return 0u; }
+  __device__ static constexpr uint lowest() { return 0u; }
+};
+template <class T> struct Limits;
+template <> struct Limits<float> {
+  static constexpr float max = __builtin_huge_valf(), min = -__builtin_huge_valf();
+  static constexpr float finite_max = 3.402823466e+38f, finite_min = -3.402823466e+38f;
+};
+template <> struct Limits<__half> {
+  static constexpr float max = __builtin_huge_valf(), min = -__builtin_huge_valf();
+  static constexpr float finite_max = 65504.0f, finite_min = -65504.0f;
+};
+template <> struct Limits<__nv_bfloat16> {
+  static constexpr float max = __builtin_huge_valf(), min = -__builtin_huge_valf();
+  static constexpr float finite_max = 3.38953139e+38f, finite_min = -3.38953139e+38f;
+};
+template <> struct Limits<int> {
+  static constexpr int max = 2147483647, min = -2147483647 - 1, finite_max = 2147483647, finite_min = -2147483647 - 1;
+};
+template <> struct Limits<uint> {
+  static constexpr uint max = 4294967295u, min = 0u, finite_max = 4294967295u, finite_min = 0u;
+};
+
 // fast:: and precise:: spellings map to the same functions (CUDA's accurate versions).
 namespace fast { using namespace ::ksbt; }
 namespace precise { using namespace ::ksbt; }
@@ -403,6 +465,31 @@ template <class T> __device__ inline T simd_prefix_exclusive_product(T v) {
   const T prev = shfl(inc, l > 0 ? l - 1 : 0u);
   return l > 0 ? prev : T(1);
 }
+// Quadgroups: 4 consecutive lanes.
+template <class T> __device__ inline T quad_shuffle(T v, uint q) { return shfl(v, (lane_id() & ~3u) | (q & 3u)); }
+template <class T> __device__ inline T quad_broadcast(T v, uint q) { return quad_shuffle(v, q); }
+template <class T> __device__ inline T quad_shuffle_xor(T v, uint m) { return shfl(v, lane_id() ^ (m & 3u)); }
+template <class T> __device__ inline T quad_shuffle_up(T v, uint d) {
+  const uint l = lane_id();
+  return shfl(v, (l & 3u) >= d ? l - d : l);
+}
+template <class T> __device__ inline T quad_shuffle_down(T v, uint d) {
+  const uint l = lane_id();
+  return shfl(v, (l & 3u) + d < 4u ? l + d : l);
+}
+template <class T> __device__ inline T quad_sum(T v) {
+  v = v + quad_shuffle_xor(v, 1u);
+  return v + quad_shuffle_xor(v, 2u);
+}
+template <class T> __device__ inline T quad_max(T v) {
+  v = max(v, quad_shuffle_xor(v, 1u));
+  return max(v, quad_shuffle_xor(v, 2u));
+}
+template <class T> __device__ inline T quad_min(T v) {
+  v = min(v, quad_shuffle_xor(v, 1u));
+  return min(v, quad_shuffle_xor(v, 2u));
+}
+
 // Votes. simd_ballot's bits as a 64-bit value (Metal's simd_vote converts to vote_t = uint64).
 __device__ inline unsigned long long simd_ballot(bool p) { return __ballot_sync(lanes(), p); }
 __device__ inline bool simd_any(bool p) { return __any_sync(lanes(), p); }

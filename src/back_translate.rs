@@ -731,6 +731,10 @@ const MATH: &[&str] = &[
     "clz",
     "ctz",
     "mulhi",
+    "divide",
+    "max3",
+    "min3",
+    "ceildiv",
 ];
 
 /// Other functions and names of the prelude, rewritten to `ksbt::NAME` wherever they appear unqualified.
@@ -781,6 +785,16 @@ const PRELUDE_NAMES: &[&str] = &[
     "simdgroup_multiply_accumulate",
     "simdgroup_multiply",
     "as_type",
+    "quad_shuffle",
+    "quad_broadcast",
+    "quad_shuffle_xor",
+    "quad_shuffle_up",
+    "quad_shuffle_down",
+    "quad_sum",
+    "quad_max",
+    "quad_min",
+    "Limits",
+    "numeric_limits",
 ];
 
 /// Metal names with no emulation: an error if they appear.
@@ -833,22 +847,6 @@ const UNSUPPORTED: &[(&str, &str)] = &[
     (
         "simd_vote",
         "use the value of simd_ballot directly (a 64-bit mask here)",
-    ),
-    (
-        "quad_shuffle",
-        "quadgroup functions are not emulated; use simd_shuffle",
-    ),
-    (
-        "quad_shuffle_xor",
-        "quadgroup functions are not emulated; use simd_shuffle_xor",
-    ),
-    (
-        "quad_sum",
-        "quadgroup functions are not emulated; use simd_shuffle_xor",
-    ),
-    (
-        "quad_broadcast",
-        "quadgroup functions are not emulated; use simd_shuffle",
     ),
     (
         "double",
@@ -1364,6 +1362,19 @@ mod tests {
             "ksbt::simdgroup_float8x8 a = ksbt::make_filled_simdgroup_matrix<float, 8, 8>(0.0f);"
         ));
         assert!(o.contains("ksbt::simdgroup_multiply_accumulate(a, a, a, a);"));
+    }
+
+    #[test]
+    fn limits_quads_and_metal_utils() {
+        let (o, _) = rw(
+            "float a = metal::numeric_limits<float>::max(); float b = Limits<T>::finite_min; float c = quad_sum(x) + max3(a, b, c);",
+            &[],
+        )
+        .unwrap();
+        assert_eq!(
+            o,
+            "float a = ksbt::numeric_limits<float>::max(); float b = ksbt::Limits<T>::finite_min; float c = ksbt::quad_sum(x) + ksbt::max3(a, b, c);"
+        );
     }
 
     #[test]
