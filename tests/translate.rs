@@ -670,3 +670,25 @@ fn kernels_in_other_styles_translate_and_pass_the_checker() {
         "blockIdx.y * TILE + threadIdx.y guarded by M"
     );
 }
+
+/// tests/translate/tasks/<name> is the contract of each main fixture (tensors named after the kernel's
+/// parameters): both translations fit it, so they can be evaluated against its reference
+/// (bench/translate_h200.sh does it on the H200).
+#[test]
+fn translations_fit_the_fixture_tasks() {
+    for f in COMMON {
+        let name = f.trim_end_matches(".cu");
+        let task = ksearch::task::Task::load(&fixture("tasks").join(name)).unwrap();
+        for target in [Target::MlxMetal, Target::MlxCuda] {
+            let t = tr(f, target);
+            let c = t.candidate.as_ref().unwrap();
+            c.check_against(&task)
+                .unwrap_or_else(|e| panic!("{f} → {target}: {e}"));
+            for w in task.workloads(false) {
+                let rw = task.resolve(w).unwrap();
+                c.resolve(&task, &rw)
+                    .unwrap_or_else(|e| panic!("{f} → {target} on {}: {e}", w.name));
+            }
+        }
+    }
+}
