@@ -156,7 +156,22 @@ template <typename T> struct numeric_limits {
 // ---- vectors -----------------------------------------------------------------------------------------
 template <typename T, int N> struct vec;
 template <typename T, int N> struct packed_vec;
+template <typename T, int M, int... I> struct swz;
 
+// The vector type an operand stands for: a vector, a swizzle or a packed vector.
+template <typename X> struct ks_vof { static constexpr bool ok = false; };
+template <typename T, int N> struct ks_vof<vec<T, N>> {
+  static constexpr bool ok = true;
+  typedef vec<T, N> type;
+};
+template <typename T, int M, int... I> struct ks_vof<swz<T, M, I...>> {
+  static constexpr bool ok = true;
+  typedef vec<T, int(sizeof...(I))> type;
+};
+template <typename T, int N> struct ks_vof<packed_vec<T, N>> {
+  static constexpr bool ok = true;
+  typedef vec<T, N> type;
+};
 // A swizzle such as `v.xz`: reads as a vector, assigns from one.
 template <typename T, int M, int... I> struct swz {
   T ks_storage_[M];
@@ -217,7 +232,6 @@ template <typename T> constexpr bool is_vector_v = is_vector<T>::value;
   vec(T s);                                                                                     \
   /* another element type converts only explicitly: float4(int4(...)) */                        \
   template <typename U, typename = enable_if_t<!is_same_v<U, T>>> explicit vec(const vec<U, N>& o); \
-  vec(const packed_vec<T, N>& p);                                                               \
   T& operator[](int i);                                                                         \
   const T& operator[](int i) const;                                                             \
   vec& operator+=(const vec& o);                                                                \
@@ -288,6 +302,8 @@ template <typename T> struct packed_vec<T, 2> {
   T x, y;
   packed_vec() = default;
   packed_vec(const vec<T, 2>& v);
+  template <typename S, typename = enable_if_t<is_same_v<typename ks_vof<S>::type, vec<T, 2>>>>
+  packed_vec(const S& v);
   packed_vec(T a, T b);
   operator vec<T, 2>() const;
   T& operator[](int i);
@@ -297,6 +313,8 @@ template <typename T> struct packed_vec<T, 3> {
   T x, y, z;
   packed_vec() = default;
   packed_vec(const vec<T, 3>& v);
+  template <typename S, typename = enable_if_t<is_same_v<typename ks_vof<S>::type, vec<T, 3>>>>
+  packed_vec(const S& v);
   packed_vec(T a, T b, T c);
   operator vec<T, 3>() const;
   T& operator[](int i);
@@ -306,26 +324,14 @@ template <typename T> struct packed_vec<T, 4> {
   T x, y, z, w;
   packed_vec() = default;
   packed_vec(const vec<T, 4>& v);
+  template <typename S, typename = enable_if_t<is_same_v<typename ks_vof<S>::type, vec<T, 4>>>>
+  packed_vec(const S& v);
   packed_vec(T a, T b, T c, T d);
   operator vec<T, 4>() const;
   T& operator[](int i);
   const T& operator[](int i) const;
 };
 
-// The vector type an operand stands for: a vector, a swizzle or a packed vector.
-template <typename X> struct ks_vof { static constexpr bool ok = false; };
-template <typename T, int N> struct ks_vof<vec<T, N>> {
-  static constexpr bool ok = true;
-  typedef vec<T, N> type;
-};
-template <typename T, int M, int... I> struct ks_vof<swz<T, M, I...>> {
-  static constexpr bool ok = true;
-  typedef vec<T, int(sizeof...(I))> type;
-};
-template <typename T, int N> struct ks_vof<packed_vec<T, N>> {
-  static constexpr bool ok = true;
-  typedef vec<T, N> type;
-};
 // Result of a binary operation: vector op vector of the same type, or vector op scalar (either side).
 template <typename A, typename B, typename = void> struct ks_bin {};
 template <typename A, typename B>
@@ -518,12 +524,20 @@ bool any(bool b);
 template <typename X, typename C> ks_num_t<X> select(X a, ks_num_t<X> b, C c);
 
 // Geometric functions.
-template <typename T, int N> T dot(vec<T, N> a, vec<T, N> b);
-template <typename T, int N> T length(vec<T, N> a);
-template <typename T, int N> T length_squared(vec<T, N> a);
-template <typename T, int N> T distance(vec<T, N> a, vec<T, N> b);
-template <typename T, int N> vec<T, N> normalize(vec<T, N> a);
-template <typename T> vec<T, 3> cross(vec<T, 3> a, vec<T, 3> b);
+// (Arguments may be swizzles or packed vectors; both must stand for the same vector type.)
+template <typename A, typename B, typename V = typename ks_vof<decay_t<A>>::type,
+          typename = enable_if_t<is_same_v<V, typename ks_vof<decay_t<B>>::type>>>
+typename V::value_type dot(const A& a, const B& b);
+template <typename A, typename B, typename V = typename ks_vof<decay_t<A>>::type,
+          typename = enable_if_t<is_same_v<V, typename ks_vof<decay_t<B>>::type>>>
+typename V::value_type distance(const A& a, const B& b);
+template <typename A, typename B, typename V = typename ks_vof<decay_t<A>>::type,
+          typename = enable_if_t<is_same_v<V, typename ks_vof<decay_t<B>>::type>>>
+V cross(const A& a, const B& b);
+template <typename A, typename V = typename ks_vof<decay_t<A>>::type> typename V::value_type length(const A& a);
+template <typename A, typename V = typename ks_vof<decay_t<A>>::type>
+typename V::value_type length_squared(const A& a);
+template <typename A, typename V = typename ks_vof<decay_t<A>>::type> V normalize(const A& a);
 
 // Reinterpretation: the sizes must agree.
 template <typename To, typename From> To as_type(From f) {

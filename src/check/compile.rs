@@ -35,6 +35,8 @@ pub struct Diag {
     pub file: String,
     pub line: usize,
     pub message: String,
+    /// For a redefinition: where the first definition is (from the compiler's note).
+    pub previous: Option<(String, usize)>,
 }
 
 /// What a compile found: errors, and the bytes of every threadgroup variable probed (file, line, bytes).
@@ -180,17 +182,28 @@ fn parse(text: &str, user_files: &[&str], dir: &Path) -> Outcome {
             } else if let Some((f, ln)) = &last_user {
                 (f.clone(), *ln)
             } else {
-                ("<signature>".to_string(), 1)
+                ("<shim>".to_string(), line)
             };
             let d = Diag {
                 file,
                 line,
                 message: msg,
+                previous: None,
             };
             if !out.errors.contains(&d) {
                 out.errors.push(d);
             }
         } else if user {
+            if rest.contains("previously defined here") || rest.contains("previously declared here")
+            {
+                if let Some(last) = out.errors.last_mut()
+                    && last.message.starts_with("redefinition of")
+                    && last.previous.is_none()
+                {
+                    last.previous = Some((file.to_string(), line));
+                }
+                continue;
+            }
             last_user = Some((file.to_string(), line));
         }
     }

@@ -293,7 +293,16 @@ fn program_variable(file: &str, toks: &[Tok], stmt: &[usize], out: &mut Vec<Find
 
 /// Recursion among the functions of a file (Metal has no call stack for it).
 pub fn recursion(file: &str, toks: &[Tok], fns: &[Function], out: &mut Vec<Finding>) {
-    let names: BTreeSet<&str> = fns.iter().map(|f| f.name.as_str()).collect();
+    // An overloaded name may call another overload; only names defined once are followed.
+    let mut count: BTreeMap<&str, usize> = BTreeMap::new();
+    for f in fns {
+        *count.entry(f.name.as_str()).or_default() += 1;
+    }
+    let names: BTreeSet<&str> = count
+        .iter()
+        .filter(|(_, n)| **n == 1)
+        .map(|(k, _)| *k)
+        .collect();
     let mut calls: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
     for f in fns {
         let body = &toks[f.body.0..f.body.1];
@@ -306,7 +315,7 @@ pub fn recursion(file: &str, toks: &[Tok], fns: &[Function], out: &mut Vec<Findi
             }
         }
     }
-    for f in fns {
+    for f in fns.iter().filter(|f| names.contains(f.name.as_str())) {
         // Depth-first search from f's callees back to f.
         let mut stack: Vec<&str> = calls
             .get(f.name.as_str())
@@ -875,6 +884,19 @@ impl<'a> Flow<'a> {
             }
         }
     }
+}
+
+/// The pointer parameters of the helpers (not kernels) of a file, by name. Overloaded names are left out:
+/// which overload a call picks is the compiler's business.
+pub fn helper_map(fns: &[Function]) -> HashMap<String, Vec<Option<String>>> {
+    let mut count: HashMap<&str, usize> = HashMap::new();
+    for f in fns {
+        *count.entry(f.name.as_str()).or_default() += 1;
+    }
+    fns.iter()
+        .filter(|f| !f.kernel && count[f.name.as_str()] == 1)
+        .map(|f| (f.name.clone(), param_spaces(f)))
+        .collect()
 }
 
 /// Address space of each parameter of a helper (None: not a pointer).
