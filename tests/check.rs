@@ -463,3 +463,43 @@ fn eval_records_a_failing_check_as_a_compile_error_and_export_refuses() {
     );
     assert!(!tmp.path().join("out").exists(), "nothing is written");
 }
+
+#[test]
+fn without_a_task_dtypes_come_from_the_body_and_errors_are_still_errors() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("hist");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("plan.toml"),
+        "name = \"hist\"\ntarget = \"mlx-metal\"\n[[kernel]]\nname = \"hist\"\nsource = \"hist.metal\"\n\
+         [[launch]]\nkernel = \"hist\"\ninputs = [\"data\"]\noutputs = [\"bins\"]\nscalars = [\"n\"]\n\
+         grid = [\"256 * ((n + 255) // 256)\", \"1\", \"1\"]\nthreadgroup = [\"256\", \"1\", \"1\"]\n\
+         atomic_outputs = true\ninit_value = 0.0\n",
+    )
+    .unwrap();
+    let body = "const uint i = thread_position_in_grid.x;\nif (i < uint(n)) {\n  int v = data[i] & 15;\n  atomic_fetch_add_explicit(&bins[v], 1, memory_order_relaxed);\n}\n";
+    std::fs::write(dir.join("hist.metal"), body).unwrap();
+    let f = check::check_candidate(&dir, None).unwrap();
+    assert!(errors(&f).is_empty(), "{}", check::render_text(&f));
+    assert!(
+        f.iter()
+            .any(|f| f.code == "M003" && f.severity == Severity::Warning)
+    );
+    // The same candidate with a vector type error.
+    std::fs::write(
+        dir.join("hist.metal"),
+        body.replace(
+            "int v = data[i] & 15;",
+            "int v = data[i] & 15; float4 q = float2(1.0f);",
+        ),
+    )
+    .unwrap();
+    let f = check::check_candidate(&dir, None).unwrap();
+    assert!(
+        errors(&f)
+            .iter()
+            .any(|f| f.code == "M001" && f.file == "hist.metal" && f.line == 3),
+        "{}",
+        check::render_text(&f)
+    );
+}

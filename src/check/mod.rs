@@ -18,6 +18,7 @@
 //! with `#line` directives, so compiler messages point at the body or header line that caused them.
 
 mod compile;
+pub mod infer;
 pub mod lex;
 pub mod rules;
 pub mod signature;
@@ -713,16 +714,26 @@ fn check_with(
                 Severity::Warning,
                 "plan.toml",
                 0,
-                "no task.toml found above the candidate: tensors are taken as float32 and workload-dependent sizes are not checked; pass --task DIR".into(),
+                "no task.toml found above the candidate: tensor dtypes are read from how the body uses them (float32 where it does not say) and workload-dependent sizes are not checked; pass --task DIR".into(),
             ));
             let env: Env = params.iter().map(|(k, v)| (k.clone(), *v as f64)).collect();
             for (li, l) in c.plan.launch.iter().enumerate() {
+                let Some(k) = c.plan.kernel.iter().find(|k| k.name == l.kernel) else {
+                    continue;
+                };
+                let mut texts = vec![c.files[&k.source].as_str()];
+                if let Some(h) = &k.header {
+                    texts.push(c.files[h].as_str());
+                }
+                let names: Vec<String> = l.inputs.iter().chain(&l.outputs).cloned().collect();
+                let inferred = infer::dtypes(&texts, &names, l.atomic_outputs);
+                let dtype = |n: &str| inferred.get(n).copied().unwrap_or(Dtype::Float32);
                 let mut inputs: Vec<Input> = l
                     .inputs
                     .iter()
                     .map(|n| Input::Array {
                         name: n.clone(),
-                        dtype: Dtype::Float32,
+                        dtype: dtype(n),
                         elements: None,
                     })
                     .collect();
@@ -734,20 +745,19 @@ fn check_with(
                         .map(|e| e.0.eval_int(&env).ok())
                         .collect::<Option<Vec<i64>>>()
                 });
+                let mut template_ints: Vec<(String, i64)> =
+                    l.template.iter().map(|t| (t.clone(), params[t])).collect();
+                template_ints.sort();
                 let spec = KernelSpec {
                     name: l.kernel.clone(),
                     inputs,
-                    outputs: l
-                        .outputs
-                        .iter()
-                        .map(|n| (n.clone(), Dtype::Float32))
-                        .collect(),
+                    outputs: l.outputs.iter().map(|n| (n.clone(), dtype(n))).collect(),
                     atomic_outputs: l.atomic_outputs,
-                    template_ints: l.template.iter().map(|t| (t.clone(), params[t])).collect(),
+                    template_ints,
                     template_types: l
                         .type_args
-                        .keys()
-                        .map(|k| (k.clone(), Dtype::Float32))
+                        .iter()
+                        .map(|(k, t)| (k.clone(), dtype(t)))
                         .collect(),
                 };
                 let info = LaunchInfo {
