@@ -84,6 +84,9 @@ pub struct KernelAnalysis {
     /// Concept-map rows (`knowledge/concept_map.toml` ids) that apply.
     pub concepts: Vec<String>,
     pub brief: String,
+    /// Some work is guarded by `threadIdx.x < X`: shared arrays then need not match the threadgroup size.
+    #[serde(skip)]
+    pub thread_guard: bool,
     #[serde(skip)]
     pub def_range: (usize, usize),
 }
@@ -951,6 +954,16 @@ fn analyze_kernel(
         guards,
         concepts: Vec::new(),
         brief: String::new(),
+        thread_guard: descendants(body).into_iter().any(|n| {
+            n.kind() == "binary_expression"
+                && matches!(
+                    n.child_by_field_name("operator").map(|o| text(o, src)),
+                    Some("<" | ">=")
+                )
+                && n.child_by_field_name("left")
+                    .and_then(|l| builtin_index(strip_parens(l), src))
+                    .is_some_and(|(b, _)| b == "threadIdx")
+        }),
         def_range: (f.start_byte(), f.end_byte()),
     };
     if k.params.iter().any(|p| p.role == ParamRole::InOut) {

@@ -1489,6 +1489,7 @@ fn launch_shape(
     } else if let Some(s) = k
         .shared
         .iter()
+        .filter(|_| !k.thread_guard)
         .filter(|s| !s.dynamic && s.dims.len() == 1)
         .filter_map(|s| s.bytes.zip(type_size(&s.elem_type)).map(|(b, e)| b / e))
         .find(|n| (32..=1024).contains(n) && n.is_power_of_two())
