@@ -195,9 +195,13 @@ template <typename T, int M, int... I> struct swz {
 #define KS_IX_a 3
 #define KS_CAT(a, b) a##b
 #define KS_IX(c) KS_CAT(KS_IX_, c)
-#define KS_SW2(M, a, b) swz<T, M, KS_IX(a), KS_IX(b)> a##b;
-#define KS_SW3(M, a, b, c) swz<T, M, KS_IX(a), KS_IX(b), KS_IX(c)> a##b##c;
-#define KS_SW4(M, a, b, c, d) swz<T, M, KS_IX(a), KS_IX(b), KS_IX(c), KS_IX(d)> a##b##c##d;
+// A swizzle shorter than its vector is a plain vector member (so `auto p = v.xy; p.x` works); the others
+// (same length or longer, whose vector type is not complete yet) are proxies.
+template <typename T, int M, int... I>
+using ks_swz_t = conditional_t<(int(sizeof...(I)) < M), vec<T, int(sizeof...(I))>, swz<T, M, I...>>;
+#define KS_SW2(M, a, b) ks_swz_t<T, M, KS_IX(a), KS_IX(b)> a##b;
+#define KS_SW3(M, a, b, c) ks_swz_t<T, M, KS_IX(a), KS_IX(b), KS_IX(c)> a##b##c;
+#define KS_SW4(M, a, b, c, d) ks_swz_t<T, M, KS_IX(a), KS_IX(b), KS_IX(c), KS_IX(d)> a##b##c##d;
 // all two-letter swizzles over 2, 3 or 4 components
 #define KS_SW2_2(M, a) KS_SW2(M, a, x) KS_SW2(M, a, y)
 #define KS_SW2_3(M, a) KS_SW2_2(M, a) KS_SW2(M, a, z)

@@ -701,7 +701,23 @@ fn check_with(
                     };
                     let info = LaunchInfo {
                         threadgroup: l.threadgroup.clone(),
-                        overshoot: overshoot(li),
+                        overshoot: overshoot(li).or_else(|| {
+                            // More threads than elements in any tensor of the launch: some threads
+                            // have nothing to do and must be kept off the buffers.
+                            let threads: i64 = l.grid.as_ref()?.iter().product();
+                            let most = l
+                                .inputs
+                                .iter()
+                                .chain(&l.outputs)
+                                .filter_map(|n| tensor(n).map(|t| t.0))
+                                .max()?;
+                            (threads > most).then(|| {
+                                format!(
+                                    "{threads} threads for at most {most} elements in workload `{}`",
+                                    w.name
+                                )
+                            })
+                        }),
                         plan_at: plan_at(li),
                     };
                     jobs.push((spec, info));
