@@ -178,6 +178,9 @@ __device__ inline typename vec<typename elem<V>::type, 4>::type swizzle(V v) {
   __device__ inline P##4 make_##P##4(P##3 a, S d) { return {a.x, a.y, a.z, d}; }                             \
   __device__ inline P##4 make_##P##4(S a, P##3 b) { return {a, b.x, b.y, b.z}; }
 KSBT_CTORS(float, float) KSBT_CTORS(int, int) KSBT_CTORS(uint, uint)
+// ulong2: simdgroup_load / store origins (the wider 64-bit vectors are deprecated in CUDA 13)
+__device__ inline ulong2 make_ulong2(ulong a) { return {a, a}; }
+__device__ inline ulong2 make_ulong2(ulong a, ulong b) { return {a, b}; }
 // conversions between vector types of the same length: float4(int4), uint2(float2), ...
 #define KSBT_CONV(P, S, Q)                                                                                   \
   __device__ inline P##2 make_##P##2(Q##2 v) { return {S(v.x), S(v.y)}; }                                    \

@@ -1094,10 +1094,11 @@ fn rewrite(
 }
 
 fn is_vector_type(name: &str) -> bool {
-    ["float", "int", "uint"].iter().any(|p| {
-        name.strip_prefix(p)
-            .is_some_and(|n| ["2", "3", "4"].contains(&n))
-    })
+    name == "ulong2"
+        || ["float", "int", "uint"].iter().any(|p| {
+            name.strip_prefix(p)
+                .is_some_and(|n| ["2", "3", "4"].contains(&n))
+        })
 }
 
 /// From the significant token `j` (just after `threadgroup` / `constant`), does the declaration declare a

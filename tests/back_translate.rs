@@ -405,3 +405,71 @@ fn every_knowledge_pattern_metal_body_back_translates() {
         }
     }
 }
+
+/// Compiles one driver of tests/back_translate_cpu with the system C++ compiler against the CPU emulation
+/// of CUDA there and the back-translated folders under `generated`, runs it, and returns its output.
+fn run_cpu_driver(driver: &str, generated: &Path) -> String {
+    let dir = repo().join("tests/back_translate_cpu");
+    let exe = generated.join(driver.trim_end_matches(".cpp"));
+    let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
+    let out = std::process::Command::new(&cxx)
+        .args(["-std=c++20", "-O1", "-pthread", "-w", "-I"])
+        .arg(&dir)
+        .arg("-I")
+        .arg(generated)
+        .arg(dir.join(driver))
+        .arg("-o")
+        .arg(&exe)
+        .output()
+        .unwrap_or_else(|e| panic!("{cxx}: {e} (a C++20 compiler is needed; set CXX)"));
+    assert!(
+        out.status.success(),
+        "{driver} does not compile:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run = std::process::Command::new(&exe).output().unwrap();
+    let text = String::from_utf8_lossy(&run.stdout).to_string();
+    assert!(run.status.success(), "{driver}:\n{text}");
+    text
+}
+
+fn back_translate_into(src: &Path, generated: &Path, name: &str) {
+    back_translate_dir(src)
+        .unwrap_or_else(|e| panic!("{name}: {e}"))
+        .candidate
+        .write_dir(&generated.join(name))
+        .unwrap();
+}
+
+#[test]
+fn the_prelude_has_metal_semantics_on_a_cpu_warp_emulation() {
+    let generated = tempfile::tempdir().unwrap();
+    for k in ["warp", "mma"] {
+        back_translate_into(
+            &repo().join("tests/back_translate_cpu").join(k),
+            generated.path(),
+            k,
+        );
+    }
+    let out = run_cpu_driver("prelude_semantics.cpp", generated.path());
+    assert!(out.contains("all prelude checks passed"), "{out}");
+}
+
+#[test]
+fn expert_and_naive_seeds_agree_once_back_translated() {
+    let generated = tempfile::tempdir().unwrap();
+    for (task, seed) in [
+        ("mamba-scan", "naive"),
+        ("mamba-scan", "expert"),
+        ("ssd", "naive"),
+        ("ssd", "expert"),
+    ] {
+        back_translate_into(
+            &repo().join(format!("tasks/{task}/seeds/mlx-metal/{seed}")),
+            generated.path(),
+            &format!("{task}-{seed}"),
+        );
+    }
+    let out = run_cpu_driver("seeds_agree.cpp", generated.path());
+    assert!(out.contains("back-translations agree"), "{out}");
+}

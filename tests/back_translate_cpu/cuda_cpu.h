@@ -1,0 +1,95 @@
+// CPU emulation of the CUDA names the back-translation prelude uses: one block at a time, one std::thread per
+// CUDA thread, warps exchanging values through slots and barriers. For checking the prelude's semantics only.
+#include <algorithm>
+#include <barrier>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <thread>
+#include <vector>
+#define __device__
+#define __global__
+#define __shared__ static
+#define __constant__ static
+struct float2 { float x, y; }; struct float3 { float x, y, z; }; struct float4 { float x, y, z, w; };
+struct int2 { int x, y; }; struct int3 { int x, y, z; }; struct int4 { int x, y, z, w; };
+struct uint2 { unsigned x, y; }; struct uint3 { unsigned x, y, z; }; struct uint4 { unsigned x, y, z, w; };
+struct ulong2 { unsigned long x, y; };
+inline uint3 make_uint3(unsigned a, unsigned b, unsigned c) { return {a, b, c}; }
+inline thread_local uint3 threadIdx, blockIdx;
+inline uint3 blockDim, gridDim;
+struct __half { unsigned short b; __half() = default; __half(float) {} operator float() const { return 0; } };
+struct __half2 { __half x, y; };
+struct __nv_bfloat16 { unsigned short b; __nv_bfloat16() = default; __nv_bfloat16(float) {} operator float() const { return 0; } };
+inline __half __float2half(float f) { return __half(f); }
+inline float __half2float(__half h) { return float(h); }
+inline __nv_bfloat16 __float2bfloat16(float f) { return __nv_bfloat16(f); }
+inline float __bfloat162float(__nv_bfloat16 h) { return float(h); }
+inline __half __habs(__half h) { return h; }
+inline __half __hfma(__half a, __half, __half) { return a; }
+inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
+inline int __float_as_int(float f) { int i; std::memcpy(&i, &f, 4); return i; }
+inline float exp10f(float x) { return std::pow(10.0f, x); }
+inline float rsqrtf(float x) { return 1 / std::sqrt(x); }
+inline int __ffs(unsigned x) { return __builtin_ffs(x); }
+inline int __popc(unsigned x) { return __builtin_popcount(x); }
+inline int __clz(unsigned x) { return x ? __builtin_clz(x) : 32; }
+inline unsigned __umulhi(unsigned a, unsigned b) { return (unsigned)(((unsigned long long)a * b) >> 32); }
+inline int __mulhi(int a, int b) { return (int)(((long long)a * b) >> 32); }
+template <class T> T atomicAdd(T* p, T v) { T o = *p; *p = o + v; return o; }
+template <class T> T atomicMax(T* p, T v) { T o = *p; *p = o > v ? o : v; return o; }
+template <class T> T atomicMin(T* p, T v) { T o = *p; *p = o < v ? o : v; return o; }
+template <class T> T atomicCAS(T* p, T c, T v) { T o = *p; if (o == c) *p = v; return o; }
+template <class T> T atomicExch(T* p, T v) { T o = *p; *p = v; return o; }
+struct CpuBlock {
+  std::unique_ptr<std::barrier<>> block;
+  std::vector<std::unique_ptr<std::barrier<>>> warps;
+  std::vector<int> slots;
+};
+inline CpuBlock* g_block;
+inline unsigned cpu_lin() { return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z); }
+inline void __syncthreads() { g_block->block->arrive_and_wait(); }
+inline void __syncwarp(unsigned = 0xffffffffu) { g_block->warps[cpu_lin() / 32]->arrive_and_wait(); }
+inline int __shfl_sync(unsigned, int v, int src, int = 32) {
+  unsigned l = cpu_lin(), w = l / 32;
+  g_block->slots[l] = v;
+  g_block->warps[w]->arrive_and_wait();
+  int r = g_block->slots[w * 32 + (unsigned)src];
+  g_block->warps[w]->arrive_and_wait();
+  return r;
+}
+inline unsigned __ballot_sync(unsigned m, int p) {
+  unsigned r = 0;
+  for (int s = 0; s < 32; ++s) r |= (unsigned)(__shfl_sync(m, p != 0, s) != 0) << s;
+  return r;
+}
+inline int __any_sync(unsigned m, int p) { return __ballot_sync(m, p) != 0; }
+inline int __all_sync(unsigned m, int p) { return __ballot_sync(m, p) == 0xffffffffu; }
+inline unsigned __activemask() { return 0xffffffffu; }
+// Runs f over the grid of blocks, MLX-style: grid counts threads, block = min(threadgroup, grid).
+inline void cpu_launch(uint3 threads, uint3 tg, const std::function<void()>& f) {
+  uint3 block = {std::min(tg.x, threads.x), std::min(tg.y, threads.y), std::min(tg.z, threads.z)};
+  uint3 grid = {(threads.x + block.x - 1) / block.x, (threads.y + block.y - 1) / block.y, (threads.z + block.z - 1) / block.z};
+  gridDim = grid;
+  blockDim = block;
+  unsigned n = block.x * block.y * block.z;
+  for (unsigned bz = 0; bz < grid.z; ++bz)
+    for (unsigned by = 0; by < grid.y; ++by)
+      for (unsigned bx = 0; bx < grid.x; ++bx) {
+        CpuBlock b;
+        b.block = std::make_unique<std::barrier<>>(n);
+        for (unsigned w = 0; w < (n + 31) / 32; ++w) b.warps.push_back(std::make_unique<std::barrier<>>(std::min(32u, n - 32 * w)));
+        b.slots.assign(n, 0);
+        g_block = &b;
+        std::vector<std::thread> ts;
+        for (unsigned t = 0; t < n; ++t)
+          ts.emplace_back([&, t] {
+            blockIdx = {bx, by, bz};
+            threadIdx = {t % block.x, (t / block.x) % block.y, t / (block.x * block.y)};
+            f();
+          });
+        for (auto& t : ts) t.join();
+      }
+}

@@ -1,0 +1,12 @@
+simdgroup_float8x8 a, b, c, d, at, e;
+simdgroup_load(a, A, 8);
+simdgroup_load(b, B, 8);
+simdgroup_load(c, C, 16, ulong2(8, 0));
+simdgroup_load(at, A, 8, ulong2(0, 0), true);
+simdgroup_multiply_accumulate(d, a, b, c);
+simdgroup_multiply(e, at, b);
+simdgroup_store(d, D, 8);
+simdgroup_store(e, E, 8, ulong2(0, 0), true);
+const uint l = thread_index_in_simdgroup;
+F[2 * l] = a.thread_elements()[0];
+F[2 * l + 1] = a.thread_elements()[1];

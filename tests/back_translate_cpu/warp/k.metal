@@ -1,0 +1,17 @@
+const uint i = thread_position_in_grid.x;
+const float v = x[i];
+device float* o = y + i * 12;
+o[0] = simd_sum(v);
+o[1] = simd_max(v);
+o[2] = simd_min(v);
+o[3] = simd_prefix_inclusive_sum(v);
+o[4] = simd_prefix_exclusive_sum(v);
+o[5] = simd_shuffle_up(v, 3);
+o[6] = simd_shuffle_down(v, 5);
+o[7] = simd_shuffle_xor(v, 7);
+o[8] = simd_broadcast(v, 9);
+o[9] = quad_sum(v);
+o[10] = float(simdgroup_index_in_threadgroup * 100 + thread_index_in_simdgroup);
+float2 p = float2(v, 2.0f * v);
+float2 q = simd_shuffle_rotate_down(p, 1);
+o[11] = q.y;
