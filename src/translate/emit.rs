@@ -1362,6 +1362,13 @@ pub fn translate(src: &str, stem: &str, target: Target) -> Translation {
             "#ifndef FLT_MAX\n#define FLT_MAX 3.402823466e+38f\n#endif\n",
         );
     }
+    if !metal && src.contains("INFINITY") && !header.contains("define INFINITY") {
+        // Nor <math.h>'s INFINITY.
+        header.insert_str(
+            0,
+            "#ifndef INFINITY\n#define INFINITY __int_as_float(0x7f800000)\n#endif\n",
+        );
+    }
     let header_name = format!("header.{}", if metal { "metal" } else { "cuh" });
     if !header.trim().is_empty() {
         files.insert(header_name.clone(), header.trim_end().to_string() + "\n");

@@ -129,6 +129,17 @@ pub(crate) fn host_launches(
             },
             None => None,
         };
+        // Constant parts become numbers: `(256 // 32) * 4` is 32.
+        let fold = |e: String| -> String {
+            crate::expr::Expr::parse(&e)
+                .ok()
+                .and_then(|x| x.eval_int(&crate::expr::Env::new()).ok())
+                .map(|v| v.to_string())
+                .unwrap_or(e)
+        };
+        let grid = grid.map(|g| g.map(fold));
+        let threadgroup = threadgroup.map(|t| t.map(fold));
+        let shared_memory = shared_memory.map(fold);
         out.push(HostLaunch {
             kernel: name.to_string(),
             line: line(call),
