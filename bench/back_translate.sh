@@ -6,8 +6,8 @@
 # Result: $OUT/back_translate.json = {machine, versions, date, seeds: [one object per seed, with its kernels,
 # the commands, and the status of every workload]}; the log in $OUT/back_translate.log.
 # Knobs: CHECKS (fresh random inputs per workload, default 2), TIMING (seconds of timing per workload,
-# default 0.3), ONLY (a regex on "task/seed" to run a subset), JOBS (seeds side by side, default 5),
-# PER_SEED_S (deadline of one evaluation, default 400), KSEARCH_BIN. Each seed's line is appended to
+# default 0.3), ONLY (a regex on "task/seed" to run a subset), JOBS (seeds side by side, default 8),
+# PER_SEED_S (deadline of one evaluation, default 480, inside a 600 s device call), KSEARCH_BIN. Each seed's line is appended to
 # $OUT/back_translate.jsonl as soon as it is done, so a run cut short keeps what finished.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -17,8 +17,8 @@ out=${OUT:-/tmp/ksearch-out}
 checks=${CHECKS:-2}
 timing=${TIMING:-0.3}
 only=${ONLY:-.}
-jobs=${JOBS:-5}           # seeds evaluated side by side (the timings mean nothing here; the statuses do)
-per_seed=${PER_SEED_S:-400}  # deadline of one seed's evaluation
+jobs=${JOBS:-8}           # seeds evaluated side by side (the timings mean nothing here; the statuses do)
+per_seed=${PER_SEED_S:-480}  # deadline of one seed's evaluation
 if [ ! -x "$bin" ] && [ -f .device/binz/ksearch.gz ]; then
   # the binary travels gzipped when MLX's two halves leave too little room in a call's carry
   mkdir -p "$(dirname "$bin")" && gzip -dc .device/binz/ksearch.gz > "$bin" && chmod +x "$bin"
