@@ -207,7 +207,8 @@ KSBT_UN(tanh, tanhf(x)) KSBT_UN(fabs, fabsf(x)) KSBT_UN(floor, floorf(x)) KSBT_U
 KSBT_UN(round, roundf(x)) KSBT_UN(rint, rintf(x)) KSBT_UN(trunc, truncf(x)) KSBT_UN(erf, erff(x))
 KSBT_UN(fract, fminf(x - floorf(x), 0x1.fffffep-1f)) KSBT_UN(saturate, fminf(fmaxf(x, 0.0f), 1.0f))
 KSBT_UN(sign, x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : 0.0f))
-KSBT_UN(log1p, log1pf(x)) KSBT_UN(expm1, expm1f(x))
+KSBT_UN(log1p, log1pf(x)) KSBT_UN(expm1, expm1f(x)) KSBT_UN(asinh, asinhf(x)) KSBT_UN(acosh, acoshf(x))
+KSBT_UN(atanh, atanhf(x)) KSBT_UN(cbrt, cbrtf(x))
 
 __device__ inline float abs(float x) { return fabsf(x); }
 __device__ inline int abs(int x) { return x < 0 ? -x : x; }
@@ -227,7 +228,7 @@ __device__ inline float4 abs(float4 v) { return {fabsf(v.x), fabsf(v.y), fabsf(v
   }
 KSBT_BIN(pow, powf(x, y)) KSBT_BIN(powr, powf(x, y)) KSBT_BIN(atan2, atan2f(x, y)) KSBT_BIN(fmod, fmodf(x, y))
 KSBT_BIN(fmin, fminf(x, y)) KSBT_BIN(fmax, fmaxf(x, y)) KSBT_BIN(copysign, copysignf(x, y))
-KSBT_BIN(step, y < x ? 0.0f : 1.0f)
+KSBT_BIN(step, y < x ? 0.0f : 1.0f) KSBT_BIN(hypot, hypotf(x, y))
 
 // min / max: Metal's float versions ignore a NaN operand (fmin / fmax); integers compare.
 __device__ inline float min(float a, float b) { return fminf(a, b); }

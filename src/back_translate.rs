@@ -731,6 +731,11 @@ const MATH: &[&str] = &[
     "clz",
     "ctz",
     "mulhi",
+    "asinh",
+    "acosh",
+    "atanh",
+    "cbrt",
+    "hypot",
     "divide",
     "max3",
     "min3",
@@ -852,6 +857,42 @@ const UNSUPPORTED: &[(&str, &str)] = &[
         "double",
         "Metal has no double, so a Metal kernel using it is already wrong",
     ),
+];
+
+/// Metal library functions with no emulation: an error where they are called (unless the kernel's header
+/// defines a function of that name).
+const UNSUPPORTED_CALLS: &[&str] = &[
+    "any",
+    "all",
+    "sincos",
+    "fdim",
+    "modf",
+    "frexp",
+    "ldexp",
+    "ilogb",
+    "cospi",
+    "sinpi",
+    "tanpi",
+    "extract_bits",
+    "insert_bits",
+    "reverse_bits",
+    "rotate",
+    "absdiff",
+    "addsat",
+    "subsat",
+    "madhi",
+    "madsat",
+    "mad24",
+    "mul24",
+    "distance",
+    "cross",
+    "reflect",
+    "refract",
+    "faceforward",
+    "simd_active_threads_mask",
+    "quad_ballot",
+    "quad_any",
+    "quad_all",
 ];
 
 /// Metal scalar and vector types with a different CUDA name.
@@ -1011,6 +1052,16 @@ fn rewrite(
                 } else if !qualified {
                     if let Some((_, why)) = UNSUPPORTED.iter().find(|(n, _)| *n == name) {
                         return Err(err(t, name, why));
+                    }
+                    if next == "("
+                        && UNSUPPORTED_CALLS.contains(&name)
+                        && !ctx.user_fns.contains(name)
+                    {
+                        return Err(err(
+                            t,
+                            &format!("{name}(...)"),
+                            "this Metal library function has no CUDA emulation in the prelude",
+                        ));
                     }
                     if ctx.is_body && ATTRIBUTES.contains(&name) {
                         attrs.insert(name.to_string());
@@ -1401,6 +1452,8 @@ mod tests {
         assert!(e.contains("k.metal:1") && e.contains("foo.h"), "{e}");
         let e = rw("v.xy = w;", &[]).unwrap_err().to_string();
         assert!(e.contains("swizzle"), "{e}");
+        let e = rw("bool2 b;\nif (any(b)) {}", &[]).unwrap_err().to_string();
+        assert!(e.contains("k.metal:2") && e.contains("any(...)"), "{e}");
         let e = rw("x = double(y);", &[]).unwrap_err().to_string();
         assert!(e.contains("`double`"), "{e}");
     }
