@@ -443,6 +443,8 @@ pub struct Flow<'a> {
     pub guarded: bool,
     final_pass: bool,
     divergent_return: Option<usize>,
+    /// Threadgroup elements written at thread-dependent indices since the last barrier: name -> (index, line).
+    tg_written: HashMap<String, Vec<(String, usize)>>,
 }
 
 impl<'a> Flow<'a> {
@@ -458,6 +460,7 @@ impl<'a> Flow<'a> {
             guarded: false,
             final_pass: false,
             divergent_return: None,
+            tg_written: HashMap::new(),
         }
     }
 
@@ -474,6 +477,7 @@ impl<'a> Flow<'a> {
         }
         self.final_pass = true;
         self.divergent_return = None;
+        self.tg_written.clear();
         self.block(start, end, None);
     }
 
@@ -616,6 +620,76 @@ impl<'a> Flow<'a> {
         }
         self.declarations(r);
         self.calls(r);
+        self.races(r);
+        if r.iter()
+            .any(|t| t.is("threadgroup_barrier") || t.is("simdgroup_barrier"))
+        {
+            self.tg_written.clear();
+        }
+    }
+
+    /// A threadgroup element read after other threads wrote other elements, with no barrier between
+    /// (M032): the read may see the old value.
+    fn races(&mut self, r: &[Tok]) {
+        let mut reads = Vec::new();
+        let mut writes = Vec::new();
+        let mut k = 0;
+        while k < r.len() {
+            let t = &r[k];
+            let tg = self.spaces.get(&t.text).is_some_and(|s| s == "threadgroup");
+            let member = k > 0 && (r[k - 1].is(".") || r[k - 1].is("->"));
+            let declared =
+                k > 0 && r[k - 1].is_ident() && !KEYWORDS.contains(&r[k - 1].text.as_str());
+            if !tg || member || declared || !r.get(k + 1).is_some_and(|n| n.is("[")) {
+                k += 1;
+                continue;
+            }
+            let mut end = matching(r, k + 1);
+            while r.get(end + 1).is_some_and(|n| n.is("[")) {
+                end = matching(r, end + 1);
+            }
+            let idx_toks = &r[k + 1..=end];
+            let idx: Vec<&str> = idx_toks.iter().map(|t| t.text.as_str()).collect();
+            let idx = idx.join(" ");
+            let next = r.get(end + 1).map(|t| t.text.as_str()).unwrap_or("");
+            let assign = matches!(
+                next,
+                "=" | "+=" | "-=" | "*=" | "/=" | "%=" | "&=" | "|=" | "^=" | "<<=" | ">>="
+            );
+            if assign {
+                writes.push((t.text.clone(), idx.clone(), self.varies(idx_toks), t.line));
+            }
+            if !assign || next != "=" {
+                reads.push((t.text.clone(), idx, t.line));
+            }
+            k = end + 1;
+        }
+        for (name, idx, line) in reads {
+            let Some(ws) = self.tg_written.get(&name) else {
+                continue;
+            };
+            if ws.iter().any(|(w, _)| *w == idx) {
+                continue;
+            }
+            if let Some((w, wline)) = ws.first() {
+                self.findings.push(err(
+                    "M032",
+                    self.file,
+                    line,
+                    format!(
+                        "`{name}{idx}` is read after the threads wrote `{name}{w}` (line {wline}) with no threadgroup_barrier in between: it may read another thread's element before it is written; put threadgroup_barrier(mem_flags::mem_threadgroup) between the write and the read",
+                        idx = idx.replace(' ', ""),
+                        w = w.replace(' ', "")
+                    ),
+                ));
+                self.tg_written.remove(&name);
+            }
+        }
+        for (name, idx, varying, line) in writes {
+            if varying {
+                self.tg_written.entry(name).or_default().push((idx, line));
+            }
+        }
     }
 
     /// `a = expr` (also compound) and declarations: the target varies when the value does.
