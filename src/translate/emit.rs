@@ -166,6 +166,26 @@ impl<'a> Rw<'a> {
                     ("T103", "inline_asm", "inline PTX".to_string())
                 }
             }
+            "namespace_identifier" if t == "cuda" => {
+                // libcu++ in device code: pipelines and barriers are async copies; the rest is unknown here.
+                let ctx = n.parent().map(|p| text(p, src)).unwrap_or("");
+                if ["pipeline", "barrier", "memcpy_async", "aligned_size"]
+                    .iter()
+                    .any(|w| ctx.contains(w))
+                {
+                    (
+                        "T101",
+                        "async_copy",
+                        format!("`{}`", first_line(n.parent()?, src)),
+                    )
+                } else {
+                    (
+                        "T112",
+                        "unknown_function",
+                        format!("`{}`", first_line(n.parent()?, src)),
+                    )
+                }
+            }
             "namespace_identifier" if t == "wmma" => {
                 ("T102", "wmma", "wmma fragment or operation".to_string())
             }
