@@ -7,8 +7,9 @@
 # the commands, and the status of every workload]}; the log in $OUT/back_translate.log.
 # Knobs: CHECKS (fresh random inputs per workload, default 2), TIMING (seconds of timing per workload,
 # default 0.3), ONLY (a regex on "task/seed" to run a subset), JOBS (seeds side by side, default 8),
-# PER_SEED_S (deadline of one evaluation, default 480, inside a 600 s device call), KSEARCH_BIN. Each seed's line is appended to
-# $OUT/back_translate.jsonl as soon as it is done, so a run cut short keeps what finished.
+# PER_SEED_S (deadline of one evaluation, default 480, inside a 600 s device call), KSEARCH_BIN.
+# Each seed's line is appended to $OUT/back_translate.jsonl as soon as it is done, so a run cut short
+# keeps what finished.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH=/root/mlx-site${PYTHONPATH:+:$PYTHONPATH}
@@ -48,9 +49,9 @@ one_seed() {  # one_seed SEED_DIR: back-translate, evaluate, append one JSON lin
     ev=$(timeout "$per_seed" "$bin" --python python3 --store "$st" eval "tasks/$task" "$dir" --target mlx-cuda \
       --checks "$checks" --timing-budget "$timing" --json 2>"$dir.ev.err" | tail -n 1)
   fi
-  python3 - "$task" "$name" "$bt_cmd" "$ev_cmd" "$bt" "$ev" "$dir.bt.err" "$dir.ev.err" >> "$rows" <<'PY'
-import json, sys
-task, seed, bt_cmd, ev_cmd, bt, ev, bt_err, ev_err = sys.argv[1:]
+  python3 - "$task" "$name" "$bt_cmd" "$ev_cmd" "$bt" "$ev" "$dir.bt.err" "$dir.ev.err" "$rows" <<'PY'
+import json, os, sys
+task, seed, bt_cmd, ev_cmd, bt, ev, bt_err, ev_err, rows = sys.argv[1:]
 def parse(s):
     try:
         return json.loads(s)
@@ -76,7 +77,10 @@ else:
                              "max_abs": w.get("max_abs"), "max_rel": w.get("max_rel"), "median_s": w.get("median_s"),
                              "message": (w.get("message") or "")[:600]} for w in evj.get("workloads", [])]
         row["hardware"] = {k: evj.get("hardware", {}).get(k) for k in ("name", "mlx", "gpu_name", "driver")}
-print(json.dumps(row))
+# one write() in append mode: lines of seeds finishing together do not interleave
+fd = os.open(rows, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+os.write(fd, (json.dumps(row) + "\n").encode())
+os.close(fd)
 PY
   { echo "== $task/$name: $(tail -c 300 <<< "$ev")"; cat "$dir.ev.err"; } >> "$log"
 }
