@@ -225,6 +225,20 @@ pub fn check_body(
             ));
         }
     }
+    for p in params.iter().filter(|p| p.buffer) {
+        if ATTRIBUTES.iter().any(|(a, _)| *a == p.name) {
+            out.push(rules::finding(
+                "M050",
+                Severity::Error,
+                pfile,
+                pline,
+                format!(
+                    "the launch passes a tensor or scalar named `{}`, which is also an attribute MLX adds to the signature: rename it in the plan (and the task)",
+                    p.name
+                ),
+            ));
+        }
+    }
     let buffers = params.iter().filter(|p| p.buffer).count();
     if buffers > MAX_BUFFERS {
         out.push(rules::finding(

@@ -445,6 +445,10 @@ pub struct Flow<'a> {
     divergent_return: Option<usize>,
     /// Threadgroup elements written at thread-dependent indices since the last barrier: name -> (index, line).
     tg_written: HashMap<String, Vec<(String, usize)>>,
+    /// Names declared as pointers (their address space is in `spaces`).
+    pointers: BTreeSet<String>,
+    /// The declaration being read is `auto` (its address space is not written down).
+    decl_auto: bool,
 }
 
 impl<'a> Flow<'a> {
@@ -461,6 +465,8 @@ impl<'a> Flow<'a> {
             final_pass: false,
             divergent_return: None,
             tg_written: HashMap::new(),
+            pointers: BTreeSet::new(),
+            decl_auto: false,
         }
     }
 
@@ -619,6 +625,23 @@ impl<'a> Flow<'a> {
             }
         }
         self.declarations(r);
+        if r.len() > 2
+            && r[1].is("=")
+            && self.pointers.contains(&r[0].text)
+            && let Some(dst) = self.spaces.get(&r[0].text).cloned()
+            && let Some((src, root, line)) = self.expr_space(&r[2..])
+            && src != dst
+        {
+            self.findings.push(err(
+                "M040",
+                self.file,
+                line,
+                format!(
+                    "`{}` points into {dst} memory but is assigned `{root}`, which is {src} memory: Metal pointers cannot change address space",
+                    r[0].text
+                ),
+            ));
+        }
         self.calls(r);
         self.races(r);
         if r.iter()
@@ -743,6 +766,7 @@ impl<'a> Flow<'a> {
             return;
         }
         // Type words, then the first declarator: `[const] [space] T [*|&] name ...`.
+        self.decl_auto = r.iter().take_while(|t| !t.is("=")).any(|t| t.is("auto"));
         let mut k = 0;
         let mut space: Option<String> = None;
         let mut pointer = false;
@@ -821,10 +845,14 @@ impl<'a> Flow<'a> {
         }
         if let Some(sp) = space {
             self.spaces.insert(name.text.clone(), sp.to_string());
+        } else if !pointer && !self.decl_auto {
+            // A plain local lives in the thread address space.
+            self.spaces.insert(name.text.clone(), "thread".into());
         }
         if !pointer {
             return;
         }
+        self.pointers.insert(name.text.clone());
         // The initializer's address space against the declared one.
         if !rest.first().is_some_and(|t| t.is("=")) {
             return;
@@ -901,6 +929,14 @@ impl<'a> Flow<'a> {
             return Some((cast_space, "the cast".into(), e[k].line));
         }
         let t = e.get(k)?;
+        // A choice, a call, a member or a dereference: the root name does not tell the address space.
+        if e.iter().any(|x| x.is("?"))
+            || e.get(k + 1)
+                .is_some_and(|n| n.is("(") || n.is(".") || n.is("->"))
+            || (k > 0 && e[k - 1].is("*"))
+        {
+            return None;
+        }
         let sp = self.spaces.get(&t.text)?;
         Some((sp.clone(), t.text.clone(), t.line))
     }
