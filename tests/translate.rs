@@ -669,6 +669,16 @@ fn kernels_in_other_styles_translate_and_pass_the_checker() {
         [32, 48, 1],
         "blockIdx.y * TILE + threadIdx.y guarded by M"
     );
+    // The first access decides: written then read back → output; read first → in place; += first → zeroed.
+    let t = translate::translate_file(&dir.join("softmax_writeback.cu"), Target::MlxMetal).unwrap();
+    let c = t.candidate.as_ref().unwrap();
+    let launch = |k: &str| c.plan.launch.iter().find(|l| l.kernel == k).unwrap();
+    assert_eq!(launch("softmax_writeback").outputs, ["y", "colsum"]);
+    assert_eq!(launch("softmax_writeback").inputs, ["x"]);
+    assert_eq!(launch("scale_inplace").inputs, ["v"]);
+    assert_eq!(launch("scale_inplace").outputs, ["v_out"]);
+    assert_eq!(launch("accumulate").outputs, ["acc"]);
+    assert_eq!(launch("accumulate").init_value, Some(0.0));
 }
 
 /// tests/translate/tasks/<name> is the contract of each main fixture (tensors named after the kernel's

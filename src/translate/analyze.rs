@@ -41,6 +41,8 @@ pub struct Param {
     pub role: ParamRole,
     /// The kernel updates it with atomics.
     pub atomic: bool,
+    /// Its first access is an update (`+=`): the caller must have initialised it (to zero, assumed).
+    pub accumulates: bool,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -646,6 +648,7 @@ fn analyze_kernel(
             pointer,
             is_const,
             atomic: false,
+            accumulates: false,
         })
         .collect();
     let pointer_names: BTreeSet<String> = params
@@ -919,12 +922,30 @@ fn analyze_kernel(
             read.remove(base);
         }
     }
+    // The first access in execution order decides what a written pointer is: written first → an output
+    // (later reads see the kernel's own writes); updated first (`+=`) → an output the host zeroed; read
+    // first → in place (the old values come from the caller).
+    let mut events = Vec::new();
+    access_events(
+        body,
+        src,
+        &aliases,
+        &pointer_names,
+        device_sigs,
+        &mut events,
+    );
     for p in params.iter_mut().filter(|p| p.pointer) {
         p.atomic = atomic_targets.contains(&p.name);
-        p.role = match (written.contains(&p.name), read.contains(&p.name)) {
-            (false, _) => ParamRole::Input,
-            (true, true) if !p.atomic => ParamRole::InOut,
-            (true, _) => ParamRole::Output,
+        let first = events.iter().find(|(n, _)| n == &p.name).map(|e| e.1);
+        p.role = match (written.contains(&p.name), read.contains(&p.name), first) {
+            (false, _, _) => ParamRole::Input,
+            (true, _, _) if p.atomic => ParamRole::Output,
+            (true, true, Some(Access::Read)) => ParamRole::InOut,
+            (true, _, Some(Access::Update)) => {
+                p.accumulates = true;
+                ParamRole::Output
+            }
+            (true, _, _) => ParamRole::Output,
         };
     }
     for s in shared.iter_mut() {
@@ -1301,4 +1322,113 @@ pub(crate) fn brief(k: &KernelAnalysis, target: Target) -> String {
         }
     }
     s
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Access {
+    Read,
+    Write,
+    Update,
+}
+
+/// Accesses to pointer parameters in execution order (an assignment's right side before its target).
+fn access_events(
+    n: Node,
+    src: &str,
+    aliases: &BTreeMap<String, String>,
+    pointers: &BTreeSet<String>,
+    device_sigs: &BTreeMap<String, Vec<(bool, bool)>>,
+    out: &mut Vec<(String, Access)>,
+) {
+    let base_of = |x: Node| lvalue_base(x, src, aliases).filter(|b| pointers.contains(b));
+    let rec = |x: Node, out: &mut Vec<(String, Access)>| {
+        access_events(x, src, aliases, pointers, device_sigs, out)
+    };
+    match n.kind() {
+        "assignment_expression" => {
+            if let Some(r) = n.child_by_field_name("right") {
+                rec(r, out);
+            }
+            let Some(l) = n.child_by_field_name("left") else {
+                return;
+            };
+            match base_of(l) {
+                Some(b) => {
+                    // Indices are read; the target itself is written (or updated).
+                    for c in descendants(l)
+                        .into_iter()
+                        .filter(|c| c.kind() == "subscript_argument_list")
+                    {
+                        rec(c, out);
+                    }
+                    let op = n.child_by_field_name("operator").map(|o| text(o, src));
+                    out.push((
+                        b,
+                        if op == Some("=") {
+                            Access::Write
+                        } else {
+                            Access::Update
+                        },
+                    ));
+                }
+                None => rec(l, out),
+            }
+        }
+        "update_expression" => match n.child_by_field_name("argument").and_then(base_of) {
+            Some(b) => out.push((b, Access::Update)),
+            None => {
+                for c in children(n) {
+                    rec(c, out);
+                }
+            }
+        },
+        "call_expression" => {
+            let name = call_name(n, src).unwrap_or_default();
+            let args: Vec<Node> = n
+                .child_by_field_name("arguments")
+                .map(|a| children(a).into_iter().filter(|c| c.is_named()).collect())
+                .unwrap_or_default();
+            for (i, a) in args.iter().enumerate() {
+                let writes = (i == 0 && (is_atomic(&name) || is_store(&name)))
+                    || device_sigs
+                        .get(&name)
+                        .and_then(|sig| sig.get(i))
+                        .is_some_and(|(ptr, c)| *ptr && !*c);
+                match (writes, base_of(*a)) {
+                    (true, Some(b)) if is_atomic(&name) => out.push((b, Access::Update)),
+                    (true, Some(b)) => out.push((b, Access::Write)),
+                    _ => rec(*a, out),
+                }
+            }
+        }
+        "init_declarator" => {
+            // `T* a = p + off` makes an alias, it reads no data.
+            let is_alias = n
+                .child_by_field_name("declarator")
+                .and_then(|d| {
+                    descendants(d)
+                        .into_iter()
+                        .find(|x| x.kind() == "identifier")
+                })
+                .is_some_and(|i| aliases.contains_key(text(i, src)));
+            if !is_alias && let Some(v) = n.child_by_field_name("value") {
+                rec(v, out);
+            }
+        }
+        "identifier" => {
+            let t = text(n, src);
+            let b = aliases
+                .get(t)
+                .cloned()
+                .or_else(|| pointers.contains(t).then(|| t.to_string()));
+            if let Some(b) = b {
+                out.push((b, Access::Read));
+            }
+        }
+        _ => {
+            for c in children(n) {
+                rec(c, out);
+            }
+        }
+    }
 }

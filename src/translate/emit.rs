@@ -602,7 +602,13 @@ impl<'a> Rw<'a> {
                 "|=" => "atomic_fetch_or_explicit",
                 "&=" => "atomic_fetch_and_explicit",
                 "^=" => "atomic_fetch_xor_explicit",
-                _ => return None,
+                _ => {
+                    // No atomic form (`*=`, `/=`, shifts): load, combine, store; each element has one writer here.
+                    let bop = op.trim_end_matches('=');
+                    return Some(format!(
+                        "atomic_store_explicit(&{target}, atomic_load_explicit(&{target}, memory_order_relaxed) {bop} ({rhs}), memory_order_relaxed)"
+                    ));
+                }
             };
             return Some(format!("{f}(&{target}, {rhs}, memory_order_relaxed)"));
         }
@@ -1278,7 +1284,8 @@ pub fn translate(src: &str, stem: &str, target: Target) -> Translation {
             .params
             .iter()
             .any(|p| p.atomic && p.role != ParamRole::Input);
-        if atomic {
+        let zeroed = atomic || k.params.iter().any(|p| p.accumulates);
+        if zeroed {
             diags.push(kd(
                 "T013",
                 k.line,
@@ -1286,7 +1293,7 @@ pub fn translate(src: &str, stem: &str, target: Target) -> Translation {
                     "init_value = 0 for {}",
                     k.params
                         .iter()
-                        .filter(|p| p.atomic)
+                        .filter(|p| p.atomic || p.accumulates)
                         .map(|p| p.name.as_str())
                         .collect::<Vec<_>>()
                         .join(", ")
@@ -1355,7 +1362,7 @@ pub fn translate(src: &str, stem: &str, target: Target) -> Translation {
                 .collect(),
             type_args,
             shared_memory: shared_memory.and_then(|s| ef(&s).ok()),
-            init_value: atomic.then_some(0.0),
+            init_value: zeroed.then_some(0.0),
             atomic_outputs: atomic && metal,
             when: None,
         });
