@@ -7,6 +7,11 @@
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 
+// MLX-CUDA's default header defines a macro `inf`; Metal has none, and a Metal body may name a variable so.
+#ifdef inf
+#undef inf
+#endif
+
 typedef unsigned int uint;
 typedef unsigned short ushort;
 typedef unsigned char uchar;

@@ -315,8 +315,9 @@ fn whole_groups(c: &Candidate, g: &ExprField, t: &ExprField) -> bool {
             continue;
         }
         decided += 1;
-        // MLX launches min(threadgroup, grid) threads per group, so a grid below one group is whole.
-        if gv > tv && gv % tv != 0 {
+        // A grid below one threadgroup is not whole either: MLX-CUDA launches blocks of the threadgroup's
+        // size (some versions clamp the block to the grid), where Metal makes the one group smaller.
+        if gv % tv != 0 {
             return false;
         }
     }

@@ -68,9 +68,10 @@ inline unsigned __ballot_sync(unsigned m, int p) {
 inline int __any_sync(unsigned m, int p) { return __ballot_sync(m, p) != 0; }
 inline int __all_sync(unsigned m, int p) { return __ballot_sync(m, p) == 0xffffffffu; }
 inline unsigned __activemask() { return 0xffffffffu; }
-// Runs f over the grid of blocks, MLX-style: grid counts threads, block = min(threadgroup, grid).
+// Runs f over the grid of blocks as MLX-CUDA launches a custom kernel: the grid counts threads, blocks have
+// the threadgroup's size, ceil(grid / threadgroup) of them (so threads past the grid exist).
 inline void cpu_launch(uint3 threads, uint3 tg, const std::function<void()>& f) {
-  uint3 block = {std::min(tg.x, threads.x), std::min(tg.y, threads.y), std::min(tg.z, threads.z)};
+  uint3 block = tg;
   uint3 grid = {(threads.x + block.x - 1) / block.x, (threads.y + block.y - 1) / block.y, (threads.z + block.z - 1) / block.z};
   gridDim = grid;
   blockDim = block;
