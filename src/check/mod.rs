@@ -150,6 +150,7 @@ pub fn check_body(
     rules::text_rules(body_file, &toks, &directives, &mut out);
 
     let mut helpers = HashMap::new();
+    let mut constants = Vec::new();
     if let Some((hfile, htext)) = header {
         let (hclean, hdirs) = lex::clean(htext);
         let htoks = lex::tokens(&hclean);
@@ -158,11 +159,15 @@ pub fn check_body(
         rules::recursion(hfile, &htoks, &fns, &mut out);
         rules::threadgroup_outside_kernel(hfile, &htoks, &fns, &mut out);
         helpers = rules::helper_map(&fns);
+        constants = rules::constant_names(&htoks);
     }
 
     let params = spec.params(body);
     let mut flow = rules::Flow::new(body_file, &toks);
     flow.helpers = helpers;
+    for n in constants {
+        flow.spaces.insert(n, "constant".into());
+    }
     for p in &params {
         if p.pointer {
             flow.spaces.insert(p.name.clone(), p.space.to_string());
@@ -461,6 +466,9 @@ pub fn check_source(src: &str, file: &str) -> Result<Vec<Finding>, CheckError> {
         rules::kernel_signature(file, k, &mut out);
         let mut flow = rules::Flow::new(file, &toks);
         flow.helpers = helpers.clone();
+        for n in rules::constant_names(&toks) {
+            flow.spaces.insert(n, "constant".into());
+        }
         for p in &k.params {
             let name = p
                 .iter()

@@ -291,6 +291,40 @@ fn program_variable(file: &str, toks: &[Tok], stmt: &[usize], out: &mut Vec<Find
     }
 }
 
+/// Names of program-scope variables in the `constant` address space (tables in a header).
+pub fn constant_names(toks: &[Tok]) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut depth = 0i32;
+    let mut i = 0;
+    while i < toks.len() {
+        match toks[i].text.as_str() {
+            "{" => depth += 1,
+            "}" => depth -= 1,
+            "constant" if depth == 0 => {
+                let end = (i..toks.len())
+                    .find(|&k| toks[k].is(";"))
+                    .unwrap_or(toks.len());
+                let stmt = &toks[i..end];
+                let upto = stmt
+                    .iter()
+                    .position(|t| t.is("[") || t.is("=") || t.is("{") || t.is("("))
+                    .unwrap_or(stmt.len());
+                // Not a function (`constant` also qualifies pointer parameters and return types).
+                if !stmt.get(upto).is_some_and(|t| t.is("("))
+                    && let Some(n) = stmt[..upto].iter().rev().find(|t| t.is_ident())
+                {
+                    out.push(n.text.clone());
+                }
+                i = end;
+                continue;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    out
+}
+
 /// Recursion among the functions of a file (Metal has no call stack for it).
 pub fn recursion(file: &str, toks: &[Tok], fns: &[Function], out: &mut Vec<Finding>) {
     // An overloaded name may call another overload; only names defined once are followed.
@@ -644,10 +678,55 @@ impl<'a> Flow<'a> {
         }
         self.calls(r);
         self.races(r);
+        self.constant_writes(r);
         if r.iter()
             .any(|t| t.is("threadgroup_barrier") || t.is("simdgroup_barrier"))
         {
             self.tg_written.clear();
+        }
+    }
+
+    /// Stores into constant memory (M041): the shim lets them compile, Metal does not.
+    fn constant_writes(&mut self, r: &[Tok]) {
+        for (k, t) in r.iter().enumerate() {
+            if self.spaces.get(&t.text).is_none_or(|s| s != "constant")
+                || (k > 0 && (r[k - 1].is(".") || r[k - 1].is("->")))
+            {
+                continue;
+            }
+            let mut end = k;
+            while r.get(end + 1).is_some_and(|n| n.is("[")) {
+                end = matching(r, end + 1);
+            }
+            let next = r.get(end + 1).map(|t| t.text.as_str()).unwrap_or("");
+            let assign = matches!(
+                next,
+                "=" | "+="
+                    | "-="
+                    | "*="
+                    | "/="
+                    | "%="
+                    | "&="
+                    | "|="
+                    | "^="
+                    | "<<="
+                    | ">>="
+                    | "++"
+                    | "--"
+            );
+            let declared =
+                k > 0 && r[k - 1].is_ident() && !KEYWORDS.contains(&r[k - 1].text.as_str());
+            if assign && !declared && (end > k || (k > 0 && r[k - 1].is("*"))) {
+                self.findings.push(err(
+                    "M041",
+                    self.file,
+                    t.line,
+                    format!(
+                        "`{}` is in the constant address space, which is read-only: write results to a device buffer (an output)",
+                        t.text
+                    ),
+                ));
+            }
         }
     }
 
