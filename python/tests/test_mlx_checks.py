@@ -12,6 +12,8 @@ from ksearch_worker.evaluate import run as run_request
 from ksearch_worker.targets.mlx import MlxTarget
 from ksearch_worker.task import load_task
 
+import mlx.core as mx
+
 TIMING = {"enabled": True, "warmup_s": 0.0, "min_samples": 2, "max_samples": 3, "budget_s": 0.05,
           "min_sample_s": 0.0001}
 
@@ -118,3 +120,15 @@ def test_a_cache_keyed_by_input_address_is_caught_in_the_timed_buffers(tmp_path:
     r = evaluate(tmp_path, by_address, TIMING)
     assert r["status"] == "wrong", r["message"]
     assert r["message"].startswith("after timing, on fresh inputs in the timed buffers"), r["message"]
+
+
+def test_outputs_left_as_the_poison_fill_are_unwritten(tmp_path: Path) -> None:
+    # MLX fills poisoned outputs with a plain NaN; a kernel that writes half leaves the rest of it.
+    def half(a: dict[str, Any], calls: int) -> Any:
+        c = correct(a, calls)
+        return mx.concatenate([c[: M // 2], mx.full((M - M // 2, N), float("nan"))])
+
+    r = evaluate(tmp_path, half)
+    assert r["status"] == "wrong" and "unwritten" in r["message"], r["message"]
+    assert f"{(M - M // 2) * N} of {M * N} elements unwritten" in r["message"], r["message"]
+

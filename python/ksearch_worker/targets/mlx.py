@@ -296,6 +296,12 @@ class MlxTarget:
                         "checks": checks, "timing": timing, "baselines": baselines}
         except _KernelFailure as exc:
             return exc.result(checks)
+        except WorkerError:
+            raise
+        except Exception as exc:
+            # A launch error surfaces on the next device call, which may be a read of the outputs: the
+            # candidate's failure all the same (and a sticky one restarts the worker).
+            return _KernelFailure(str(exc)).result(checks)
         return {"status": "passed", "message": f"passed {len(r.seeds)} seeds", "checks": checks, "timing": timing,
                 "baselines": baselines}
 
@@ -339,7 +345,7 @@ class MlxTarget:
         outputs: dict[str, Any] = {}
         for name in task.outputs:
             atol, rtol = task.tolerances[dtypes[name]]
-            result = compare(name, got[name], np.asarray(expected[name]), atol, rtol)
+            result = compare(name, got[name], np.asarray(expected[name]), atol, rtol, any_nan_is_poison=True)
             outputs[name] = result.to_json()
             if result.problem:
                 problems.append(result.problem)
@@ -424,12 +430,12 @@ class _KernelFailure(Exception):
     def result(self, checks: list[dict[str, Any]]) -> dict[str, Any]:
         text = str(self)
         out: dict[str, Any] = {"message": text[-8000:], "checks": checks, "timing": None, "baselines": {}}
-        if _looks_like_compile_error(text):
-            out["status"] = "compile_error"
-        elif _breaks_the_context(text):
+        if _breaks_the_context(text):
             # A sticky CUDA error leaves this process's device context unusable: report the crash and
             # have the Rust side start a fresh worker, so the next candidate is not blamed.
             out.update(status="crash", restart_worker=True)
+        elif _looks_like_compile_error(text):
+            out["status"] = "compile_error"
         else:
             out["status"] = "error"
         return out

@@ -1,3 +1,2 @@
-// Cheat: spins forever.
-volatile int spin = 1;
-while (spin) { }
+// Cheat: spins forever on a flag nothing ever sets (a volatile read, so the compiler must keep the loop).
+while (*(volatile int*)hang_flag == 0) { }
