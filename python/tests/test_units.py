@@ -108,3 +108,29 @@ def test_measure_interleaves_and_respects_sample_bounds() -> None:
     quick = measure([[lambda: None]], TimingConfig(warmup_s=0.0, min_samples=3, max_samples=50, budget_s=0.0,
                                                   min_sample_s=0.0))
     assert quick[0]["samples"] == 3  # the budget is spent, but min_samples still holds
+
+
+def test_measure_keeps_a_calls_preparation_off_the_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ksearch_worker import timing
+
+    clock = [0.0]
+    monkeypatch.setattr(timing.time, "perf_counter", lambda: clock[0])
+
+    class Prepared:
+        """Building the graph costs 1 s of fake time, running it 1 ms."""
+
+        def prepare(self) -> object:
+            clock[0] += 1.0
+
+            def run() -> None:
+                clock[0] += 0.001
+
+            return run
+
+        def __call__(self) -> None:
+            self.prepare()()
+
+    cfg = timing.TimingConfig.from_json({"enabled": True, "warmup_s": 0.0, "min_samples": 3, "max_samples": 3,
+                                         "budget_s": 100.0, "min_sample_s": 0.0})
+    stats = timing.measure([[Prepared()]], cfg)[0]
+    assert stats["median_s"] == pytest.approx(0.001)
