@@ -1432,3 +1432,44 @@ fn access_events(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SRC: &str = include_str!("../../tests/translate/reduce_shared.cu");
+
+    #[test]
+    fn constants_shared_bytes_and_roles() {
+        let a = analyze(SRC);
+        assert_eq!(a.constants["BLOCK"], 256);
+        let k = &a.kernels[0];
+        assert_eq!(k.name, "reduce_sum");
+        assert_eq!(k.shared[0].bytes, Some(1024));
+        let role = |n: &str| k.params.iter().find(|p| p.name == n).unwrap().role;
+        assert_eq!(role("in"), ParamRole::Input);
+        assert_eq!(role("partial"), ParamRole::Output);
+        assert_eq!(role("n"), ParamRole::Scalar);
+        assert!(k.global_id && k.guards[&0] == "n");
+        assert_eq!(k.constructs["syncthreads"], 2);
+    }
+
+    #[test]
+    fn every_rules_entry_is_complete() {
+        let r = super::super::rules();
+        let mut codes: Vec<&str> = r.code.iter().map(|c| c.code.as_str()).collect();
+        let n = codes.len();
+        codes.sort();
+        codes.dedup();
+        assert_eq!(codes.len(), n, "codes are unique");
+        for c in &r.code {
+            assert!(!c.title.is_empty() && !c.fix.is_empty(), "{}", c.code);
+        }
+        let concepts = &crate::knowledge::get().concepts;
+        for ids in r.concepts.values() {
+            for id in ids {
+                assert!(concepts.iter().any(|c| &c.id == id), "unknown concept {id}");
+            }
+        }
+    }
+}
