@@ -503,3 +503,98 @@ fn without_a_task_dtypes_come_from_the_body_and_errors_are_still_errors() {
         check::render_text(&f)
     );
 }
+
+/// `[[kernel]] void NAME(` ... `) {` of a generated source: the template line and the parameters.
+fn signature_of(src: &str) -> (String, Vec<String>) {
+    let lines: Vec<&str> = src.lines().collect();
+    let k = lines
+        .iter()
+        .position(|l| l.starts_with("[[kernel]] void"))
+        .unwrap_or_else(|| panic!("no kernel line in\n{src}"));
+    let template = if k > 0 && lines[k - 1].starts_with("template <") {
+        lines[k - 1].to_string()
+    } else {
+        String::new()
+    };
+    let mut params = Vec::new();
+    for l in &lines[k + 1..] {
+        let l = l.trim();
+        let done = l.ends_with(") {");
+        params.push(l.trim_end_matches(") {").trim_end_matches(',').to_string());
+        if done {
+            break;
+        }
+    }
+    (template, params)
+}
+
+#[test]
+fn the_generated_signature_is_the_one_mlx_writes() {
+    if cfg!(target_os = "macos") {
+        return; // MLX's export tracing path is the non-Metal one
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let mut compared = 0;
+    for task_dir in std::fs::read_dir(repo().join("tasks")).unwrap().flatten() {
+        let Ok(seeds) = std::fs::read_dir(task_dir.path().join("seeds/mlx-metal")) else {
+            continue;
+        };
+        let Ok(task) = ksearch::task::Task::load(&task_dir.path()) else {
+            continue; // a task still being written (see every_shipped_metal_seed_passes_the_check)
+        };
+        for seed in seeds
+            .flatten()
+            .filter(|s| s.path().join("plan.toml").is_file())
+        {
+            let out = run(
+                tmp.path(),
+                &[
+                    "eval",
+                    task_dir.path().to_str().unwrap(),
+                    seed.path().to_str().unwrap(),
+                    "--target",
+                    "mlx-metal",
+                    "--checks",
+                    "1",
+                    "--json",
+                ],
+            );
+            let v = last_json(&out);
+            let c = ksearch::candidate::Candidate::load(&seed.path()).unwrap();
+            for w in v["workloads"].as_array().unwrap() {
+                let Some(sources) = w["metal_sources"].as_array() else {
+                    panic!("{}: no metal_sources: {w}", seed.path().display());
+                };
+                let name = w["workload"].as_str().unwrap();
+                let tw = task.toml.workload.iter().find(|x| x.name == name).unwrap();
+                let rw = task.resolve(tw).unwrap();
+                let rp = c.resolve(&task, &rw).unwrap();
+                let ours = check::workload_launches(&c, &rp, &rw);
+                assert_eq!(ours.len(), sources.len(), "{name}");
+                for (wl, src) in ours.iter().zip(sources) {
+                    let (mlx_template, mlx_params) = signature_of(src.as_str().unwrap());
+                    let k = c
+                        .plan
+                        .kernel
+                        .iter()
+                        .find(|k| k.name == wl.spec.name)
+                        .unwrap();
+                    let body = &c.files[&k.source];
+                    let mine: Vec<String> =
+                        wl.spec.params(body).into_iter().map(|p| p.decl).collect();
+                    let (my_template, _) = signature_of(&wl.spec.unit(None, "k.metal", body));
+                    assert_eq!(mine, mlx_params, "{}: {name}", seed.path().display());
+                    assert_eq!(
+                        my_template,
+                        mlx_template,
+                        "{}: {name}",
+                        seed.path().display()
+                    );
+                    compared += 1;
+                }
+            }
+        }
+    }
+    assert!(compared >= 4, "only {compared} signatures compared");
+    println!("{compared} generated signatures identical to MLX's");
+}

@@ -617,6 +617,91 @@ pub fn check_candidate(dir: &Path, task: Option<&Task>) -> Result<Vec<Finding>, 
     check_with(&c, task, &launch_lines)
 }
 
+/// One launch of a workload as MLX builds it.
+#[derive(Debug, Clone)]
+pub struct WorkloadLaunch {
+    /// Index of the plan's `[[launch]]` (a plan may leave launches out for some workloads).
+    pub plan_index: usize,
+    pub spec: KernelSpec,
+    pub grid: Option<Vec<i64>>,
+    pub threadgroup: Option<Vec<i64>>,
+    /// Elements of the largest tensor the launch touches.
+    pub most_elements: Option<i64>,
+}
+
+/// The kernels MLX builds for the resolved plan `rp` of workload `rw`: dtypes, sizes and template values.
+pub fn workload_launches(
+    c: &Candidate,
+    rp: &crate::candidate::ResolvedPlan,
+    rw: &crate::task::ResolvedWorkload,
+) -> Vec<WorkloadLaunch> {
+    let buffers: HashMap<&str, (&Vec<i64>, Dtype)> = rp
+        .buffers
+        .iter()
+        .map(|b| (b.name.as_str(), (&b.shape, b.dtype)))
+        .collect();
+    let tensor = |n: &str| -> Option<(i64, Dtype)> {
+        if let (Some(s), Some(d)) = (rw.shapes.get(n), rw.dtypes.get(n)) {
+            return Some((s.iter().product(), *d));
+        }
+        buffers.get(n).map(|(s, d)| (s.iter().product(), *d))
+    };
+    let mut out = Vec::new();
+    for l in &rp.launches {
+        let plan_index = c
+            .plan
+            .launch
+            .iter()
+            .position(|p| p.kernel == l.kernel && p.inputs == l.inputs && p.outputs == l.outputs)
+            .unwrap_or(0);
+        let mut inputs = Vec::new();
+        for n in &l.inputs {
+            let (elements, dtype) = tensor(n).unwrap_or((i64::MAX, Dtype::Float32));
+            inputs.push(Input::Array {
+                name: n.clone(),
+                dtype,
+                elements: Some(elements),
+            });
+        }
+        inputs.extend(
+            l.scalar_names
+                .iter()
+                .map(|n| Input::Scalar { name: n.clone() }),
+        );
+        let outputs = l
+            .outputs
+            .iter()
+            .map(|n| (n.clone(), tensor(n).map(|t| t.1).unwrap_or(Dtype::Float32)))
+            .collect();
+        let spec = KernelSpec {
+            name: l.kernel.clone(),
+            inputs,
+            outputs,
+            atomic_outputs: l.atomic_outputs,
+            template_ints: l.template.clone().unwrap_or_default().into_iter().collect(),
+            template_types: l
+                .type_args
+                .iter()
+                .map(|(k, d)| (k.clone(), d.parse().unwrap_or(Dtype::Float32)))
+                .collect(),
+        };
+        let most_elements = l
+            .inputs
+            .iter()
+            .chain(&l.outputs)
+            .filter_map(|n| tensor(n).map(|t| t.0))
+            .max();
+        out.push(WorkloadLaunch {
+            plan_index,
+            spec,
+            grid: l.grid.clone(),
+            threadgroup: l.threadgroup.clone(),
+            most_elements,
+        });
+    }
+    out
+}
+
 /// Checks a loaded candidate (an `mlx-metal` plan; other targets have nothing to check: no findings).
 pub fn check_loaded(c: &Candidate, task: Option<&Task>) -> Result<Vec<Finding>, CheckError> {
     if c.plan.target != Target::MlxMetal {
@@ -669,70 +754,15 @@ fn check_with(
                         continue;
                     }
                 };
-                let buffers: HashMap<&str, (&Vec<i64>, Dtype)> = rp
-                    .buffers
-                    .iter()
-                    .map(|b| (b.name.as_str(), (&b.shape, b.dtype)))
-                    .collect();
-                let tensor = |n: &str| -> Option<(i64, Dtype)> {
-                    if let (Some(s), Some(d)) = (rw.shapes.get(n), rw.dtypes.get(n)) {
-                        return Some((s.iter().product(), *d));
-                    }
-                    buffers.get(n).map(|(s, d)| (s.iter().product(), *d))
-                };
-                for l in &rp.launches {
-                    // The plan's launch this one resolves (a plan may leave launches out for a workload).
-                    let li = c
-                        .plan
-                        .launch
-                        .iter()
-                        .position(|p| {
-                            p.kernel == l.kernel && p.inputs == l.inputs && p.outputs == l.outputs
-                        })
-                        .unwrap_or(0);
-                    let mut inputs = Vec::new();
-                    for n in &l.inputs {
-                        let (elements, dtype) = tensor(n).unwrap_or((i64::MAX, Dtype::Float32));
-                        inputs.push(Input::Array {
-                            name: n.clone(),
-                            dtype,
-                            elements: Some(elements),
-                        });
-                    }
-                    inputs.extend(
-                        l.scalar_names
-                            .iter()
-                            .map(|n| Input::Scalar { name: n.clone() }),
-                    );
-                    let outputs = l
-                        .outputs
-                        .iter()
-                        .map(|n| (n.clone(), tensor(n).map(|t| t.1).unwrap_or(Dtype::Float32)))
-                        .collect();
-                    let spec = KernelSpec {
-                        name: l.kernel.clone(),
-                        inputs,
-                        outputs,
-                        atomic_outputs: l.atomic_outputs,
-                        template_ints: l.template.clone().unwrap_or_default().into_iter().collect(),
-                        template_types: l
-                            .type_args
-                            .iter()
-                            .map(|(k, d)| (k.clone(), d.parse().unwrap_or(Dtype::Float32)))
-                            .collect(),
-                    };
+                for wl in workload_launches(c, &rp, &rw) {
+                    let li = wl.plan_index;
                     let info = LaunchInfo {
-                        threadgroup: l.threadgroup.clone(),
+                        threadgroup: wl.threadgroup.clone(),
                         overshoot: overshoot(li).or_else(|| {
                             // More threads than elements in any tensor of the launch: some threads
                             // have nothing to do and must be kept off the buffers.
-                            let threads: i64 = l.grid.as_ref()?.iter().product();
-                            let most = l
-                                .inputs
-                                .iter()
-                                .chain(&l.outputs)
-                                .filter_map(|n| tensor(n).map(|t| t.0))
-                                .max()?;
+                            let threads: i64 = wl.grid.as_ref()?.iter().product();
+                            let most = wl.most_elements?;
                             (threads > most).then(|| {
                                 format!(
                                     "{threads} threads for at most {most} elements in workload `{}`",
@@ -742,7 +772,7 @@ fn check_with(
                         }),
                         plan_at: plan_at(li),
                     };
-                    jobs.push((spec, info));
+                    jobs.push((wl.spec, info));
                 }
             }
         }
