@@ -916,8 +916,18 @@ pub fn translate(src: &str, stem: &str, target: Target) -> Translation {
     let mut header = String::new();
     let mut device_lines = 0;
     let mut top: Vec<Node> = Vec::new();
-    for c in children(root) {
-        if c.kind() == "linkage_specification" {
+    // File-scope items, with those of `extern "C" { }` blocks and namespaces flattened (one level deep
+    // at a time, so nested namespaces work too).
+    let mut pending: Vec<Node> = children(root);
+    pending.reverse();
+    while let Some(c) = pending.pop() {
+        if c.kind() == "namespace_definition" {
+            if let Some(b) = c.child_by_field_name("body") {
+                let mut inner = children(b);
+                inner.reverse();
+                pending.extend(inner);
+            }
+        } else if c.kind() == "linkage_specification" {
             if let Some(b) = c.child_by_field_name("body") {
                 if b.kind() == "declaration_list" {
                     top.extend(children(b));
@@ -964,11 +974,11 @@ pub fn translate(src: &str, stem: &str, target: Target) -> Translation {
                 if metal {
                     // CUDA function qualifiers before the parameter list; Metal helpers are plain inline functions.
                     let cut = s.find('(').unwrap_or(0);
-                    let head: Vec<&str> = s[..cut]
-                        .split(' ')
+                    let head: String = s[..cut]
+                        .split_inclusive(char::is_whitespace)
                         .filter(|w| {
                             !matches!(
-                                *w,
+                                w.trim(),
                                 "__device__"
                                     | "__host__"
                                     | "__forceinline__"
@@ -980,7 +990,7 @@ pub fn translate(src: &str, stem: &str, target: Target) -> Translation {
                             )
                         })
                         .collect();
-                    s = format!("{}{}", head.join(" "), &s[cut..]);
+                    s = format!("{head}{}", &s[cut..]);
                     if !s.trim_start().starts_with("inline")
                         && !s.trim_start().starts_with("template")
                     {

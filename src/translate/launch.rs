@@ -50,9 +50,16 @@ pub(crate) fn host_launches(
         else {
             continue;
         };
-        let Some(f) = call.child_by_field_name("function") else {
+        let Some(mut f) = call.child_by_field_name("function") else {
             continue;
         };
+        // ns::kernel<T><<<...>>>: the last part of a qualified name.
+        while f.kind() == "qualified_identifier" {
+            match f.child_by_field_name("name") {
+                Some(n) => f = n,
+                None => break,
+            }
+        }
         let (name, targs) = match f.kind() {
             "template_function" => (
                 f.child_by_field_name("name")
