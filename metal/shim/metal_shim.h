@@ -16,6 +16,7 @@
 #define ray_data
 #define object_data
 #define kernel
+#define METAL_FUNC inline __attribute__((always_inline))
 #define vertex
 #define fragment
 
