@@ -1073,8 +1073,11 @@ fn rewrite(
                         out[i] = String::new();
                         bump(counts, "address space");
                     } else if name == "constant" || name == "threadgroup" {
-                        let stmt_start = matches!(prev, "" | ";" | "{" | "}")
-                            || (j > 0 && toks[sig[j - 1]].kind == Kind::Preproc);
+                        // `static` may come first (`static constant float table[] = ...` in a header)
+                        let k = if prev == "static" { j - 1 } else { j };
+                        let before = if k > 0 { text(k - 1) } else { "" };
+                        let stmt_start = matches!(before, "" | ";" | "{" | "}")
+                            || (k > 0 && toks[sig[k - 1]].kind == Kind::Preproc);
                         if stmt_start && !declares_pointer(&sig, &toks, j + 1) {
                             out[i] = if name == "threadgroup" {
                                 "__shared__".into()
@@ -1083,7 +1086,12 @@ fn rewrite(
                             };
                             bump(counts, "threadgroup memory");
                         } else {
-                            out[i] = String::new();
+                            // constant memory is read-only: the pointee stays const
+                            out[i] = if name == "constant" && prev != "const" && next != "const" {
+                                "const".into()
+                            } else {
+                                String::new()
+                            };
                             bump(counts, "address space");
                         }
                     } else if name == "using"
@@ -1351,6 +1359,28 @@ mod tests {
         assert_eq!(
             o,
             "__shared__ float s[32];\n float* p = ( float*)s;\nconst  T* x0 = x;\n"
+        );
+    }
+
+    #[test]
+    fn program_scope_constant_tables() {
+        let fns = BTreeSet::new();
+        let c = Ctx {
+            scalars: &[],
+            user_fns: &fns,
+            is_body: false,
+        };
+        let out = rewrite(
+            "constant float w[2] = {1, 2};\nstatic constant int n[1] = {3};\ninline float f(constant float* p) { return p[0]; }\n",
+            "h.metal",
+            &c,
+            &mut BTreeMap::new(),
+            &mut BTreeSet::new(),
+        )
+        .unwrap();
+        assert_eq!(
+            out,
+            "__constant__ float w[2] = {1, 2};\nstatic __constant__ int n[1] = {3};\ninline float f(const float* p) { return p[0]; }\n"
         );
     }
 
