@@ -157,7 +157,7 @@ template <typename T> struct numeric_limits {
 // ---- vectors -----------------------------------------------------------------------------------------
 template <typename T, int N> struct vec;
 template <typename T, int N> struct packed_vec;
-template <typename T, int M, int... I> struct swz;
+template <typename T, int M, int... I> struct ks_swz;
 
 // The vector type an operand stands for: a vector, a swizzle or a packed vector.
 template <typename X> struct ks_vof { static constexpr bool ok = false; };
@@ -165,7 +165,7 @@ template <typename T, int N> struct ks_vof<vec<T, N>> {
   static constexpr bool ok = true;
   typedef vec<T, N> type;
 };
-template <typename T, int M, int... I> struct ks_vof<swz<T, M, I...>> {
+template <typename T, int M, int... I> struct ks_vof<ks_swz<T, M, I...>> {
   static constexpr bool ok = true;
   typedef vec<T, int(sizeof...(I))> type;
 };
@@ -174,15 +174,15 @@ template <typename T, int N> struct ks_vof<packed_vec<T, N>> {
   typedef vec<T, N> type;
 };
 // A swizzle such as `v.xz`: reads as a vector, assigns from one.
-template <typename T, int M, int... I> struct swz {
+template <typename T, int M, int... I> struct ks_swz {
   T ks_storage_[M];
   operator vec<T, int(sizeof...(I))>() const;
-  swz& operator=(const vec<T, int(sizeof...(I))>& v);
-  template <typename S, typename = enable_if_t<is_scalar_v<S>>> swz& operator=(S s);
-  swz& operator+=(const vec<T, int(sizeof...(I))>& v);
-  swz& operator-=(const vec<T, int(sizeof...(I))>& v);
-  swz& operator*=(const vec<T, int(sizeof...(I))>& v);
-  swz& operator/=(const vec<T, int(sizeof...(I))>& v);
+  ks_swz& operator=(const vec<T, int(sizeof...(I))>& v);
+  template <typename S, typename = enable_if_t<is_scalar_v<S>>> ks_swz& operator=(S s);
+  ks_swz& operator+=(const vec<T, int(sizeof...(I))>& v);
+  ks_swz& operator-=(const vec<T, int(sizeof...(I))>& v);
+  ks_swz& operator*=(const vec<T, int(sizeof...(I))>& v);
+  ks_swz& operator/=(const vec<T, int(sizeof...(I))>& v);
   T operator[](int i) const;
 };
 
@@ -199,7 +199,7 @@ template <typename T, int M, int... I> struct swz {
 // A swizzle shorter than its vector is a plain vector member (so `auto p = v.xy; p.x` works); the others
 // (same length or longer, whose vector type is not complete yet) are proxies.
 template <typename T, int M, int... I>
-using ks_swz_t = conditional_t<(int(sizeof...(I)) < M), vec<T, int(sizeof...(I))>, swz<T, M, I...>>;
+using ks_swz_t = conditional_t<(int(sizeof...(I)) < M), vec<T, int(sizeof...(I))>, ks_swz<T, M, I...>>;
 #define KS_SW2(M, a, b) ks_swz_t<T, M, KS_IX(a), KS_IX(b)> a##b;
 #define KS_SW3(M, a, b, c) ks_swz_t<T, M, KS_IX(a), KS_IX(b), KS_IX(c)> a##b##c;
 #define KS_SW4(M, a, b, c, d) ks_swz_t<T, M, KS_IX(a), KS_IX(b), KS_IX(c), KS_IX(d)> a##b##c##d;
