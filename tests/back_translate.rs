@@ -473,3 +473,17 @@ fn expert_and_naive_seeds_agree_once_back_translated() {
     let out = run_cpu_driver("seeds_agree.cpp", generated.path());
     assert!(out.contains("back-translations agree"), "{out}");
 }
+
+#[test]
+fn attention_expert_and_naive_agree_once_back_translated() {
+    let generated = tempfile::tempdir().unwrap();
+    for seed in ["naive", "expert"] {
+        back_translate_into(
+            &repo().join(format!("tasks/attention/seeds/mlx-metal/{seed}")),
+            generated.path(),
+            &format!("attention-{seed}"),
+        );
+    }
+    let out = run_cpu_driver("attention_agree.cpp", generated.path());
+    assert!(out.contains("back-translations agree"), "{out}");
+}
