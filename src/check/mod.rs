@@ -511,15 +511,36 @@ pub fn check_source(src: &str, file: &str) -> Result<Vec<Finding>, CheckError> {
             .map(|t| t.text.clone())
             .collect();
         if !flow.guarded && !sizes.is_empty() && !flow.varying.is_empty() {
+            // A size the body never reads was meant for a guard: that is an error; one used
+            // otherwise (a row length, say) may be fine with an exact grid.
+            let body = &toks[k.body.0..k.body.1];
+            let unused: Vec<&String> = sizes
+                .iter()
+                .filter(|n| !body.iter().any(|t| t.text == **n))
+                .collect();
+            let (sev, what) = if unused.is_empty() {
+                (Severity::Warning, sizes.join(", "))
+            } else {
+                (
+                    Severity::Error,
+                    format!(
+                        "{} (never read)",
+                        unused
+                            .iter()
+                            .map(|s| s.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                )
+            };
             out.push(rules::finding(
                 "M062",
-                Severity::Warning,
+                sev,
                 file,
                 k.line,
                 format!(
-                    "`{}` takes the size {} but compares no thread index with it: unless the grid matches the data exactly, threads past the end read and write out of bounds",
-                    k.name,
-                    sizes.join(", ")
+                    "`{}` takes the size {what} but compares no thread index with it: unless the grid matches the data exactly, threads past the end read and write out of bounds; guard with `if (gid >= n) return;`",
+                    k.name
                 ),
             ));
         }

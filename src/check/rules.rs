@@ -1119,6 +1119,7 @@ pub fn kernel_signature(file: &str, f: &Function, out: &mut Vec<Finding>) {
         ));
     }
     let mut buffers: BTreeMap<String, usize> = BTreeMap::new();
+    let mut attrs: BTreeMap<String, usize> = BTreeMap::new();
     for p in &f.params {
         let Some(open) = p.windows(2).position(|w| w[0].is("[") && w[1].is("[")) else {
             if p.iter().any(|t| t.is("*"))
@@ -1200,6 +1201,32 @@ pub fn kernel_signature(file: &str, f: &Function, out: &mut Vec<Finding>) {
                     ),
                 ));
             }
+            if let Some(prev) = attrs.insert(attr.to_string(), line) {
+                out.push(err(
+                    "M026",
+                    file,
+                    line,
+                    format!("[[{attr}]] is given twice (also on line {prev}): each attribute can be bound once"),
+                ));
+            }
+        } else if ![
+            "threadgroup",
+            "texture",
+            "sampler",
+            "stage_in",
+            "payload",
+            "function_constant",
+        ]
+        .contains(&attr)
+        {
+            out.push(err(
+                "M028",
+                file,
+                line,
+                format!(
+                    "`{name}` has the attribute [[{attr}]], which is not a Metal kernel argument attribute (buffer(n), threadgroup(n), or a thread attribute such as thread_position_in_grid)"
+                ),
+            ));
         }
     }
 }
