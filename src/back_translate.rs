@@ -100,6 +100,7 @@ pub fn back_translate(
     let mut kernels = Vec::new();
     let mut notes = Vec::new();
     let mut headers_done: BTreeMap<String, String> = BTreeMap::new();
+    let mut header_names: BTreeMap<String, String> = BTreeMap::new();
 
     for (ki, k) in c.plan.kernel.iter().enumerate() {
         // The scalars of every launch of this kernel must agree: they become `name[0]` in one body.
@@ -205,8 +206,19 @@ pub fn back_translate(
         }
 
         // The header: prelude, then the user's header rewritten (shared between kernels).
+        // One output header per source header (`a.h` -> `a.cuh`; `a.h.cuh` if another header took `a.cuh`).
         let header_name = match &k.header {
-            Some(h) => format!("{}.cuh", stem(h)),
+            Some(h) => match header_names.get(h) {
+                Some(n) => n.clone(),
+                None => {
+                    let mut n = format!("{}.cuh", stem(h));
+                    if header_names.values().any(|v| *v == n) || n == PRELUDE_FILE {
+                        n = format!("{h}.cuh");
+                    }
+                    header_names.insert(h.clone(), n.clone());
+                    n
+                }
+            },
             None => PRELUDE_FILE.to_string(),
         };
         if !headers_done.contains_key(&header_name) {

@@ -487,3 +487,46 @@ fn attention_expert_and_naive_agree_once_back_translated() {
     let out = run_cpu_driver("attention_agree.cpp", generated.path());
     assert!(out.contains("back-translations agree"), "{out}");
 }
+
+#[test]
+fn headers_with_the_same_stem_stay_apart() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("two");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("plan.toml"),
+        r#"name = "two"
+target = "mlx-metal"
+[[kernel]]
+name = "k1"
+source = "k1.metal"
+header = "a.h"
+[[kernel]]
+name = "k2"
+source = "k2.metal"
+header = "a.metal"
+[[launch]]
+kernel = "k1"
+outputs = ["y"]
+grid = ["32", "1", "1"]
+threadgroup = ["32", "1", "1"]
+[[launch]]
+kernel = "k2"
+outputs = ["y"]
+grid = ["32", "1", "1"]
+threadgroup = ["32", "1", "1"]
+"#,
+    )
+    .unwrap();
+    std::fs::write(dir.join("a.h"), "inline float one() { return 1.0f; }\n").unwrap();
+    std::fs::write(dir.join("a.metal"), "inline float two() { return 2.0f; }\n").unwrap();
+    for k in ["k1", "k2"] {
+        std::fs::write(dir.join(format!("{k}.metal")), "y[0] = 0.0f;\n").unwrap();
+    }
+    let bt = back_translate_dir(&dir).unwrap();
+    let h1 = bt.candidate.plan.kernel[0].header.clone().unwrap();
+    let h2 = bt.candidate.plan.kernel[1].header.clone().unwrap();
+    assert_ne!(h1, h2);
+    assert!(bt.candidate.files[&h1].contains("one()"));
+    assert!(bt.candidate.files[&h2].contains("two()"));
+}
