@@ -470,6 +470,10 @@ impl<'a> Rw<'a> {
                 Some(r.to_string())
             }
             "type_qualifier" if self.metal() => match t {
+                "volatile" => {
+                    self.note("T027", line(n), String::new());
+                    None
+                }
                 "__restrict__" | "__restrict" => Some(String::new()),
                 "__shared__" => Some("threadgroup".into()),
                 _ => None,
@@ -759,10 +763,7 @@ impl<'a> Rw<'a> {
                 .collect();
             let qualifiers: Vec<String> = children(n)
                 .into_iter()
-                .filter(|c| {
-                    c.kind() == "type_qualifier"
-                        && !matches!(text(*c, src), "__shared__" | "volatile")
-                })
+                .filter(|c| c.kind() == "type_qualifier" && !matches!(text(*c, src), "__shared__"))
                 .map(|c| text(c, src).to_string())
                 .collect();
             let q = if qualifiers.is_empty() {
