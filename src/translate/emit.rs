@@ -946,6 +946,7 @@ pub fn translate(src: &str, stem: &str, target: Target) -> Translation {
     } else {
         BTreeMap::new()
     };
+    let mut body_macros: Vec<(String, String)> = Vec::new();
     for c in top.iter().copied() {
         let t = text(c, src);
         let func = if c.kind() == "function_definition" {
@@ -1027,8 +1028,27 @@ pub fn translate(src: &str, stem: &str, target: Target) -> Translation {
                 }
             }
             "preproc_def" | "preproc_function_def" => {
-                header.push_str(t.trim_end());
-                header.push('\n');
+                let uses_builtins = [
+                    "threadIdx",
+                    "blockIdx",
+                    "blockDim",
+                    "gridDim",
+                    "__syncthreads",
+                ]
+                .iter()
+                .any(|b| t.contains(b));
+                if metal && uses_builtins {
+                    // MLX adds a thread attribute to the signature only if the body names it, so a macro
+                    // built on CUDA indices goes, translated, to the top of the kernels that use it.
+                    let name = c
+                        .child_by_field_name("name")
+                        .map(|n| text(n, src).to_string())
+                        .unwrap_or_default();
+                    body_macros.push((name, metal_macro(t.trim_end())));
+                } else {
+                    header.push_str(t.trim_end());
+                    header.push('\n');
+                }
             }
             "declaration" => {
                 let is_device_var = t.contains("__constant__") || t.contains("__device__");
@@ -1242,6 +1262,12 @@ pub fn translate(src: &str, stem: &str, target: Target) -> Translation {
             *blocked.entry(kname.clone()).or_default() += v;
         }
         diags.append(&mut rw.diags);
+        for (name, def) in &body_macros {
+            if contains_word(&rendered, name) {
+                prologue.push_str(def);
+                prologue.push('\n');
+            }
+        }
         rendered = format!("{prologue}{}", strip_braces(&rendered));
         let live: String = rendered
             .lines()
@@ -1760,4 +1786,44 @@ fn declared_name(d: Node, src: &str) -> Option<String> {
         }
         _ => None,
     }
+}
+
+/// A macro's text with CUDA's index built-ins and barrier spelled the MLX Metal way.
+fn metal_macro(t: &str) -> String {
+    let mut out = t.to_string();
+    for axis in ["x", "y", "z"] {
+        for (from, to) in [
+            (
+                format!("blockIdx.{axis} * blockDim.{axis} + threadIdx.{axis}"),
+                format!("thread_position_in_grid.{axis}"),
+            ),
+            (
+                format!("threadIdx.{axis} + blockIdx.{axis} * blockDim.{axis}"),
+                format!("thread_position_in_grid.{axis}"),
+            ),
+            (
+                format!("blockDim.{axis} * gridDim.{axis}"),
+                format!("threads_per_grid.{axis}"),
+            ),
+            (
+                format!("gridDim.{axis} * blockDim.{axis}"),
+                format!("threads_per_grid.{axis}"),
+            ),
+        ] {
+            out = out.replace(&from, &to);
+        }
+    }
+    for (from, to) in [
+        ("threadIdx", "thread_position_in_threadgroup"),
+        ("blockIdx", "threadgroup_position_in_grid"),
+        ("blockDim", "threads_per_threadgroup"),
+        ("gridDim", "threadgroups_per_grid"),
+        (
+            "__syncthreads()",
+            "threadgroup_barrier(mem_flags::mem_threadgroup)",
+        ),
+    ] {
+        out = out.replace(from, to);
+    }
+    out
 }
