@@ -128,6 +128,33 @@ KSBT_VASSIGN(float2, float) KSBT_VASSIGN(float3, float) KSBT_VASSIGN(float4, flo
 KSBT_VASSIGN(int2, int) KSBT_VASSIGN(int3, int) KSBT_VASSIGN(int4, int)
 KSBT_VASSIGN(uint2, uint) KSBT_VASSIGN(uint3, uint) KSBT_VASSIGN(uint4, uint)
 
+// ---- half / bfloat with float: Metal computes in float; CUDA finds `h * 2.0f` ambiguous -----------------
+// Templates restricted to float and double operands: better matches than CUDA's (__half, __half) operators,
+// and never a redefinition of any operator a CUDA or MLX header may declare.
+template <class F> struct ksbt_real {};
+template <> struct ksbt_real<float> { typedef float type; typedef bool test; };
+template <> struct ksbt_real<double> { typedef float type; typedef bool test; };
+#define KSBT_HALF_FLOAT_OP(H, TOF, OP)                                                                       \
+  template <class F> __device__ inline typename ksbt_real<F>::type operator OP(H a, F b) {                 \
+    return TOF(a) OP float(b);                                                                              \
+  }                                                                                                         \
+  template <class F> __device__ inline typename ksbt_real<F>::type operator OP(F a, H b) {                 \
+    return float(a) OP TOF(b);                                                                              \
+  }
+#define KSBT_HALF_FLOAT_CMP(H, TOF, OP)                                                                      \
+  template <class F> __device__ inline typename ksbt_real<F>::test operator OP(H a, F b) {                 \
+    return TOF(a) OP float(b);                                                                              \
+  }                                                                                                         \
+  template <class F> __device__ inline typename ksbt_real<F>::test operator OP(F a, H b) {                 \
+    return float(a) OP TOF(b);                                                                              \
+  }
+#define KSBT_HALF_FLOAT(H, TOF)                                                                              \
+  KSBT_HALF_FLOAT_OP(H, TOF, +) KSBT_HALF_FLOAT_OP(H, TOF, -) KSBT_HALF_FLOAT_OP(H, TOF, *)                   \
+  KSBT_HALF_FLOAT_OP(H, TOF, /) KSBT_HALF_FLOAT_CMP(H, TOF, <) KSBT_HALF_FLOAT_CMP(H, TOF, >)                 \
+  KSBT_HALF_FLOAT_CMP(H, TOF, <=) KSBT_HALF_FLOAT_CMP(H, TOF, >=)
+KSBT_HALF_FLOAT(__half, __half2float)
+KSBT_HALF_FLOAT(__nv_bfloat16, __bfloat162float)
+
 namespace ksbt {
 
 // ---- vector traits, constructors (`float4(a, b, c, d)` becomes `ksbt::make_float4(a, b, c, d)`), swizzles --
