@@ -280,6 +280,7 @@ impl<'a> Rw<'a> {
                 } else if NO_METAL_MATH.contains(&name.as_str())
                     || name.starts_with("__")
                         && !rules().metal_functions.contains_key(&name)
+                        && !rules().metal_operators.contains_key(&name)
                         && !matches!(
                             name.as_str(),
                             "__syncthreads"
@@ -714,6 +715,10 @@ impl<'a> Rw<'a> {
                 let mut rendered: Vec<String> = a.iter().map(|x| self.render(*x)).collect();
                 rendered.extend(self.helper_attrs[c].iter().cloned());
                 format!("{}({})", self.render(f), rendered.join(", "))
+            }
+            c if rules().metal_operators.contains_key(c) && a.len() == 2 => {
+                let op = &rules().metal_operators[c];
+                format!("({} {op} {})", r(self, 0), r(self, 1))
             }
             c => {
                 let m = rules().metal_functions.get(c)?;

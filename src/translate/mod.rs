@@ -80,6 +80,7 @@ pub struct CodeInfo {
 pub struct Rules {
     pub code: Vec<CodeInfo>,
     pub metal_functions: BTreeMap<String, String>,
+    pub metal_operators: BTreeMap<String, String>,
     pub concepts: BTreeMap<String, Vec<String>>,
 }
 
