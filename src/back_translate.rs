@@ -118,12 +118,23 @@ pub fn back_translate(
             )));
         }
         let mut scalars: Vec<String> = scalar_lists.into_iter().next().unwrap_or_default();
-        let header_text = k.header.as_ref().map(|h| c.files[h].clone());
+        let file_of = |name: &str| {
+            c.files.get(name).ok_or_else(|| {
+                plan_err(format!(
+                    "kernel `{}`: its file `{name}` is not in the candidate",
+                    k.name
+                ))
+            })
+        };
+        let header_text = match &k.header {
+            Some(h) => Some(file_of(h)?.clone()),
+            None => None,
+        };
         let user_fns: BTreeSet<String> = header_text
             .as_deref()
             .map(defined_functions)
             .unwrap_or_default();
-        let body_src = &c.files[&k.source];
+        let body_src = file_of(&k.source)?;
         let body_idents = identifiers(body_src);
 
         // Threads outside the Metal grid: only when the grid is not provably whole threadgroups.
