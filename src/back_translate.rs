@@ -99,6 +99,11 @@ pub fn back_translate(
     let mut files = BTreeMap::new();
     let mut kernels = Vec::new();
     let mut notes = Vec::new();
+    // Messages name kernel files by their path next to the plan.
+    let in_dir = |name: &str| match Path::new(plan_file).parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.join(name).display().to_string(),
+        _ => name.to_string(),
+    };
     let mut headers_done: BTreeMap<String, String> = BTreeMap::new();
     let mut header_names: BTreeMap<String, String> = BTreeMap::new();
 
@@ -240,7 +245,7 @@ pub fn back_translate(
                 let mut counts = BTreeMap::new();
                 let rewritten = rewrite(
                     src,
-                    h,
+                    &in_dir(h),
                     &Ctx {
                         scalars: &[],
                         user_fns: &user_fns,
@@ -258,7 +263,7 @@ pub fn back_translate(
         let mut attrs = BTreeSet::new();
         let body = rewrite(
             body_src,
-            &k.source,
+            &in_dir(&k.source),
             &Ctx {
                 scalars: &scalars,
                 user_fns: &user_fns,
