@@ -2,7 +2,9 @@
 # Back-translation on the H200 (issue 5): every shipped mlx-metal seed (tasks/*/seeds/mlx-metal/*) is
 # rewritten into the MLX-CUDA dialect by `ksearch back-translate` and evaluated against its task's reference
 # with `ksearch eval --target mlx-cuda`, so the logic of each Metal kernel is checked without a Mac.
-# Run on the device machine with MLX staged (as for bench/h200.sh) and the release binary in .device/bin/.
+# Run on the device machine with MLX staged (as for bench/h200.sh) and the release binary carried as
+# .device/binz/ksearch.gz (preferred: .device/mlx-b plus an unpacked binary exceed a call's 64 MiB) or in
+# .device/bin/.
 # Result: $OUT/back_translate.json = {machine, versions, date, seeds: [one object per seed, with its kernels,
 # the commands, and the status of every workload]}; the log in $OUT/back_translate.log.
 # Knobs: CHECKS (fresh random inputs per workload, default 2), TIMING (seconds of timing per workload,
@@ -13,17 +15,21 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH=/root/mlx-site${PYTHONPATH:+:$PYTHONPATH}
-bin=${KSEARCH_BIN:-.device/bin/ksearch}
+bin=${KSEARCH_BIN:-}
+if [ -z "$bin" ]; then
+  if [ -f .device/binz/ksearch.gz ]; then
+    # the binary travels gzipped when MLX's two halves leave too little room in a call's carry
+    bin=/tmp/ksearch-bt && gzip -dc .device/binz/ksearch.gz > "$bin" && chmod +x "$bin"
+  else
+    bin=.device/bin/ksearch
+  fi
+fi
 out=${OUT:-/tmp/ksearch-out}
 checks=${CHECKS:-2}
 timing=${TIMING:-0.3}
 only=${ONLY:-.}
 jobs=${JOBS:-8}           # seeds evaluated side by side (the timings mean nothing here; the statuses do)
 per_seed=${PER_SEED_S:-480}  # deadline of one seed's evaluation
-if [ ! -x "$bin" ] && [ -f .device/binz/ksearch.gz ]; then
-  # the binary travels gzipped when MLX's two halves leave too little room in a call's carry
-  mkdir -p "$(dirname "$bin")" && gzip -dc .device/binz/ksearch.gz > "$bin" && chmod +x "$bin"
-fi
 mkdir -p "$out"
 work=$(mktemp -d)
 log="$out/back_translate.log"
