@@ -955,7 +955,7 @@ fn analyze_kernel(
         .iter()
         .filter(|s| !s.dynamic)
         .try_fold(0u64, |acc, s| s.bytes.map(|b| acc + b));
-    let guards = find_guards(body, src, &params);
+    let guards = find_guards(body, src, &params, consts);
     let mut k = KernelAnalysis {
         name,
         line: line(f),
@@ -1119,7 +1119,12 @@ fn in_alias_init(n: Node, src: &str, aliases: &BTreeMap<String, String>) -> bool
 
 /// Scalars an index is compared against: `i < n` where `i` is a global id (or a variable set from one),
 /// or `blockIdx.a < rows`, `row >= rows` with `row = blockIdx.a`.
-fn find_guards(body: Node, src: &str, params: &[Param]) -> BTreeMap<usize, String> {
+fn find_guards(
+    body: Node,
+    src: &str,
+    params: &[Param],
+    consts: &BTreeMap<String, i64>,
+) -> BTreeMap<usize, String> {
     let scalars: BTreeSet<&str> = params
         .iter()
         .filter(|p| !p.pointer)
@@ -1179,13 +1184,18 @@ fn find_guards(body: Node, src: &str, params: &[Param]) -> BTreeMap<usize, Strin
                     _ => continue,
                 };
                 let bound = strip_parens(bound);
-                if bound.kind() == "identifier"
-                    && scalars.contains(text(bound, src))
+                // A scalar parameter, or a constant (`#define N 4096`, a literal) standing for one.
+                let extent = if bound.kind() == "identifier" && scalars.contains(text(bound, src)) {
+                    Some(text(bound, src).to_string())
+                } else {
+                    eval(bound, src, consts)
+                        .filter(|v| *v > 0)
+                        .map(|v| v.to_string())
+                };
+                if let Some(e) = extent
                     && let Some(a) = axis_of(idx, &vars)
                 {
-                    guards
-                        .entry(a)
-                        .or_insert_with(|| text(bound, src).to_string());
+                    guards.entry(a).or_insert(e);
                 }
             }
             _ => {}

@@ -1594,6 +1594,13 @@ fn launch_shape(
             (None, _) => tg[ax].clone(),
         };
     }
+    let grid = grid.map(|e| {
+        crate::expr::Expr::parse(&e)
+            .ok()
+            .and_then(|x| x.eval_int(&crate::expr::Env::new()).ok())
+            .map(|v| v.to_string())
+            .unwrap_or(e)
+    });
     let how = format!(
         "assumed grid [{}], threadgroup [{}] (no <<<...>>> launch in the file)",
         grid.join(", "),
