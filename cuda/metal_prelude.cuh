@@ -359,17 +359,23 @@ template <> struct numeric_limits<uint> {
   __device__ static constexpr uint min() { return 0u; }
   __device__ static constexpr uint lowest() { return 0u; }
 };
+// A constant-expression infinity: NVRTC has no __builtin_huge_valf but folds 1/0; host compilers the reverse.
+#if defined(__CUDACC_RTC__)
+#define KSBT_INF (1.0f / 0.0f)
+#else
+#define KSBT_INF __builtin_huge_valf()
+#endif
 template <class T> struct Limits;
 template <> struct Limits<float> {
-  static constexpr float max = __builtin_huge_valf(), min = -__builtin_huge_valf();
+  static constexpr float max = KSBT_INF, min = -KSBT_INF;
   static constexpr float finite_max = 3.402823466e+38f, finite_min = -3.402823466e+38f;
 };
 template <> struct Limits<__half> {
-  static constexpr float max = __builtin_huge_valf(), min = -__builtin_huge_valf();
+  static constexpr float max = KSBT_INF, min = -KSBT_INF;
   static constexpr float finite_max = 65504.0f, finite_min = -65504.0f;
 };
 template <> struct Limits<__nv_bfloat16> {
-  static constexpr float max = __builtin_huge_valf(), min = -__builtin_huge_valf();
+  static constexpr float max = KSBT_INF, min = -KSBT_INF;
   static constexpr float finite_max = 3.38953139e+38f, finite_min = -3.38953139e+38f;
 };
 template <> struct Limits<int> {
