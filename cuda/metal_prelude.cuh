@@ -600,14 +600,17 @@ __device__ inline uint sg_lane_of(uint r, uint c) {
   // invert sg_row / sg_col: r = 4*b2 + (l/2 % 4), c = 4*b1 + 2*b0 (+1), with l = 16*b2 + 8*b1 + 2*(r%4) + b0
   return ((r / 4u) << 4) | ((c / 4u) << 3) | ((r % 4u) << 1) | ((c / 2u) % 2u);
 }
+// A lane's two elements, readable as [0] / [1] and .x / .y like Metal's vec<T, 2>.
+template <class T> struct pair2 {
+  T x, y;
+  __device__ T& operator[](int i) { return i ? y : x; }
+  __device__ const T& operator[](int i) const { return i ? y : x; }
+};
 template <class T, int R = 8, int C = 8> struct simdgroup_matrix {
   static_assert(R == 8 && C == 8, "only 8x8 simdgroup matrices exist before M5");
-  T e[2];
-  struct elems {
-    T* p;
-    __device__ T& operator[](int i) { return p[i]; }
-  };
-  __device__ elems thread_elements() { return {e}; }
+  pair2<T> e;
+  __device__ pair2<T>& thread_elements() { return e; }
+  __device__ const pair2<T>& thread_elements() const { return e; }
 };
 typedef simdgroup_matrix<float, 8, 8> simdgroup_float8x8;
 typedef simdgroup_matrix<__half, 8, 8> simdgroup_half8x8;

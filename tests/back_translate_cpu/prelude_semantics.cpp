@@ -35,7 +35,7 @@ int main() {
     check("ids", i, o[10], float(w * 100 + l));
     check("rot", i, o[11], 2.0f * xs[(l + 1) % 32]);
   }
-  std::vector<float> A(64), B(64), C(128), D(64), E(64), F(64);
+  std::vector<float> A(64), B(64), C(128), D(64), E(64), F(128);
   for (int i = 0; i < 64; ++i) { A[i] = float(i % 7) - 3; B[i] = float((i * 5) % 11) - 5; }
   for (int i = 0; i < 128; ++i) C[i] = float(i % 13);
   cpu_launch({32, 1, 1}, {32, 1, 1}, [&] { mlx::core::cu::mma_k(A.data(), B.data(), C.data(), D.data(), E.data(), F.data()); });
@@ -48,6 +48,7 @@ int main() {
   for (int l = 0; l < 32; ++l) for (int i = 0; i < 2; ++i) {
     int row = ((l / 4) & 4) + ((l / 2) % 4), col = ((l / 4) & 2) * 2 + (l % 2) * 2 + i;
     check("elems", 2 * l + i, F[2 * l + i], A[row * 8 + col]);
+    check("elems of D", 2 * l + i, F[64 + 2 * l + i], D[row * 8 + col]);
   }
   printf(bad ? "FAILED: %d mismatches\n" : "all prelude checks passed\n", bad);
   return bad != 0;

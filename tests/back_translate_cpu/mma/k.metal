@@ -10,3 +10,6 @@ simdgroup_store(e, E, 8, ulong2(0, 0), true);
 const uint l = thread_index_in_simdgroup;
 F[2 * l] = a.thread_elements()[0];
 F[2 * l + 1] = a.thread_elements()[1];
+thread auto& te = d.thread_elements();
+F[64 + 2 * l] = te.x;
+F[64 + 2 * l + 1] = te[1];
