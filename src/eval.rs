@@ -410,6 +410,8 @@ impl Evaluator {
             Some("wrong") => Status::Wrong,
             Some("compile_error") => Status::CompileError,
             Some("unavailable") => Status::Unavailable,
+            // A kernel fault that broke the device context (the worker restarts after it).
+            Some("crash") => Status::Crash,
             _ => Status::Error,
         };
         out.metal_sources = r["metal_sources"]

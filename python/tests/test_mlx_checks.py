@@ -132,3 +132,18 @@ def test_outputs_left_as_the_poison_fill_are_unwritten(tmp_path: Path) -> None:
     assert r["status"] == "wrong" and "unwritten" in r["message"], r["message"]
     assert f"{(M - M // 2) * N} of {M * N} elements unwritten" in r["message"], r["message"]
 
+
+
+def test_a_one_entry_address_cache_is_caught_whichever_timed_set_it_holds(tmp_path: Path) -> None:
+    last: dict[str, Any] = {}
+
+    def one_slot(a: dict[str, Any], calls: int) -> Any:
+        key = id(a["A"])
+        if last.get("key") != key:
+            last.update(key=key, out=correct(a, calls))
+        return last["out"]
+
+    r = evaluate(tmp_path, one_slot, TIMING)
+    assert r["status"] == "wrong" and "after timing" in r["message"], r["message"]
+    recheck = r["checks"][-1]
+    assert recheck["in_place"] is True and recheck["input_sets"] > 1, recheck

@@ -276,7 +276,7 @@ class MlxTarget:
                 return {"status": "passed", "message": f"passed {len(r.seeds)} seeds", "checks": checks,
                         "timing": None, "baselines": {}}
             try:
-                timing, baselines = self._time(r, task, pristine_mx, dtypes)
+                timing, baselines, timed_sets = self._time(r, task, pristine_mx, dtypes)
             except WorkerError:
                 raise
             except Exception as exc:  # the candidate failed while being timed
@@ -285,9 +285,10 @@ class MlxTarget:
             # place, fresh arrays, which its allocator places in the freed timed buffers): caches keyed
             # by address, stale outputs and kernels that stop working after a number of calls or a
             # span of time all fail here.
-            timed, pristine_mx, mx_inputs = pristine_mx, {}, {}
+            pristine_mx = mx_inputs = {}
             recheck = (r.seeds[-1] * 6364136223846793005 + 1442695040888963407) % (1 << 63)
-            check, problems, _ = self._check_seed(r, task, recheck, dtypes, into=timed)
+            check, problems, _ = self._check_seed(r, task, recheck, dtypes, into=timed_sets)
+            del timed_sets
             check["after_timing"] = True
             checks.append(check)
             if problems:
@@ -317,42 +318,50 @@ class MlxTarget:
         return env
 
     def _check_seed(self, r: Any, task: Any, seed: int, dtypes: Mapping[str, str], twice: bool = False,
-                    into: dict[str, Any] | None = None) -> tuple[dict[str, Any], list[str], dict[str, Any]]:
+                    into: list[dict[str, Any]] | None = None) -> tuple[dict[str, Any], list[str], dict[str, Any]]:
         """Checks the candidate on the inputs of one seed against the reference: every output within
         tolerance and fully written, the inputs unchanged, and (with `twice`) a second run on the same
-        inputs bit-identical to the first (races). With `into`, the inputs are written into those
-        arrays' memory when MLX allows it."""
+        inputs bit-identical to the first (races). With `into` (the input sets timing rotated through),
+        the inputs are written into every one of them when MLX allows it, and the candidate is checked
+        on each: a cache keyed by any address timing used is stale there."""
         m = _mlx()
         pristine, mx_inputs = self._inputs(r, task, seed, dtypes)
-        in_place = into is not None and _refill(m, into, mx_inputs)
+        targets = [mx_inputs]
+        in_place = bool(into) and all(_refill(m, s, mx_inputs) for s in into or [])
         if in_place:
             assert into is not None
-            mx_inputs = into
-        env = self._launch_checked(r, task, mx_inputs, dtypes)
-        got = {n: _host(m, env[n], dtypes[n]) for n in task.outputs}
-        problems: list[str] = []
-        changed = [n for n in pristine if not _same_bits(_host(m, mx_inputs[n], dtypes[n]), pristine[n])]
-        problems += [f"input {n} modified by the kernel (inputs are read-only)" for n in changed]
-        if twice and not changed:
-            again = self._launch_checked(r, task, mx_inputs, dtypes)
-            for n in task.outputs:
-                if not _same_bits(_host(m, again[n], dtypes[n]), got[n]):
-                    diff = int(np.sum(got[n].view(np.uint8) != _host(m, again[n], dtypes[n]).view(np.uint8)))
-                    problems.append(f"output {n}: nondeterministic: two runs on the same inputs differ in {diff} "
-                                    "bytes (a race between threads, or state kept between launches)")
+            targets = into
         ref_inputs = {n: a.astype(np.float64) if a.dtype.kind == "f" else a.copy() for n, a in pristine.items()}
         expected = task.reference(ref_inputs, dict(r.dims))
+        problems: list[str] = []
         outputs: dict[str, Any] = {}
-        for name in task.outputs:
-            atol, rtol = task.tolerances[dtypes[name]]
-            result = compare(name, got[name], np.asarray(expected[name]), atol, rtol, any_nan_is_poison=True)
-            outputs[name] = result.to_json()
-            if result.problem:
-                problems.append(result.problem)
+        changed: list[str] = []
+        for i, arrays in enumerate(targets):
+            where = f" (timed input set {i})" if len(targets) > 1 else ""
+            env = self._launch_checked(r, task, arrays, dtypes)
+            got = {n: _host(m, env[n], dtypes[n]) for n in task.outputs}
+            changed = [n for n in pristine if not _same_bits(_host(m, arrays[n], dtypes[n]), pristine[n])]
+            problems += [f"input {n} modified by the kernel (inputs are read-only){where}" for n in changed]
+            if twice and not changed:
+                again = self._launch_checked(r, task, arrays, dtypes)
+                for n in task.outputs:
+                    if not _same_bits(_host(m, again[n], dtypes[n]), got[n]):
+                        diff = int(np.sum(got[n].view(np.uint8) != _host(m, again[n], dtypes[n]).view(np.uint8)))
+                        problems.append(f"output {n}: nondeterministic: two runs on the same inputs differ in {diff} "
+                                        "bytes (a race between threads, or state kept between launches)")
+            for name in task.outputs:
+                atol, rtol = task.tolerances[dtypes[name]]
+                result = compare(name, got[name], np.asarray(expected[name]), atol, rtol, any_nan_is_poison=True)
+                outputs[name] = result.to_json()
+                if result.problem:
+                    problems.append(result.problem + where)
+            if problems:
+                break
         check = {"seed": seed, "passed": not problems, "outputs": outputs, "inputs_modified": changed,
                  "overruns": []}
         if into is not None:
             check["in_place"] = in_place
+            check["input_sets"] = len(targets)
         return check, problems, mx_inputs
 
     def _inputs(self, r: Any, task: Any, seed: int, dtypes: Mapping[str, str]) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
@@ -374,7 +383,9 @@ class MlxTarget:
         m.eval(list(mx_in.values()))
         return pristine, mx_in
 
-    def _time(self, r: Any, task: Any, inputs: dict[str, Any], dtypes: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    def _time(self, r: Any, task: Any, inputs: dict[str, Any],
+              dtypes: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]]]:
+        """Timing of the candidate and the baselines; also returns the input sets timing rotated through."""
         from ..timing import measure
 
         m = _mlx()
@@ -439,7 +450,7 @@ class MlxTarget:
             for key in ("median_s", "iqr_s", "min_s", "max_s"):
                 s[key] /= k
             s["launches_per_eval"] = k
-        return stats[0], dict(zip(r.baselines, stats[1:], strict=True))
+        return stats[0], dict(zip(r.baselines, stats[1:], strict=True)), sets
 
 
 class _KernelFailure(Exception):
