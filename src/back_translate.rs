@@ -14,7 +14,7 @@ use crate::expr::{Env, ExprField};
 use crate::target::Target;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// The CUDA emulation of the Metal built-ins, prepended to every back-translated kernel's header.
 pub const PRELUDE: &str = include_str!("../cuda/metal_prelude.cuh");
@@ -36,6 +36,8 @@ pub enum BackTranslateError {
     Plan { file: String, message: String },
     #[error(transparent)]
     Candidate(#[from] CandidateError),
+    #[error("{}: {message}", dir.display())]
+    Output { dir: PathBuf, message: String },
 }
 
 /// What a back-translation did, per kernel: for reports and the `--json` output.
@@ -67,6 +69,28 @@ pub struct KernelReport {
 pub struct BackTranslation {
     pub candidate: Candidate,
     pub report: Report,
+}
+
+impl BackTranslation {
+    /// Writes the `mlx-cuda` folder; refuses the Metal candidate's own folder, which it would overwrite.
+    pub fn write(&self, metal_dir: &Path, out: &Path) -> Result<(), BackTranslateError> {
+        let same = match (metal_dir.canonicalize(), out.canonicalize()) {
+            (Ok(a), Ok(b)) => a == b,
+            _ => false,
+        };
+        if same {
+            return Err(BackTranslateError::Output {
+                dir: out.to_path_buf(),
+                message: "is the Metal candidate itself; give --out another folder".into(),
+            });
+        }
+        self.candidate
+            .write_dir(out)
+            .map_err(|e| BackTranslateError::Output {
+                dir: out.to_path_buf(),
+                message: format!("cannot write the back-translated candidate: {e}"),
+            })
+    }
 }
 
 /// Loads the `mlx-metal` candidate in `dir` and back-translates it.

@@ -438,9 +438,7 @@ fn dispatch(cli: Cli) -> Result<u8> {
                     base.unwrap_or_else(|| bt.report.name.clone())
                 ))
             });
-            bt.candidate
-                .write_dir(&out)
-                .with_context(|| format!("writing {}", out.display()))?;
+            bt.write(&candidate, &out)?;
             if json {
                 print_json(&json!({"out": out, "hash": bt.candidate.hash(), "report": bt.report}));
             } else {

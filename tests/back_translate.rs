@@ -267,6 +267,30 @@ fn unsupported_constructs_and_wrong_targets_are_clear_errors() {
     let e = stderr(&o);
     assert!(e.contains("k.metal:2") && e.contains("texture2d"), "{e}");
 
+    // --out must not be the Metal candidate's own folder
+    let good = tmp.path().join("good");
+    metal_candidate(
+        &good,
+        "",
+        "const uint i = thread_position_in_grid.x;\nif (i < uint(N)) y[i] = x[i];\n",
+    );
+    let o = run(
+        tmp.path(),
+        &[
+            "back-translate",
+            good.to_str().unwrap(),
+            "--out",
+            good.to_str().unwrap(),
+        ],
+    );
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("--out another folder"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(Candidate::load(&good).unwrap().plan.target == Target::MlxMetal);
+
     let cuda = repo().join("tasks/ssd/seeds/mlx-cuda/naive");
     let c = Candidate::load(&cuda).unwrap();
     let e = back_translate(&c, "plan.toml").unwrap_err().to_string();
