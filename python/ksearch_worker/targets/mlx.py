@@ -450,6 +450,10 @@ class MlxTarget:
             for key in ("median_s", "iqr_s", "min_s", "max_s"):
                 s[key] /= k
             s["launches_per_eval"] = k
+        # One more untimed call on the first set, so that the recheck, which starts there, meets a
+        # cache keyed by address at its most recent entry whatever the rotation ended on.
+        m.eval(candidate(sets[0]))
+        m.synchronize()
         return stats[0], dict(zip(r.baselines, stats[1:], strict=True)), sets
 
 
