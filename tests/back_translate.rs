@@ -500,6 +500,45 @@ fn expert_and_naive_seeds_agree_once_back_translated() {
 
 #[test]
 fn attention_expert_and_naive_agree_once_back_translated() {
+    // attention_agree.cpp calls the kernels with these arguments; a seed whose launches change needs the
+    // driver changed with it.
+    let expected: [(&str, &str, &[&str], &[&str]); 4] = [
+        (
+            "naive",
+            "attention_naive",
+            &["B", "Hq", "Hkv", "Tq", "Tk", "D", "CAUSAL"],
+            &[],
+        ),
+        (
+            "expert",
+            "flash_prefill",
+            &["Hq", "Hkv", "Tq", "Tk", "CAUSAL"],
+            &["D", "BK", "NSG"],
+        ),
+        (
+            "expert",
+            "decode_split",
+            &["Hq", "Hkv", "Tq", "Tk", "CAUSAL"],
+            &["D", "DSG", "MAXR", "NSPLIT"],
+        ),
+        (
+            "expert",
+            "decode_combine",
+            &["B", "Hq", "Tq"],
+            &["D", "NSPLIT"],
+        ),
+    ];
+    for (seed, kernel, scalars, template) in expected {
+        let c = Candidate::load(&repo().join(format!("tasks/attention/seeds/mlx-metal/{seed}")))
+            .unwrap();
+        let l = c.plan.launch.iter().find(|l| l.kernel == kernel).unwrap();
+        let names: Vec<&str> = l.scalars.iter().map(|s| s.0.src()).collect();
+        assert!(
+            names == scalars && l.template == template,
+            "attention/{seed}: `{kernel}` is now launched with scalars {names:?} and template {:?}; update its call in tests/back_translate_cpu/attention_agree.cpp",
+            l.template
+        );
+    }
     let generated = tempfile::tempdir().unwrap();
     for seed in ["naive", "expert"] {
         back_translate_into(
