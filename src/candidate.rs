@@ -12,6 +12,9 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+/// The most threads a threadgroup (CUDA block) may have on every GPU target.
+pub const MAX_THREADGROUP: i64 = 1024;
+
 #[derive(Debug, thiserror::Error)]
 pub enum CandidateError {
     #[error("{}: {message}", file.display())]
@@ -497,6 +500,16 @@ impl Candidate {
             if !holds(&l.when)? {
                 continue;
             }
+            if let Some(tg) = l.threadgroup.as_deref() {
+                let dims = ints(tg)?;
+                let threads: i64 = dims.iter().product();
+                if threads > MAX_THREADGROUP {
+                    return Err(format!(
+                        "launch of `{}`: a threadgroup of {threads} threads ({dims:?}) in workload `{}` is more than any GPU target allows ({MAX_THREADGROUP} per threadgroup on Apple GPUs and on NVIDIA; fewer when the kernel's registers or threadgroup memory are large)",
+                        l.kernel, rw.name
+                    ));
+                }
+            }
             launches.push(ResolvedLaunch {
                 kernel: l.kernel.clone(),
                 inputs: l.inputs.clone(),
@@ -837,6 +850,22 @@ default = 2
         let (task, c) = scan_expert(|p| p.launch[0].when = when("L >= 1024"));
         let err = resolve_named(&task, &c, "ks_d768_l512").unwrap_err();
         assert!(err.contains("no launch writes `y`"), "{err}");
+    }
+
+    #[test]
+    fn a_threadgroup_past_1024_threads_is_refused_with_the_limit() {
+        let (task, c) = scan_expert(|p| {
+            p.launch[0].threadgroup = Some(vec![
+                ExprField(Expr::parse("64").unwrap()),
+                ExprField(Expr::parse("32").unwrap()),
+                ExprField(Expr::parse("1").unwrap()),
+            ])
+        });
+        let err = resolve_named(&task, &c, "ks_d768_l512").unwrap_err();
+        assert!(
+            err.contains("2048 threads") && err.contains("1024 per threadgroup"),
+            "{err}"
+        );
     }
 
     #[test]

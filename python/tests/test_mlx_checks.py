@@ -147,3 +147,13 @@ def test_a_one_entry_address_cache_is_caught_whichever_timed_set_it_holds(tmp_pa
     assert r["status"] == "wrong" and "after timing" in r["message"], r["message"]
     recheck = r["checks"][-1]
     assert recheck["in_place"] is True and recheck["input_sets"] > 1, recheck
+
+
+def test_a_threadgroup_past_the_kernels_limit_is_reported_with_the_limit(tmp_path: Path) -> None:
+    def too_big(a: dict[str, Any], calls: int) -> Any:
+        raise RuntimeError("cudaLaunchKernel failed: too many resources requested for launch")
+
+    r = evaluate(tmp_path, too_big)
+    assert r["status"] == "error", r
+    assert "larger than the compiled kernel allows (add: 64 threads)" in r["message"], r["message"]
+    assert "at most 1024 threads" in r["message"] and "restart_worker" not in r

@@ -314,7 +314,16 @@ class MlxTarget:
             m.eval([env[n] for n in task.outputs])
             m.synchronize()
         except Exception as exc:
-            raise _KernelFailure(str(exc)) from None
+            text = str(exc)
+            if any(n in text for n in _THREADGROUP_TOO_LARGE):
+                sizes = ", ".join(f"{launch['kernel']}: {math.prod(launch['threadgroup'])} threads"
+                                  for launch in r.launches)
+                text = (f"the threadgroup is larger than the compiled kernel allows ({sizes}): at most 1024 threads "
+                        "per threadgroup on any GPU, and fewer when registers per thread x threads exceed a "
+                        "multiprocessor's 65536 registers (CUDA) or the pipeline's maxTotalThreadsPerThreadgroup "
+                        f"(Metal); shrink the threadgroup or the kernel's registers. MLX said: {text}")
+                raise _KernelFailure(text, status="error") from None
+            raise _KernelFailure(text) from None
         return env
 
     def _check_seed(self, r: Any, task: Any, seed: int, dtypes: Mapping[str, str], twice: bool = False,
@@ -458,12 +467,19 @@ class MlxTarget:
 
 
 class _KernelFailure(Exception):
-    """The candidate failed to compile or to run; `result` is the reply's body."""
+    """The candidate failed to compile or to run; `result` is the reply's body. `status` is set when the
+    cause is already known, else it is read from MLX's message."""
+
+    def __init__(self, text: str, status: str | None = None) -> None:
+        super().__init__(text)
+        self.status = status
 
     def result(self, checks: list[dict[str, Any]]) -> dict[str, Any]:
         text = str(self)
         out: dict[str, Any] = {"message": text[-8000:], "checks": checks, "timing": None, "baselines": {}}
-        if _breaks_the_context(text):
+        if self.status is not None:
+            out["status"] = self.status
+        elif _breaks_the_context(text):
             # A sticky CUDA error leaves this process's device context unusable: report the crash and
             # have the Rust side start a fresh worker, so the next candidate is not blamed.
             out.update(status="crash", restart_worker=True)
@@ -501,6 +517,11 @@ def _refill(m: Any, target: dict[str, Any], fresh: dict[str, Any]) -> bool:
 
 def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
     return a.shape == b.shape and a.dtype == b.dtype and bool(np.array_equal(a.view(np.uint8), b.view(np.uint8)))
+
+
+# What a launch with more threads than the compiled kernel can have says, on each back-end.
+_THREADGROUP_TOO_LARGE = ("too many resources requested for launch", "invalid configuration argument",
+                          "maxTotalThreadsPerThreadgroup", "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES")
 
 
 def _breaks_the_context(text: str) -> bool:
