@@ -547,4 +547,25 @@ def _nvidia_smi() -> dict[str, Any]:
     if not line:
         return {}
     parts = [p.strip() for p in line[0].split(",")]
-    return dict(zip(["name", "memory_total", "driver", "max_sm_clock"], parts, strict=False))
+    info: dict[str, Any] = dict(zip(["name", "memory_total", "driver", "max_sm_clock"], parts, strict=False))
+    sms = _multiprocessors()
+    if sms:
+        info["sms"] = sms
+    return info
+
+
+def _multiprocessors() -> int | None:
+    """The first GPU's multiprocessor count, from the driver API (nvidia-smi does not report it)."""
+    import ctypes
+
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+        dev, value = ctypes.c_int(), ctypes.c_int()
+        if cuda.cuInit(0) or cuda.cuDeviceGet(ctypes.byref(dev), 0):
+            return None
+        multiprocessor_count = 16  # CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
+        if cuda.cuDeviceGetAttribute(ctypes.byref(value), multiprocessor_count, dev):
+            return None
+        return int(value.value)
+    except (OSError, AttributeError):
+        return None
