@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Sequence
+import mmap
+import os
+import tempfile
+import weakref
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -93,17 +98,68 @@ def alloc(shape: Sequence[int], dtype: np.dtype, *, poison: bool = True) -> np.n
     return arr
 
 
-def alloc_copy(src: np.ndarray) -> np.ndarray:
-    arr = alloc(src.shape, src.dtype, poison=False)
-    np.copyto(arr, src)
-    return arr
-
-
 def guard_intact(arr: np.ndarray) -> bool:
-    """True when the guard bytes after an `alloc` array were not overwritten."""
-    raw = arr.base
-    while raw is not None and raw.base is not None:
+    """True when the guard bytes after an `alloc` array were not overwritten (for the arrays of an
+    `ArraySet`, its own `guard_intact` also covers empty ones)."""
+    raw = arr
+    while isinstance(raw.base, np.ndarray):
         raw = raw.base
-    assert isinstance(raw, np.ndarray) and raw.dtype == np.uint8, "array was not made by alloc()"
+    assert raw is not arr and raw.dtype == np.uint8, "array was not made by alloc() or ArraySet"
     end = arr.ctypes.data - raw.ctypes.data + arr.nbytes
     return bool(np.all(raw[end: end + GUARD_LEN] == GUARD_BYTE))
+
+
+def _shared_fd(size: int) -> int:
+    """A file descriptor for `size` bytes of memory another process can map: an anonymous memfd on Linux,
+    elsewhere a temporary file (in the worker's private directory) removed at once."""
+    if hasattr(os, "memfd_create"):
+        fd = os.memfd_create("ksearch-arrays", os.MFD_CLOEXEC)
+    else:
+        fd, path = tempfile.mkstemp(prefix="ksearch-arrays-")
+        os.unlink(path)
+    os.ftruncate(fd, size)
+    return fd
+
+
+_set_ids = itertools.count(1)
+
+
+class ArraySet(Mapping[str, np.ndarray]):
+    """The arrays of one call in one region of shared memory, laid out as `alloc` lays out each array
+    (ALIGN-aligned, GUARD_LEN guard bytes after it), so the kernel host can map the region and run a
+    kernel on it while this process keeps every check to itself. `offsets` is where each array starts."""
+
+    def __init__(self, specs: Sequence[tuple[str, Sequence[int], np.dtype]]) -> None:
+        self.id = next(_set_ids)
+        self.offsets: dict[str, int] = {}
+        end = 0
+        for name, shape, dtype in specs:
+            start = -(-end // ALIGN) * ALIGN
+            self.offsets[name] = start
+            end = start + math.prod(shape) * dtype.itemsize + GUARD_LEN
+        self.size = max(end, ALIGN)
+        self.fd = _shared_fd(self.size)
+        weakref.finalize(self, os.close, self.fd)
+        self._raw = raw = np.frombuffer(mmap.mmap(self.fd, self.size), dtype=np.uint8)
+        self._arrays: dict[str, np.ndarray] = {}
+        for name, shape, dtype in specs:
+            start = self.offsets[name]
+            nbytes = math.prod(shape) * dtype.itemsize
+            raw[start + nbytes: start + nbytes + GUARD_LEN] = GUARD_BYTE
+            self._arrays[name] = raw[start: start + nbytes].view(dtype).reshape(tuple(shape))
+        self.layout = tuple((name, tuple(shape), str(dtype)) for name, shape, dtype in specs)
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self._arrays[name]
+
+    def guard_intact(self, name: str) -> bool:
+        """True when the guard bytes after array `name` were not overwritten (found by offset, which
+        works for empty arrays too)."""
+        end = self.offsets[name] + self._arrays[name].nbytes
+        return bool(np.all(self._raw[end: end + GUARD_LEN] == GUARD_BYTE))
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._arrays)
+
+    def __len__(self) -> int:
+        return len(self._arrays)

@@ -3,20 +3,25 @@
 from __future__ import annotations
 
 import functools
+import gc
+import math
+import random
+import time
 import traceback
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from .arrays import alloc, alloc_copy, fill_poison, np_dtype
+from .arrays import ArraySet, fill_poison, np_dtype
 from .check import compare, modified, overruns
 from .errors import WorkerError
 from .inputs import make_inputs
 from .targets import Target
+from .targets.cpu import KernelHostBroken, KernelHostDied, KernelHostRefused
 from .task import Task, tail
-from .timing import Call, TimingConfig, copies_for, measure
+from .timing import MAX_REPS, TimingConfig, _stats, copies_for
 
 Arrays = dict[str, np.ndarray]
 
@@ -81,11 +86,15 @@ def parse_request(req: Mapping[str, Any], task: Task, numpy_dtypes: bool = True)
     )
 
 
-def _arrays(r: RunRequest, task: Task, inputs: Arrays) -> Arrays:
-    """What one call of the candidate sees: copies of the inputs, poisoned outputs and buffers."""
-    arrays = {name: alloc_copy(a) for name, a in inputs.items()}
+def _arrays(r: RunRequest, task: Task, inputs: Arrays) -> ArraySet:
+    """What one call of the candidate sees: copies of the inputs, poisoned outputs and buffers, in shared
+    memory the kernel host maps (the CPU target runs kernels in that separate process)."""
+    names = [*inputs, *task.outputs, *r.buffers]
+    arrays = ArraySet([(n, r.shapes[n], r.dtypes[n]) for n in names])
+    for name, a in inputs.items():
+        np.copyto(arrays[name], a)
     for name in [*task.outputs, *r.buffers]:
-        arrays[name] = alloc(r.shapes[name], r.dtypes[name])
+        fill_poison(arrays[name])
     return arrays
 
 
@@ -98,8 +107,9 @@ def _differences(a: np.ndarray, b: np.ndarray) -> tuple[int, tuple[int, ...]]:
 
 
 def check_seed(r: RunRequest, task: Task, target: Target, seed: int, twice: bool = False,
-               into: Arrays | None = None) -> tuple[dict[str, Any], list[str], Arrays]:
-    """Runs the launches on fresh inputs; returns the check, its problems and the pristine inputs.
+               into: ArraySet | None = None) -> tuple[dict[str, Any], list[str], Arrays, Arrays]:
+    """Runs the launches on fresh inputs; returns the check, its problems, the pristine inputs and copies
+    of the outputs the kernel wrote.
 
     `twice` runs them a second time on separate copies of the same inputs: a correct CPU kernel is
     deterministic, so any difference is a race or state kept between calls. `into` writes the fresh
@@ -154,23 +164,146 @@ def check_seed(r: RunRequest, task: Task, target: Target, seed: int, twice: bool
             problems.append(result.problem)
     check = {"seed": seed, "passed": not problems, "outputs": outputs, "inputs_modified": list(changed),
              "overruns": over}
-    return check, problems, pristine
+    return check, problems, pristine, {n: arrays[n].copy() for n in task.outputs}
 
 
-def _time(r: RunRequest, task: Task, target: Target, inputs: Arrays) -> tuple[dict[str, Any], dict[str, Any], Arrays]:
+IPC_FACTOR = 100  # a sample of the candidate lasts at least this many empty round trips to the kernel host
+
+
+class TimedRunDiffers(Exception):
+    """A timed batch left outputs other than the checked run's on the same inputs."""
+
+
+@dataclass
+class Batches:
+    """One timed entry: `run(start, count)` makes calls start..start+count-1 over rotated copies, in one
+    go; `before` and `after` surround each sample off the clock."""
+    run: Callable[[int, int], object]
+    copies: int
+    before: Callable[[int, int], None] = field(default=lambda start, count: None)
+    after: Callable[[int, int], None] = field(default=lambda start, count: None)
+
+
+class _Local:
+    """Calls made in this process (the baselines), a sample's list built off the clock as timing.measure
+    does, so that their figures stay comparable with it."""
+
+    def __init__(self, calls: list[Callable[[], object]]) -> None:
+        self.calls = calls
+        self.ready: tuple[int, int, list[Callable[[], object]]] | None = None
+
+    def _list(self, start: int, count: int) -> tuple[int, int, list[Callable[[], object]]]:
+        return start, count, [self.calls[k % len(self.calls)] for k in range(start, start + count)]
+
+    def prepare(self, start: int, count: int) -> None:
+        """Before a sample: its list of calls, and as many calls off the clock on the copies before them
+        (this process sat idle while the kernel host ran the candidate's sample, and a core that idled
+        runs slower for a while after)."""
+        self.ready = self._list(start, count)
+        for k in range(start - count, start):
+            self.calls[k % len(self.calls)]()
+
+    def run(self, start: int, count: int) -> None:
+        ready = self.ready if self.ready is not None and self.ready[:2] == (start, count) else self._list(start, count)
+        self.ready = None
+        for call in ready[2]:
+            call()
+
+
+def _reps(entry: Batches, cfg: TimingConfig) -> int:
+    """Calls per sample: enough for min_sample_s, and for IPC_FACTOR round trips of an empty batch so that
+    the cost of asking the kernel host is negligible. Estimated by batches that double while warming up."""
+    trips = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        entry.run(0, 0)
+        trips.append(time.perf_counter() - t0)
+    overhead = float(np.median(trips))
+    target = max(cfg.min_sample_s, IPC_FACTOR * overhead)
+    start = time.perf_counter()
+    count, done, per_call = 1, 0, 0.0
+    while True:
+        t0 = time.perf_counter()
+        entry.run(done, count)
+        dt = time.perf_counter() - t0
+        done += count
+        per_call = max((dt - overhead) / count, dt / count / 100, 1e-9)
+        if done >= 2 and time.perf_counter() - start >= cfg.warmup_s:
+            break
+        if dt < target:
+            count = min(2 * count, MAX_REPS)
+    return min(MAX_REPS, max(1, math.ceil(target / per_call)))
+
+
+def measure_batches(entries: Sequence[Batches], cfg: TimingConfig) -> list[dict[str, Any]]:
+    """timing.measure for entries timed a batch at a time (the kernel host runs a sample's calls in one
+    round trip, clocked here): the same interleaved, shuffled rounds, sample bounds and budget."""
+    start = time.perf_counter()
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        reps = [_reps(e, cfg) for e in entries]
+        samples: list[list[float]] = [[] for _ in entries]
+        cursors = [0] * len(entries)
+        order = list(range(len(entries)))
+        shuffle = random.Random(0x5EED)
+        for rounds in range(max(cfg.min_samples, cfg.max_samples, 1)):
+            if rounds >= max(cfg.min_samples, 1) and time.perf_counter() - start >= cfg.budget_s:
+                break
+            shuffle.shuffle(order)
+            for e in order:
+                entry, n, c = entries[e], reps[e], cursors[e]
+                entry.before(c, n)
+                t0 = time.perf_counter()
+                entry.run(c, n)
+                samples[e].append((time.perf_counter() - t0) / n)
+                entry.after(c, n)
+                cursors[e] = (c + n) % entry.copies
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    return [_stats(s, r, e.copies) for s, r, e in zip(samples, reps, entries, strict=True)]
+
+
+def _time(r: RunRequest, task: Task, target: Target, inputs: Arrays,
+          outputs: Arrays) -> tuple[dict[str, Any], dict[str, Any], ArraySet]:
+    """Times the candidate next to the baselines on copies of `inputs`. Before every sample the outputs of
+    the copies it uses are poisoned; after it they must hold `outputs` (the checked run's on these inputs)
+    byte for byte, so a host that skips work while timed is caught."""
     sample = _arrays(r, task, inputs)
     copies = copies_for(sum(a.nbytes for a in sample.values()), target.cache_bytes())
     sets = [sample] + [_arrays(r, task, inputs) for _ in range(copies - 1)]
-    entries: list[list[Call]] = [[target.bind(r.key, r.launches, arrays) for arrays in sets]]
+    batch = target.batch(r.key, r.launches, sets)  # type: ignore[attr-defined]
+
+    def touched(start: int, count: int) -> list[ArraySet]:
+        return [sets[(start + i) % copies] for i in range(min(count, copies))]
+
+    def poison(start: int, count: int) -> None:
+        for arrays in touched(start, count):
+            for name in task.outputs:
+                fill_poison(arrays[name])
+
+    def verify(start: int, count: int) -> None:
+        for arrays in touched(start, count):
+            for name in task.outputs:
+                count_, first = _differences(arrays[name], outputs[name])
+                if count_:
+                    raise TimedRunDiffers(
+                        f"output {name}: a timed run left {count_} elements other than the checked run on the "
+                        f"same inputs, first at {list(first)} (work skipped while timed, or state kept between calls)")
+
+    entries = [Batches(batch.run, copies, poison, verify)]
+    views = [{n: arrays[n] for n in inputs} for arrays in sets]
     for name in r.baselines:
-        fn = task.baselines[name]
-        calls: list[Call] = [functools.partial(fn, {n: arrays[n] for n in inputs}, dict(r.dims)) for arrays in sets]
+        fn, dims = task.baselines[name], dict(r.dims)
         try:
-            calls[0]()
+            fn(views[0], dims)
         except Exception:
             raise WorkerError("bad_task", f"baseline {name} raised:\n{tail(traceback.format_exc())}") from None
-        entries.append(calls)
-    stats = measure(entries, r.timing)
+
+        local = _Local([functools.partial(fn, v, dims) for v in views])
+        entries.append(Batches(local.run, copies, local.prepare))
+    stats = measure_batches(entries, r.timing)
     return stats[0], dict(zip(r.baselines, stats[1:], strict=True)), sets[0]
 
 
@@ -186,18 +319,19 @@ def run(req: Mapping[str, Any], task: Task | None, target: Target) -> dict[str, 
     checks: list[dict[str, Any]] = []
     try:
         pristine: Arrays = {}
+        outputs: Arrays = {}
         for i, seed in enumerate(r.seeds):
-            check, problems, pristine = check_seed(r, task, target, seed, twice=i == 0)
+            check, problems, pristine, outputs = check_seed(r, task, target, seed, twice=i == 0)
             checks.append(check)
             if problems:
                 return {"status": "wrong", "message": "; ".join(problems), "checks": checks, "timing": None,
                         "baselines": {}}
-        timing, baselines, timed = _time(r, task, target, pristine) if r.timing.enabled else (None, {}, None)
+        timing, baselines, timed = _time(r, task, target, pristine, outputs) if r.timing.enabled else (None, {}, None)
         if timed is not None:
             # Fresh inputs in the very buffers timing used: caches keyed by address, stale outputs and
             # kernels that stop working after a number of calls all fail here.
             recheck_seed = (r.seeds[-1] * 6364136223846793005 + 1442695040888963407) % (1 << 63)
-            check, problems, _ = check_seed(r, task, target, recheck_seed, into=timed)
+            check, problems, _, _ = check_seed(r, task, target, recheck_seed, into=timed)
             check["after_timing"] = True
             checks.append(check)
             if problems:
@@ -205,9 +339,24 @@ def run(req: Mapping[str, Any], task: Task | None, target: Target) -> dict[str, 
                         + "; ".join(problems), "checks": checks, "timing": timing, "baselines": baselines}
     except WorkerError:
         raise
+    except TimedRunDiffers as exc:
+        return {"status": "wrong", "message": f"after timing: {exc}", "checks": checks, "timing": None,
+                "baselines": {}}
+    except KernelHostDied as exc:
+        # The candidate crashed, trapped or exited in the kernel host; the next request gets a fresh host.
+        return {"status": "crash", "message": str(exc), "checks": checks, "timing": None, "baselines": {}}
+    except (KernelHostBroken, KernelHostRefused) as exc:
+        return {"status": "error", "message": str(exc), "checks": checks, "timing": None, "baselines": {}}
     except Exception:
         # The candidate's, the reference's or our own failure; the worker itself keeps serving.
         return {"status": "error", "message": tail(traceback.format_exc()), "checks": checks, "timing": None,
                 "baselines": {}}
+    finally:
+        release = getattr(target, "release", None)
+        if release is not None:
+            try:
+                release()
+            except (KernelHostDied, KernelHostBroken, KernelHostRefused):
+                pass  # a host that fails here is gone; the next request starts a fresh one
     return {"status": "passed", "message": f"passed {len(r.seeds)} seeds", "checks": checks, "timing": timing,
             "baselines": baselines}

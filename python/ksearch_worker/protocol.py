@@ -57,7 +57,8 @@ class Worker:
 
     def reply(self, line: bytes) -> dict[str, Any]:
         """The reply to one request line, carrying the request's `nonce` back (the Rust side believes a
-        reply only with it: candidate code runs in this process and could write to the reply pipe)."""
+        reply only with it; on the GPU targets candidate code runs in this process and could write to the
+        reply pipe, on the CPU target it runs in the kernel host, which never sees a nonce)."""
         out = self._reply(line)
         try:
             nonce = json.loads(line).get("nonce")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ksearch_worker.arrays import alloc, fill_poison, guard_intact, poison_mask
-from ksearch_worker.check import compare, modified
+from ksearch_worker.arrays import ArraySet, alloc, fill_poison, guard_intact, poison_mask
+from ksearch_worker.check import compare, modified, overruns
 from ksearch_worker.errors import WorkerError
 from ksearch_worker.inputs import draw, parse_init
 from ksearch_worker.timing import MAX_COPIES, TimingConfig, copies_for, measure
@@ -134,3 +134,20 @@ def test_measure_keeps_a_calls_preparation_off_the_clock(monkeypatch: pytest.Mon
                                          "budget_s": 100.0, "min_sample_s": 0.0})
     stats = timing.measure([[Prepared()]], cfg)[0]
     assert stats["median_s"] == pytest.approx(0.001)
+
+
+def test_array_set_lays_out_guarded_aligned_arrays_in_shared_memory() -> None:
+    s = ArraySet([("A", (3, 5), np.dtype("float32")), ("n", (7,), np.dtype("int8")), ("B", (0,), np.dtype("float64"))])
+    assert list(s) == ["A", "n", "B"] and s["A"].shape == (3, 5) and s.fd >= 0
+    assert all(off % 64 == 0 for off in s.offsets.values()) and s["A"].ctypes.data % 64 == 0
+    assert s.size >= s.offsets["B"] + 64
+    s["A"][:] = 1.0
+    s["n"][:] = 1
+    assert overruns(s) == []
+    region = s["n"]
+    while isinstance(region.base, np.ndarray):
+        region = region.base
+    region[s.offsets["n"] + 7] = 0  # one byte past the end of n
+    assert overruns(s) == ["n"]
+    region[s.offsets["B"]] = 0  # B is empty: its guard starts where it does
+    assert overruns(s) == ["n", "B"]
