@@ -5,8 +5,8 @@ Unix socket pair as FD and nothing else of the worker's: a fresh interpreter, so
 memory (the request nonces, the reply pipe, the reference, the checks). Run as root, it becomes an
 unprivileged user before it loads any candidate library, so it can neither read nor trace the worker.
 
-It maps the shared-memory array sets the worker sends, loads the compiled libraries, runs the launches it
-is told to and answers "done". Nothing it says is believed beyond that: the worker checks every array
+It maps the shared-memory array sets the worker sends, loads the compiled library (one build per host:
+the worker starts a fresh host for the next), runs the launches it is told to and answers "done". Nothing it says is believed beyond that: the worker checks every array
 itself and times every batch from its own side.
 
 Messages both ways are a 4-byte big-endian length and a JSON object; file descriptors travel with a

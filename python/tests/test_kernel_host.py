@@ -142,3 +142,33 @@ void add(const float* A, const float* B, float* C, int64_t M, int64_t N) {
     r = worker.run(add_run(key, seeds=[1, 2], timing=timing))
     assert r["status"] == "wrong" and r["message"].startswith("after timing"), r["message"]
     assert "a timed run left" in r["message"] and r["timing"] is None
+
+
+def test_what_a_build_leaves_in_its_host_never_meets_the_next(worker: Worker, add_dir: Path) -> None:
+    # Correct, but leaves a thread that later writes garbage to the host's socket: with a host per build,
+    # the next build's evaluation runs in a fresh host and never sees it.
+    worker.load(add_dir, add_task())
+    saboteur = worker.compiled("""
+#include <pthread.h>
+#include <sys/stat.h>
+#include <unistd.h>
+static void* later(void* arg) {
+    (void)arg;
+    usleep(300000);
+    for (int fd = 3; fd < 64; ++fd) {
+        struct stat st;
+        if (fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode)) write(fd, "\\0\\0\\0\\2ok", 6);
+    }
+    return 0;
+}
+void add(const float* A, const float* B, float* C, int64_t M, int64_t N) {
+    static int started = 0;
+    if (!started++) { pthread_t t; pthread_create(&t, 0, later, 0); }
+    for (int64_t i = 0; i < M * N; i++) C[i] = 2 * A[i] + B[i];
+}
+""")
+    assert worker.run(add_run(saboteur, seeds=[1]))["status"] == "passed"
+    key = worker.compiled(CORRECT)
+    time.sleep(0.5)
+    r = worker.run(add_run(key))
+    assert r["status"] == "passed", r["message"]

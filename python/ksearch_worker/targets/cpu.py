@@ -37,7 +37,6 @@ from . import Launch
 FLAGS = ("-O3", "-march=native", "-std=gnu11", "-fPIC", "-shared")
 LOG_LIMIT = 64 << 10  # the first errors are the useful ones; a runaway log is cut
 MAX_REPLY = 64 << 10  # a reply is a few dozen bytes; anything longer is garbage
-LIBS_PER_HOST = 200  # a host keeps every library it loaded (and its descriptor); a fresh one after this many
 POLL_S = 0.1  # how often a waiting worker looks whether the host still lives
 PR_SET_DUMPABLE = 4
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
@@ -83,7 +82,7 @@ def _no_imports_from_cwd() -> None:
 
 
 class KernelHost:
-    """One running `python -m ksearch_worker.kernel_host` and the socket to it."""
+    """One running `python -m ksearch_worker.kernel_host` and the socket to it; it serves one build."""
 
     def __init__(self) -> None:
         _not_dumpable()
@@ -98,7 +97,7 @@ class KernelHost:
             env=env)
         theirs.close()
         self.sock = ours
-        self.loaded: set[str] = set()
+        self.key: str | None = None  # the one build this host has loaded
         self.mapped: set[int] = set()
 
     def request(self, msg: dict[str, Any], fds: Sequence[int] = ()) -> None:
@@ -227,10 +226,13 @@ class CpuTarget:
                 self._host = None
 
     def _load(self, key: str, lib: Path) -> None:
+        """A host with this build loaded. Each build gets a host of its own, started fresh (a few tens of
+        milliseconds), so whatever a candidate leaves behind in its host (threads, children, patched
+        state) never meets another candidate, and a crash is blamed on the build that was running."""
         host = self.host()
-        if key in host.loaded:
+        if host.key == key:
             return
-        if len(host.loaded) >= LIBS_PER_HOST:
+        if host.key is not None:
             host.close()
             self._host = None
             host = self.host()
@@ -239,7 +241,7 @@ class CpuTarget:
             self._call({"op": "load", "key": key, "path": str(lib)}, [fd])
         finally:
             os.close(fd)
-        host.loaded.add(key)
+        host.key = key
 
     def compile(self, key: str, dir: str, sources: Sequence[str], include: str | None) -> dict[str, Any]:
         """Builds `<dir>/<key>.so` and has the kernel host load it, so undefined symbols are compile
