@@ -3,13 +3,9 @@
 from __future__ import annotations
 
 import functools
-import gc
-import math
-import random
-import time
 import traceback
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -21,7 +17,7 @@ from .inputs import make_inputs
 from .targets import Target
 from .targets.cpu import KernelHostBroken, KernelHostDied, KernelHostRefused
 from .task import Task, tail
-from .timing import MAX_REPS, TimingConfig, _stats, copies_for
+from .timing import Batches, TimingConfig, copies_for, measure
 
 Arrays = dict[str, np.ndarray]
 
@@ -174,16 +170,6 @@ class TimedRunDiffers(Exception):
     """A timed batch left outputs other than the checked run's on the same inputs."""
 
 
-@dataclass
-class Batches:
-    """One timed entry: `run(start, count)` makes calls start..start+count-1 over rotated copies, in one
-    go; `before` and `after` surround each sample off the clock."""
-    run: Callable[[int, int], object]
-    copies: int
-    before: Callable[[int, int], None] = field(default=lambda start, count: None)
-    after: Callable[[int, int], None] = field(default=lambda start, count: None)
-
-
 class _Local:
     """Calls made in this process (the baselines), a sample's list built off the clock as timing.measure
     does, so that their figures stay comparable with it."""
@@ -208,61 +194,6 @@ class _Local:
         self.ready = None
         for call in ready[2]:
             call()
-
-
-def _reps(entry: Batches, cfg: TimingConfig) -> int:
-    """Calls per sample: enough for min_sample_s, and for IPC_FACTOR round trips of an empty batch so that
-    the cost of asking the kernel host is negligible. Estimated by batches that double while warming up."""
-    trips = []
-    for _ in range(5):
-        t0 = time.perf_counter()
-        entry.run(0, 0)
-        trips.append(time.perf_counter() - t0)
-    overhead = float(np.median(trips))
-    target = max(cfg.min_sample_s, IPC_FACTOR * overhead)
-    start = time.perf_counter()
-    count, done, per_call = 1, 0, 0.0
-    while True:
-        t0 = time.perf_counter()
-        entry.run(done, count)
-        dt = time.perf_counter() - t0
-        done += count
-        per_call = max((dt - overhead) / count, dt / count / 100, 1e-9)
-        if done >= 2 and time.perf_counter() - start >= cfg.warmup_s:
-            break
-        if dt < target:
-            count = min(2 * count, MAX_REPS)
-    return min(MAX_REPS, max(1, math.ceil(target / per_call)))
-
-
-def measure_batches(entries: Sequence[Batches], cfg: TimingConfig) -> list[dict[str, Any]]:
-    """timing.measure for entries timed a batch at a time (the kernel host runs a sample's calls in one
-    round trip, clocked here): the same interleaved, shuffled rounds, sample bounds and budget."""
-    start = time.perf_counter()
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        reps = [_reps(e, cfg) for e in entries]
-        samples: list[list[float]] = [[] for _ in entries]
-        cursors = [0] * len(entries)
-        order = list(range(len(entries)))
-        shuffle = random.Random(0x5EED)
-        for rounds in range(max(cfg.min_samples, cfg.max_samples, 1)):
-            if rounds >= max(cfg.min_samples, 1) and time.perf_counter() - start >= cfg.budget_s:
-                break
-            shuffle.shuffle(order)
-            for e in order:
-                entry, n, c = entries[e], reps[e], cursors[e]
-                entry.before(c, n)
-                t0 = time.perf_counter()
-                entry.run(c, n)
-                samples[e].append((time.perf_counter() - t0) / n)
-                entry.after(c, n)
-                cursors[e] = (c + n) % entry.copies
-    finally:
-        if gc_was_enabled:
-            gc.enable()
-    return [_stats(s, r, e.copies) for s, r, e in zip(samples, reps, entries, strict=True)]
 
 
 def _time(r: RunRequest, task: Task, target: Target, inputs: Arrays,
@@ -292,7 +223,7 @@ def _time(r: RunRequest, task: Task, target: Target, inputs: Arrays,
                         f"output {name}: a timed run left {count_} elements other than the checked run on the "
                         f"same inputs, first at {list(first)} (work skipped while timed, or state kept between calls)")
 
-    entries = [Batches(batch.run, copies, poison, verify)]
+    entries = [Batches(batch.run, copies, poison, verify, overhead_factor=IPC_FACTOR)]
     views = [{n: arrays[n] for n in inputs} for arrays in sets]
     for name in r.baselines:
         fn, dims = task.baselines[name], dict(r.dims)
@@ -303,7 +234,7 @@ def _time(r: RunRequest, task: Task, target: Target, inputs: Arrays,
 
         local = _Local([functools.partial(fn, v, dims) for v in views])
         entries.append(Batches(local.run, copies, local.prepare))
-    stats = measure_batches(entries, r.timing)
+    stats = measure(entries, r.timing)
     return stats[0], dict(zip(r.baselines, stats[1:], strict=True)), sets[0]
 
 

@@ -7,7 +7,7 @@ import math
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -48,22 +48,6 @@ def copies_for(working_set_bytes: int, cache_bytes: int) -> int:
     return max(1, min(wanted, MAX_COPIES, MAX_COPY_BYTES // working_set_bytes))
 
 
-def _warm_up(calls: Sequence[Call], warmup_s: float) -> float:
-    """Calls until warmup_s has passed (at least twice); returns the median seconds per call."""
-    times: list[float] = []
-    start = time.perf_counter()
-    i = 0
-    while True:
-        t0 = time.perf_counter()
-        calls[i % len(calls)]()
-        t1 = time.perf_counter()
-        times.append(t1 - t0)
-        i += 1
-        if i >= 2 and t1 - start >= warmup_s:
-            break
-    return float(np.median(times[1:]))  # the first call pays page faults and lazy binding
-
-
 def _stats(samples: list[float], reps: int, copies: int) -> dict[str, Any]:
     q25, q50, q75 = np.percentile(samples, [25, 50, 75])
     return {
@@ -72,42 +56,95 @@ def _stats(samples: list[float], reps: int, copies: int) -> dict[str, Any]:
     }
 
 
-def measure(entries: Sequence[Sequence[Call]], cfg: TimingConfig) -> list[dict[str, Any]]:
-    """Times each entry (its calls are the same work on rotated copies), in the order given.
+@dataclass
+class Batches:
+    """One timed entry: `run(start, count)` makes calls start..start+count-1 over `copies` rotated copies
+    in one go; `before` and `after` surround each sample, off the clock."""
+    run: Callable[[int, int], object]
+    copies: int
+    before: Callable[[int, int], None] = field(default=lambda start, count: None)
+    after: Callable[[int, int], None] = field(default=lambda start, count: None)
+    # Fixed cost of one `run` however many calls it makes (a round trip to another process): a sample
+    # lasts at least `overhead_factor` times it, so the cost is negligible. 0: not measured.
+    overhead_factor: int = 0
+
+
+def calls_as_batches(calls: Sequence[Call]) -> Batches:
+    """A list of calls on rotated copies as an entry. A call with `prepare` (MLX: build the lazy graph)
+    has that part done in `before`, off the clock, and only what `prepare` returned run on it."""
+    ready: dict[tuple[int, int], list[Call]] = {}
+
+    def pick(start: int, count: int) -> list[Call]:
+        return [calls[k % len(calls)] for k in range(start, start + count)]
+
+    def before(start: int, count: int) -> None:
+        ready[(start, count)] = [getattr(c, "prepare")() if hasattr(c, "prepare") else c for c in pick(start, count)]
+
+    def run(start: int, count: int) -> None:
+        for call in ready.pop((start, count), None) or pick(start, count):
+            call()
+
+    return Batches(run, len(calls), before)
+
+
+def reps_for(entry: Batches, cfg: TimingConfig) -> int:
+    """Calls per sample: enough for min_sample_s (and for the entry's overhead factor), estimated with
+    batches that double while warming up (the first calls pay page faults and lazy binding)."""
+    overhead = 0.0
+    if entry.overhead_factor:
+        trips = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            entry.run(0, 0)
+            trips.append(time.perf_counter() - t0)
+        overhead = float(np.median(trips))
+    target = max(cfg.min_sample_s, entry.overhead_factor * overhead)
+    start = time.perf_counter()
+    count, done, per_call = 1, 0, 0.0
+    while True:
+        t0 = time.perf_counter()
+        entry.run(done, count)
+        dt = time.perf_counter() - t0
+        done += count
+        per_call = max((dt - overhead) / count, dt / count / 100, 1e-9)
+        if done >= 2 and time.perf_counter() - start >= cfg.warmup_s:
+            break
+        if dt < target:
+            count = min(2 * count, MAX_REPS)
+    return min(MAX_REPS, max(1, math.ceil(target / per_call)))
+
+
+def measure(entries: Sequence[Batches | Sequence[Call]], cfg: TimingConfig) -> list[dict[str, Any]]:
+    """Times each entry (the same work on rotated copies), in the order given; a plain list of calls is
+    taken as `calls_as_batches` of it.
 
     Every round takes one sample of each entry, in a shuffled order, so drifts in clock speed or load
-    hit candidate and baselines alike. A sample is `reps` back-to-back calls, enough to last
-    min_sample_s, divided by reps. Sampling stops at max_samples, or once past budget_s with at least
-    min_samples.
+    hit candidate and baselines alike. A sample is `reps` calls, enough to last min_sample_s, divided by
+    reps. Sampling stops at max_samples, or once past budget_s with at least min_samples.
     """
+    batches = [e if isinstance(e, Batches) else calls_as_batches(e) for e in entries]
     start = time.perf_counter()
     gc_was_enabled = gc.isenabled()
     gc.disable()  # a collection inside a sample would be charged to whichever entry it hit
     try:
-        reps = [
-            min(MAX_REPS, max(1, math.ceil(cfg.min_sample_s / max(_warm_up(calls, cfg.warmup_s), 1e-9))))
-            for calls in entries
-        ]
-        samples: list[list[float]] = [[] for _ in entries]
-        cursors = [0] * len(entries)
-        order = list(range(len(entries)))
+        reps = [reps_for(b, cfg) for b in batches]
+        samples: list[list[float]] = [[] for _ in batches]
+        cursors = [0] * len(batches)
+        order = list(range(len(batches)))
         shuffle = random.Random(0x5EED)
-        max_samples = max(cfg.min_samples, cfg.max_samples, 1)
-        for rounds in range(max_samples):
+        for rounds in range(max(cfg.min_samples, cfg.max_samples, 1)):
             if rounds >= max(cfg.min_samples, 1) and time.perf_counter() - start >= cfg.budget_s:
                 break
             shuffle.shuffle(order)
             for e in order:
-                calls, n, c = entries[e], reps[e], cursors[e]
-                # A call with `prepare` (MLX: build the lazy graph) does that part before the clock.
-                runs = [getattr(calls[k % len(calls)], "prepare", None) for k in range(c, c + n)]
-                runs = [p() if p is not None else calls[k % len(calls)] for p, k in zip(runs, range(c, c + n))]
+                b, n, c = batches[e], reps[e], cursors[e]
+                b.before(c, n)
                 t0 = time.perf_counter()
-                for run in runs:
-                    run()
+                b.run(c, n)
                 samples[e].append((time.perf_counter() - t0) / n)
-                cursors[e] = (c + n) % len(calls)
+                b.after(c, n)
+                cursors[e] = (c + n) % b.copies
     finally:
         if gc_was_enabled:
             gc.enable()
-    return [_stats(s, r, len(calls)) for s, r, calls in zip(samples, reps, entries, strict=True)]
+    return [_stats(s, r, b.copies) for s, r, b in zip(samples, reps, batches, strict=True)]
