@@ -120,6 +120,23 @@ pub struct ResolvedPlan {
     pub launches: Vec<ResolvedLaunch>,
 }
 
+impl ResolvedPlan {
+    /// The first launch whose threadgroup has more threads than any GPU target allows, as a message
+    /// naming the limit (evaluation refuses it before anything runs; `ksearch check` reports it as M021).
+    pub fn oversized_threadgroup(&self, workload: &str) -> Option<String> {
+        self.launches.iter().find_map(|l| {
+            let tg = l.threadgroup.as_ref()?;
+            let threads: i64 = tg.iter().product();
+            (threads > MAX_THREADGROUP).then(|| {
+                format!(
+                    "launch of `{}`: a threadgroup of {threads} threads ({tg:?}) in workload `{workload}` is more than any GPU target allows ({MAX_THREADGROUP} per threadgroup on Apple GPUs and on NVIDIA; fewer when the kernel's registers or threadgroup memory are large)",
+                    l.kernel
+                )
+            })
+        })
+    }
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct ResolvedBuffer {
     pub name: String,
@@ -500,16 +517,6 @@ impl Candidate {
             if !holds(&l.when)? {
                 continue;
             }
-            if let Some(tg) = l.threadgroup.as_deref() {
-                let dims = ints(tg)?;
-                let threads: i64 = dims.iter().product();
-                if threads > MAX_THREADGROUP {
-                    return Err(format!(
-                        "launch of `{}`: a threadgroup of {threads} threads ({dims:?}) in workload `{}` is more than any GPU target allows ({MAX_THREADGROUP} per threadgroup on Apple GPUs and on NVIDIA; fewer when the kernel's registers or threadgroup memory are large)",
-                        l.kernel, rw.name
-                    ));
-                }
-            }
             launches.push(ResolvedLaunch {
                 kernel: l.kernel.clone(),
                 inputs: l.inputs.clone(),
@@ -861,11 +868,15 @@ default = 2
                 ExprField(Expr::parse("1").unwrap()),
             ])
         });
-        let err = resolve_named(&task, &c, "ks_d768_l512").unwrap_err();
+        let plan = resolve_named(&task, &c, "ks_d768_l512").unwrap();
+        let err = plan.oversized_threadgroup("ks_d768_l512").unwrap();
         assert!(
             err.contains("2048 threads") && err.contains("1024 per threadgroup"),
             "{err}"
         );
+        let (task, c) = scan_expert(|_| {});
+        let plan = resolve_named(&task, &c, "ks_d768_l512").unwrap();
+        assert_eq!(plan.oversized_threadgroup("ks_d768_l512"), None);
     }
 
     #[test]

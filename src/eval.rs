@@ -357,6 +357,9 @@ impl Evaluator {
             Ok(p) => p,
             Err(m) => return fail(result, (Status::Invalid, m, Value::Null)),
         };
+        if let Some(m) = plan.oversized_threadgroup(&rw.name) {
+            return fail(result, (Status::Invalid, m, Value::Null));
+        }
         let baselines: Vec<String> = self
             .task
             .baselines_for(self.target)
