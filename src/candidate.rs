@@ -121,15 +121,28 @@ pub struct ResolvedPlan {
 }
 
 impl ResolvedPlan {
-    /// The first launch whose threadgroup has more threads than any GPU target allows, as a message
-    /// naming the limit (evaluation refuses it before anything runs; `ksearch check` reports it as M021).
+    /// The first launch whose grid or threadgroup no GPU target can run: an extent below 1, or more
+    /// threads per threadgroup than any allows; a message naming the limit (evaluation refuses it before
+    /// anything runs; `ksearch check` reports the threadgroup limit as M021).
     pub fn oversized_threadgroup(&self, workload: &str) -> Option<String> {
         self.launches.iter().find_map(|l| {
+            for (what, dims) in [("grid", &l.grid), ("threadgroup", &l.threadgroup)] {
+                if let Some(d) = dims.as_ref().and_then(|d| d.iter().find(|x| **x < 1)) {
+                    return Some(format!(
+                        "launch of `{}`: {what} extent {d} in workload `{workload}`; every extent must be at least 1",
+                        l.kernel
+                    ));
+                }
+            }
             let tg = l.threadgroup.as_ref()?;
-            let threads: i64 = tg.iter().product();
-            (threads > MAX_THREADGROUP).then(|| {
+            // Each extent is checked before multiplying, so the product cannot overflow.
+            let threads = tg
+                .iter()
+                .try_fold(1i64, |acc, x| (*x <= MAX_THREADGROUP).then(|| acc * x))
+                .filter(|t| *t <= MAX_THREADGROUP);
+            threads.is_none().then(|| {
                 format!(
-                    "launch of `{}`: a threadgroup of {threads} threads ({tg:?}) in workload `{workload}` is more than any GPU target allows ({MAX_THREADGROUP} per threadgroup on Apple GPUs and on NVIDIA; fewer when the kernel's registers or threadgroup memory are large)",
+                    "launch of `{}`: a threadgroup of {tg:?} threads in workload `{workload}` is more than any GPU target allows ({MAX_THREADGROUP} per threadgroup on Apple GPUs and on NVIDIA; fewer when the kernel's registers or threadgroup memory are large)",
                     l.kernel
                 )
             })
@@ -871,8 +884,22 @@ default = 2
         let plan = resolve_named(&task, &c, "ks_d768_l512").unwrap();
         let err = plan.oversized_threadgroup("ks_d768_l512").unwrap();
         assert!(
-            err.contains("2048 threads") && err.contains("1024 per threadgroup"),
+            err.contains("[64, 32, 1] threads") && err.contains("1024 per threadgroup"),
             "{err}"
+        );
+        // Huge extents do not overflow the product; a zero extent is named.
+        let mut huge = plan.clone();
+        huge.launches[0].threadgroup = Some(vec![1 << 40, 1 << 40, 1 << 40]);
+        assert!(
+            huge.oversized_threadgroup("w")
+                .unwrap()
+                .contains("1024 per threadgroup")
+        );
+        huge.launches[0].threadgroup = Some(vec![32, 0, 1]);
+        assert!(
+            huge.oversized_threadgroup("w")
+                .unwrap()
+                .contains("threadgroup extent 0")
         );
         let (task, c) = scan_expert(|_| {});
         let plan = resolve_named(&task, &c, "ks_d768_l512").unwrap();

@@ -919,6 +919,12 @@ fn cmd_check(path: &Path, task: Option<String>, json: bool) -> Result<u8> {
         }
         f
     } else {
+        if task.is_some() {
+            anyhow::bail!(
+                "{}: --task applies to a candidate folder; a complete Metal file carries its own signature (drop --task)",
+                path.display()
+            );
+        }
         let src =
             std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
         crate::check::check_source(&src, &path.display().to_string())?

@@ -257,9 +257,9 @@ impl Worker {
     ) -> Result<Reply, WorkerFailure> {
         let id = self.next_id;
         self.next_id += 1;
-        // A nonce the worker must echo: candidate code runs inside the worker and can write to its
-        // reply pipe, so a reply is believed only with the nonce of its request, and any other line
-        // on the pipe is a forgery.
+        // A nonce the worker must echo: GPU candidates run inside the worker (CPU ones in a kernel host
+        // of their own) and could write to its reply pipe, so a reply is believed only with the nonce of
+        // its request, and any other line on the pipe is a forgery.
         let nonce = format!("{:016x}", crate::rng::splitmix(fresh_entropy() ^ id));
         body["id"] = json!(id);
         body["op"] = json!(op);

@@ -171,14 +171,8 @@ fn every_shipped_metal_seed_passes_the_check() {
         let Ok(seeds) = std::fs::read_dir(task.path().join("seeds/mlx-metal")) else {
             continue;
         };
-        let t = match ksearch::task::Task::load(&task.path()) {
-            Ok(t) => t,
-            Err(e) => {
-                // A task another change is still writing; its seeds are checked once it loads.
-                eprintln!("skipping {}: {e}", task.path().display());
-                continue;
-            }
-        };
+        let t = ksearch::task::Task::load(&task.path())
+            .unwrap_or_else(|e| panic!("{}: {e}", task.path().display()));
         for s in seeds
             .flatten()
             .filter(|s| s.path().join("plan.toml").is_file())
@@ -193,8 +187,9 @@ fn every_shipped_metal_seed_passes_the_check() {
             checked += 1;
         }
     }
+    // Every shipped Metal seed: attention, mamba-scan, ssd (naive, expert) and softmax (naive).
     assert!(
-        checked >= 4,
+        checked >= 7,
         "only {checked} shipped Metal seeds were checked"
     );
 }
@@ -539,9 +534,8 @@ fn the_generated_signature_is_the_one_mlx_writes() {
         let Ok(seeds) = std::fs::read_dir(task_dir.path().join("seeds/mlx-metal")) else {
             continue;
         };
-        let Ok(task) = ksearch::task::Task::load(&task_dir.path()) else {
-            continue; // a task still being written (see every_shipped_metal_seed_passes_the_check)
-        };
+        let task = ksearch::task::Task::load(&task_dir.path())
+            .unwrap_or_else(|e| panic!("{}: {e}", task_dir.path().display()));
         for seed in seeds
             .flatten()
             .filter(|s| s.path().join("plan.toml").is_file())
@@ -595,6 +589,7 @@ fn the_generated_signature_is_the_one_mlx_writes() {
             }
         }
     }
-    assert!(compared >= 4, "only {compared} signatures compared");
+    // One per launch and workload of every shipped Metal seed (87 when this was written).
+    assert!(compared >= 80, "only {compared} signatures compared");
     println!("{compared} generated signatures identical to MLX's");
 }

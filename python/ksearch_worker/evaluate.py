@@ -103,13 +103,15 @@ def _differences(a: np.ndarray, b: np.ndarray) -> tuple[int, tuple[int, ...]]:
 
 
 def check_seed(r: RunRequest, task: Task, target: Target, seed: int, twice: bool = False,
-               into: ArraySet | None = None) -> tuple[dict[str, Any], list[str], Arrays, Arrays]:
+               into: ArraySet | None = None,
+               expected: Mapping[str, Any] | None = None) -> tuple[dict[str, Any], list[str], Arrays, Arrays]:
     """Runs the launches on fresh inputs; returns the check, its problems, the pristine inputs and copies
     of the outputs the kernel wrote.
 
     `twice` runs them a second time on separate copies of the same inputs: a correct CPU kernel is
     deterministic, so any difference is a race or state kept between calls. `into` writes the fresh
-    inputs into existing arrays (the ones timing used, at the same addresses) instead of new ones."""
+    inputs into existing arrays (the ones timing used, at the same addresses) instead of new ones.
+    `expected`: the reference's outputs for this seed, when already computed."""
     pristine = make_inputs(task.inputs, r.shapes, r.dtypes, r.dims, np.random.default_rng(seed), task.make_inputs)
     if into is None:
         arrays = _arrays(r, task, pristine)
@@ -140,8 +142,9 @@ def check_seed(r: RunRequest, task: Task, target: Target, seed: int, twice: bool
     problems += changed.values()
 
     # The reference sees float64 copies, out of the candidate's reach; integer and bool inputs keep their dtype.
-    ref_inputs = {n: a.astype(np.float64) if a.dtype.kind == "f" else a.copy() for n, a in pristine.items()}
-    expected = task.reference(ref_inputs, dict(r.dims))
+    if expected is None:
+        ref_inputs = {n: a.astype(np.float64) if a.dtype.kind == "f" else a.copy() for n, a in pristine.items()}
+        expected = task.reference(ref_inputs, dict(r.dims))
     outputs: dict[str, Any] = {}
     for name in task.outputs:
         if name not in expected:
@@ -235,7 +238,7 @@ def _time(r: RunRequest, task: Task, target: Target, inputs: Arrays,
         local = _Local([functools.partial(fn, v, dims) for v in views])
         entries.append(Batches(local.run, copies, local.prepare))
     stats = measure(entries, r.timing)
-    return stats[0], dict(zip(r.baselines, stats[1:], strict=True)), sets[0]
+    return stats[0], dict(zip(r.baselines, stats[1:], strict=True)), sets
 
 
 def run(req: Mapping[str, Any], task: Task | None, target: Target) -> dict[str, Any]:
@@ -258,15 +261,23 @@ def run(req: Mapping[str, Any], task: Task | None, target: Target) -> dict[str, 
                 return {"status": "wrong", "message": "; ".join(problems), "checks": checks, "timing": None,
                         "baselines": {}}
         timing, baselines, timed = _time(r, task, target, pristine, outputs) if r.timing.enabled else (None, {}, None)
-        if timed is not None:
-            # Fresh inputs in the very buffers timing used: caches keyed by address, stale outputs and
-            # kernels that stop working after a number of calls all fail here.
-            recheck_seed = (r.seeds[-1] * 6364136223846793005 + 1442695040888963407) % (1 << 63)
-            check, problems, _, _ = check_seed(r, task, target, recheck_seed, into=timed)
+        # Fresh inputs in every set of buffers timing used: caches keyed by any of those addresses, stale
+        # outputs and kernels that stop working after a number of calls all fail here.
+        recheck_seed = (r.seeds[-1] * 6364136223846793005 + 1442695040888963407) % (1 << 63)
+        expected = None  # one reference for every set: the same seed, the same inputs
+        for i, arrays in enumerate(timed or []):
+            if expected is None:
+                fresh = make_inputs(task.inputs, r.shapes, r.dtypes, r.dims, np.random.default_rng(recheck_seed),
+                                    task.make_inputs)
+                expected = task.reference({n: a.astype(np.float64) if a.dtype.kind == "f" else a.copy()
+                                           for n, a in fresh.items()}, dict(r.dims))
+            check, problems, _, _ = check_seed(r, task, target, recheck_seed, into=arrays, expected=expected)
             check["after_timing"] = True
+            check["input_set"] = i
             checks.append(check)
             if problems:
-                return {"status": "wrong", "message": "after timing, on fresh inputs in the timed buffers: "
+                where = f" (input set {i} of {len(timed or [])})" if timed and len(timed) > 1 else ""
+                return {"status": "wrong", "message": f"after timing, on fresh inputs in the timed buffers{where}: "
                         + "; ".join(problems), "checks": checks, "timing": timing, "baselines": baselines}
     except WorkerError:
         raise

@@ -155,5 +155,16 @@ def test_a_threadgroup_past_the_kernels_limit_is_reported_with_the_limit(tmp_pat
 
     r = evaluate(tmp_path, too_big)
     assert r["status"] == "error", r
-    assert "larger than the compiled kernel allows (add: 64 threads)" in r["message"], r["message"]
+    assert "refused the launch configuration (add: threadgroup 64 threads" in r["message"], r["message"]
     assert "at most 1024 threads" in r["message"] and "restart_worker" not in r
+
+
+def test_bfloat16_arrays_are_refilled_in_place_through_their_bit_patterns() -> None:
+    from ksearch_worker.targets.mlx import _refill
+
+    target = {"x": mx.array([1.0, 2.0, 3.0]).astype(mx.bfloat16)}
+    fresh = {"x": mx.array([-0.5, 7.0, 1e-3]).astype(mx.bfloat16)}
+    mx.eval(target["x"], fresh["x"])
+    buffer = target["x"]
+    assert _refill(mx, target, fresh)
+    assert target["x"] is buffer and bool(mx.all(mx.equal(buffer, fresh["x"])).item())

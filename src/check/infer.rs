@@ -21,20 +21,7 @@ pub fn dtype_of_type(t: &str) -> Option<Dtype> {
         "uchar" | "uint8_t" => Dtype::Uint8,
         "long" | "int64_t" => Dtype::Int64,
         "bool" => Dtype::Bool,
-        _ => {
-            // int32_t-like names end in digits that the trim above removed.
-            return match t {
-                "int32_t" => Some(Dtype::Int32),
-                "uint32_t" => Some(Dtype::Uint32),
-                "int16_t" => Some(Dtype::Int16),
-                "int8_t" => Some(Dtype::Int8),
-                "uint8_t" => Some(Dtype::Uint8),
-                "int64_t" => Some(Dtype::Int64),
-                "float16_t" => Some(Dtype::Float16),
-                "bfloat16_t" => Some(Dtype::Bfloat16),
-                _ => None,
-            };
-        }
+        _ => return None,
     })
 }
 

@@ -59,6 +59,7 @@ class MlxTarget:
         self.name = name  # "mlx-metal" or "mlx-cuda"
         self._builds: dict[str, _Build] = {}
         self._scalars: dict[int, Any] = {}
+        self._timed_sets: list[dict[str, Any]] | None = None
 
     # -- hello ------------------------------------------------------------------------------------
     def describe(self) -> dict[str, Any]:
@@ -281,14 +282,15 @@ class MlxTarget:
                 raise
             except Exception as exc:  # the candidate failed while being timed
                 raise _KernelFailure(str(exc)) from None
-            # Fresh inputs written into the very arrays timing used (or, where MLX cannot write them in
-            # place, fresh arrays, which its allocator places in the freed timed buffers): caches keyed
-            # by address, stale outputs and kernels that stop working after a number of calls or a
-            # span of time all fail here.
+            # Fresh inputs written into every input set timing used (or, where MLX cannot write them in
+            # place, fresh arrays made after the timed ones are freed, so that its allocator hands their
+            # buffers out again): caches keyed by address, stale outputs and kernels that stop working
+            # after a number of calls or a span of time all fail here.
             pristine_mx = mx_inputs = {}
             recheck = (r.seeds[-1] * 6364136223846793005 + 1442695040888963407) % (1 << 63)
-            check, problems, _ = self._check_seed(r, task, recheck, dtypes, into=timed_sets)
+            self._timed_sets = timed_sets  # _check_seed takes the only reference (see there)
             del timed_sets
+            check, problems, _ = self._check_seed(r, task, recheck, dtypes, into_timed=True)
             check["after_timing"] = True
             checks.append(check)
             if problems:
@@ -315,31 +317,39 @@ class MlxTarget:
             m.synchronize()
         except Exception as exc:
             text = str(exc)
-            if any(n in text for n in _THREADGROUP_TOO_LARGE):
-                sizes = ", ".join(f"{launch['kernel']}: {math.prod(launch['threadgroup'])} threads"
+            if any(n in text for n in _LAUNCH_REFUSED):
+                sizes = ", ".join(f"{launch['kernel']}: threadgroup {math.prod(launch['threadgroup'])} threads, "
+                                  f"grid {launch['grid']}, shared memory {launch.get('shared_memory') or 0} bytes"
                                   for launch in r.launches)
-                text = (f"the threadgroup is larger than the compiled kernel allows ({sizes}): at most 1024 threads "
-                        "per threadgroup on any GPU, and fewer when registers per thread x threads exceed a "
-                        "multiprocessor's 65536 registers (CUDA) or the pipeline's maxTotalThreadsPerThreadgroup "
-                        f"(Metal); shrink the threadgroup or the kernel's registers. MLX said: {text}")
+                text = (f"the device refused the launch configuration ({sizes}). Limits: at most 1024 threads per "
+                        "threadgroup, fewer when registers per thread x threads exceed a multiprocessor's 65536 "
+                        "registers (CUDA) or the pipeline's maxTotalThreadsPerThreadgroup (Metal); dynamic shared "
+                        f"memory up to the device's per-block maximum; grid extents within the device's. MLX said: {text}")
                 raise _KernelFailure(text, status="error") from None
             raise _KernelFailure(text) from None
         return env
 
     def _check_seed(self, r: Any, task: Any, seed: int, dtypes: Mapping[str, str], twice: bool = False,
-                    into: list[dict[str, Any]] | None = None) -> tuple[dict[str, Any], list[str], dict[str, Any]]:
+                    into_timed: bool = False) -> tuple[dict[str, Any], list[str], dict[str, Any]]:
         """Checks the candidate on the inputs of one seed against the reference: every output within
         tolerance and fully written, the inputs unchanged, and (with `twice`) a second run on the same
         inputs bit-identical to the first (races). With `into` (the input sets timing rotated through),
         the inputs are written into every one of them when MLX allows it, and the candidate is checked
         on each: a cache keyed by any address timing used is stale there."""
         m = _mlx()
+        into, self._timed_sets = (self._timed_sets, None) if into_timed else (None, None)
         pristine, mx_inputs = self._inputs(r, task, seed, dtypes)
         targets = [mx_inputs]
         in_place = bool(into) and all(_refill(m, s, mx_inputs) for s in into or [])
         if in_place:
             assert into is not None
             targets = into
+        elif into:
+            # MLX would not let us write the timed arrays: free them first, then make fresh ones, which
+            # its allocator places in the buffers just freed.
+            into = None
+            pristine, mx_inputs = self._inputs(r, task, seed, dtypes)
+            targets = [mx_inputs]
         ref_inputs = {n: a.astype(np.float64) if a.dtype.kind == "f" else a.copy() for n, a in pristine.items()}
         expected = task.reference(ref_inputs, dict(r.dims))
         problems: list[str] = []
@@ -368,7 +378,7 @@ class MlxTarget:
                 break
         check = {"seed": seed, "passed": not problems, "outputs": outputs, "inputs_modified": changed,
                  "overruns": []}
-        if into is not None:
+        if into_timed:
             check["in_place"] = in_place
             check["input_sets"] = len(targets)
         return check, problems, mx_inputs
@@ -437,9 +447,11 @@ class MlxTarget:
 
             def __init__(self, fn: Any, k: int) -> None:
                 self.fn, self.k = fn, k
+                self.next = 0  # the input set the next call takes: calls rotate through all of them
 
             def prepare(self) -> Any:
-                outs = [self.fn(sets[i % len(sets)]) for i in range(self.k)]
+                outs = [self.fn(sets[(self.next + i) % len(sets)]) for i in range(self.k)]
+                self.next = (self.next + self.k) % len(sets)
 
                 def run() -> None:
                     m.eval(outs)
@@ -500,12 +512,17 @@ def _refill(m: Any, target: dict[str, Any], fresh: dict[str, Any]) -> bool:
     device that the kernel will see them. False (nothing relied on) where MLX hands out copies."""
     try:
         for n, a in target.items():
-            if a.dtype == m.bfloat16 or a.shape != fresh[n].shape or a.dtype != fresh[n].dtype:
+            if a.shape != fresh[n].shape or a.dtype != fresh[n].dtype:
                 return False
-            view = np.array(a, copy=False)  # raises where a copy would be needed
+            # numpy has no bfloat16: those arrays are written as their 16-bit patterns.
+            bits = a.dtype == m.bfloat16
+            dst = a.view(m.uint16) if bits else a
+            src = fresh[n].view(m.uint16) if bits else fresh[n]
+            m.eval(dst, src)
+            view = np.array(dst, copy=False)  # raises where a copy would be needed
             if not view.flags.writeable:
                 return False
-            view[...] = np.array(fresh[n])
+            view[...] = np.array(src)
         m.synchronize()
         # Compared on the default device (the GPU where there is one), which reads what a kernel would read.
         same = [m.all(m.equal(target[n], fresh[n])) for n in target]
@@ -519,8 +536,8 @@ def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
     return a.shape == b.shape and a.dtype == b.dtype and bool(np.array_equal(a.view(np.uint8), b.view(np.uint8)))
 
 
-# What a launch with more threads than the compiled kernel can have says, on each back-end.
-_THREADGROUP_TOO_LARGE = ("too many resources requested for launch", "invalid configuration argument",
+# What a launch configuration the device refuses (threadgroup, grid, shared memory) says, on each back-end.
+_LAUNCH_REFUSED = ("too many resources requested for launch", "invalid configuration argument",
                           "maxTotalThreadsPerThreadgroup", "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES")
 
 
