@@ -203,7 +203,8 @@ def _time(r: RunRequest, task: Task, target: Target, inputs: Arrays,
           outputs: Arrays) -> tuple[dict[str, Any], dict[str, Any], ArraySet]:
     """Times the candidate next to the baselines on copies of `inputs`. Before every sample the outputs of
     the copies it uses are poisoned; after it they must hold `outputs` (the checked run's on these inputs)
-    byte for byte, so a host that skips work while timed is caught."""
+    byte for byte, so a host that skips whole calls while timed is caught; one that skips repeated calls
+    on a copy within a sample (outputs already right) is bounded only by the roofline check."""
     sample = _arrays(r, task, inputs)
     copies = copies_for(sum(a.nbytes for a in sample.values()), target.cache_bytes())
     sets = [sample] + [_arrays(r, task, inputs) for _ in range(copies - 1)]

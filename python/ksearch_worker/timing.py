@@ -102,9 +102,13 @@ def reps_for(entry: Batches, cfg: TimingConfig) -> int:
     start = time.perf_counter()
     count, done, per_call = 1, 0, 0.0
     while True:
+        # The same before/after as a sample (poison and verify; graphs built off the clock), so that
+        # the warm-up calls do the work the samples will.
+        entry.before(done, count)
         t0 = time.perf_counter()
         entry.run(done, count)
         dt = time.perf_counter() - t0
+        entry.after(done, count)
         done += count
         per_call = max((dt - overhead) / count, dt / count / 100, 1e-9)
         if done >= 2 and time.perf_counter() - start >= cfg.warmup_s:
