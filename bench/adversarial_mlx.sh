@@ -6,7 +6,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH=/root/mlx-site${PYTHONPATH:+:$PYTHONPATH}
-bin=${KSEARCH_BIN:-.device/bin/ksearch}
+source bench/device_bin.sh
 out=${OUT:-/tmp/ksearch-out}
 mkdir -p "$out"
 store=$(mktemp -d)

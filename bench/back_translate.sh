@@ -15,15 +15,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH=/root/mlx-site${PYTHONPATH:+:$PYTHONPATH}
-bin=${KSEARCH_BIN:-}
-if [ -z "$bin" ]; then
-  if [ -f .device/binz/ksearch.gz ]; then
-    # the binary travels gzipped when MLX's two halves leave too little room in a call's carry
-    bin=/tmp/ksearch-bt && gzip -dc .device/binz/ksearch.gz > "$bin" && chmod +x "$bin"
-  else
-    bin=.device/bin/ksearch
-  fi
-fi
+source bench/device_bin.sh
 out=${OUT:-/tmp/ksearch-out}
 checks=${CHECKS:-2}
 timing=${TIMING:-0.3}

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Everything the H200 must show, in one call on the device machine (MLX staged by
-# ../shared/device/prepare-mlx-cuda.sh; the ksearch binary carried in .device/bin/):
+# ../shared/device/prepare-mlx-cuda.sh; the ksearch binary as bench/device_bin.sh finds it):
 # every mlx-cuda seed of every MLX task evaluated on every workload (held-out ones included), then a
 # tune run from the expert seed. Results: $OUT/h200.json (one object per command, with the command,
 # the machine and the versions) and $OUT/h200.log.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH=/root/mlx-site${PYTHONPATH:+:$PYTHONPATH}
-bin=${KSEARCH_BIN:-.device/bin/ksearch}
+source bench/device_bin.sh
 out=${OUT:-/tmp/ksearch-out}
 tasks=${TASKS:-mamba-scan}
 budget=${BUDGET:-12}
@@ -63,6 +63,10 @@ for task in ${EXPORT_TASKS:-$tasks}; do
   python3 -c 'import json,sys; print(json.dumps({"name": sys.argv[1], "command": sys.argv[2], "result": {"test": sys.argv[3]}}))' \
     "$task/export" "ksearch export $seed --task tasks/$task --format mlx-python; python3 <module>_test.py" "$line" >> "$results"
 done
+# Optional suites in the same call: ADVERSARIAL=1 (tests/adversarial/mlx-cuda), BACK=1 (every shipped
+# Metal seed back-translated and evaluated), each writing its own JSON next to h200.json.
+[ "${ADVERSARIAL:-0}" = 1 ] && KSEARCH_BIN=$bin OUT=$out bash bench/adversarial_mlx.sh >> "$log" 2>&1
+[ "${BACK:-0}" = 1 ] && KSEARCH_BIN=$bin OUT=$out bash bench/back_translate.sh >> "$log" 2>&1
 python3 - "$results" "$out/h200.json" <<'PY'
 import json, platform, subprocess, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]

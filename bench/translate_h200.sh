@@ -10,7 +10,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH=/root/mlx-site${PYTHONPATH:+:$PYTHONPATH}
-bin=${KSEARCH_BIN:-.device/bin/ksearch}
+source bench/device_bin.sh
 out=${OUT:-/tmp/ksearch-out}
 checks=${CHECKS:-2}
 timing=${TIMING:-0.2}
