@@ -10,7 +10,7 @@ import time
 
 import mlx.core as mx
 
-COPY = "uint i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n[0]) y[i] = x[i];"
+COPY = "unsigned int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < (unsigned int)n[0]) y[i] = x[i];"
 
 
 def per_call(build, k: int, reps: int = 200) -> dict[str, float]:
