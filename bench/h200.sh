@@ -64,9 +64,11 @@ for task in ${EXPORT_TASKS:-$tasks}; do
     "$task/export" "ksearch export $seed --task tasks/$task --format mlx-python; python3 <module>_test.py" "$line" >> "$results"
 done
 # Optional suites in the same call: ADVERSARIAL=1 (tests/adversarial/mlx-cuda), BACK=1 (every shipped
-# Metal seed back-translated and evaluated), each writing its own JSON next to h200.json.
+# Metal seed back-translated and evaluated), OVERHEAD=1 (where a short MLX call's time goes), each
+# writing its own JSON next to h200.json.
 [ "${ADVERSARIAL:-0}" = 1 ] && KSEARCH_BIN=$bin OUT=$out bash bench/adversarial_mlx.sh >> "$log" 2>&1
 [ "${BACK:-0}" = 1 ] && KSEARCH_BIN=$bin OUT=$out bash bench/back_translate.sh >> "$log" 2>&1
+[ "${OVERHEAD:-0}" = 1 ] && python3 bench/mlx_call_overhead.py > "$out/mlx-call-overhead.json" 2>> "$log"
 python3 - "$results" "$out/h200.json" <<'PY'
 import json, platform, subprocess, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
