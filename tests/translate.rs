@@ -291,16 +291,7 @@ fn templates_in_place_parameters_and_dynamic_shared_memory() {
             t.diagnostics
         );
     }
-    let env = [("cols".to_string(), 40.0), ("rows".to_string(), 20.0)]
-        .into_iter()
-        .collect();
-    let g: Vec<i64> = l
-        .grid
-        .as_ref()
-        .unwrap()
-        .iter()
-        .map(|e| e.0.eval_int(&env).unwrap())
-        .collect();
+    let g = grid_at(l, &[("cols", 40.0), ("rows", 20.0)]);
     assert_eq!(g, [48, 32, 1]);
 
     let t = tr("misc_template_inplace.cu", Target::MlxCuda);
@@ -624,16 +615,7 @@ fn kernels_in_other_styles_translate_and_pass_the_checker() {
     // Launch facts from those styles.
     let t = translate::translate_file(&dir.join("histogram_u8.cu"), Target::MlxMetal).unwrap();
     let l = &t.candidate.as_ref().unwrap().plan.launch[0];
-    let env = [("width".to_string(), 100.0), ("height".to_string(), 50.0)]
-        .into_iter()
-        .collect();
-    let g: Vec<i64> = l
-        .grid
-        .as_ref()
-        .unwrap()
-        .iter()
-        .map(|e| e.0.eval_int(&env).unwrap())
-        .collect();
+    let g = grid_at(l, &[("width", 100.0), ("height", 50.0)]);
     assert_eq!(
         g,
         [112, 64, 1],
@@ -654,16 +636,7 @@ fn kernels_in_other_styles_translate_and_pass_the_checker() {
     );
     let t = translate::translate_file(&dir.join("matmul_tiled.cu"), Target::MlxMetal).unwrap();
     let l = &t.candidate.as_ref().unwrap().plan.launch[0];
-    let env = [("M".to_string(), 40.0), ("N".to_string(), 20.0)]
-        .into_iter()
-        .collect();
-    let g: Vec<i64> = l
-        .grid
-        .as_ref()
-        .unwrap()
-        .iter()
-        .map(|e| e.0.eval_int(&env).unwrap())
-        .collect();
+    let g = grid_at(l, &[("M", 40.0), ("N", 20.0)]);
     assert_eq!(
         g,
         [32, 48, 1],
@@ -701,4 +674,15 @@ fn translations_fit_the_fixture_tasks() {
             }
         }
     }
+}
+
+/// A translated launch's grid, evaluated with the given dims.
+fn grid_at(l: &ksearch::candidate::Launch, dims: &[(&str, f64)]) -> Vec<i64> {
+    let env = dims.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+    l.grid
+        .as_ref()
+        .unwrap()
+        .iter()
+        .map(|e| e.0.eval_int(&env).unwrap())
+        .collect()
 }
