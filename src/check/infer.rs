@@ -83,19 +83,7 @@ fn from_uses(t: &[Tok], name: &str, atomic: bool) -> Option<Dtype> {
         }
         // `name[...] = static_cast<TYPE>(` / `= TYPE(`
         if at(i + 1) == "[" {
-            let mut depth = 0;
-            let mut k = i + 1;
-            while k < t.len() {
-                if t[k].is("[") {
-                    depth += 1;
-                } else if t[k].is("]") {
-                    depth -= 1;
-                    if depth == 0 {
-                        break;
-                    }
-                }
-                k += 1;
-            }
+            let k = closing_bracket(t, i + 1);
             if at(k + 1) == "=" {
                 if at(k + 2) == "static_cast" && at(k + 3) == "<" {
                     if let Some(d) = dtype_of_type(at(k + 4)) {
@@ -110,19 +98,7 @@ fn from_uses(t: &[Tok], name: &str, atomic: bool) -> Option<Dtype> {
         }
         // An atomic output: the value added (`atomic_fetch_add_explicit(&name[..], 1u, ...)`).
         if atomic && at(i.wrapping_sub(1)) == "&" && at(i + 1) == "[" {
-            let mut k = i + 1;
-            let mut depth = 0;
-            while k < t.len() {
-                if t[k].is("[") {
-                    depth += 1;
-                } else if t[k].is("]") {
-                    depth -= 1;
-                    if depth == 0 {
-                        break;
-                    }
-                }
-                k += 1;
-            }
+            let k = closing_bracket(t, i + 1);
             if at(k + 1) == "," {
                 let v = at(k + 2);
                 if v.chars().next().is_some_and(|c| c.is_ascii_digit()) {
@@ -148,6 +124,22 @@ fn from_uses(t: &[Tok], name: &str, atomic: bool) -> Option<Dtype> {
         }
     }
     None
+}
+
+/// The index of the `]` that closes the `[` at `open` (or the end of the tokens).
+fn closing_bracket(t: &[Tok], open: usize) -> usize {
+    let mut depth = 0;
+    for (k, tok) in t.iter().enumerate().skip(open) {
+        if tok.is("[") {
+            depth += 1;
+        } else if tok.is("]") {
+            depth -= 1;
+            if depth == 0 {
+                return k;
+            }
+        }
+    }
+    t.len()
 }
 
 #[cfg(test)]
