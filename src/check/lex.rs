@@ -140,11 +140,19 @@ pub fn tokens(clean: &str) -> Vec<Tok> {
             || (c == '.' && b.get(i + 1).is_some_and(|d| d.is_ascii_digit()))
         {
             let s = i;
+            // A sign belongs to the number only after an exponent letter: e/E in a decimal literal,
+            // p/P in a hexadecimal one (in `0x1E+1` the E is a digit and + an operator).
+            let hex = c == '0' && matches!(b.get(i + 1), Some('x' | 'X'));
             while i < b.len()
                 && (b[i].is_ascii_alphanumeric()
                     || b[i] == '.'
                     || b[i] == '_'
-                    || ((b[i] == '+' || b[i] == '-') && matches!(b[i - 1], 'e' | 'E' | 'p' | 'P')))
+                    || ((b[i] == '+' || b[i] == '-')
+                        && if hex {
+                            matches!(b[i - 1], 'p' | 'P')
+                        } else {
+                            matches!(b[i - 1], 'e' | 'E')
+                        }))
             {
                 i += 1;
             }
@@ -217,5 +225,9 @@ mod tests {
         let t = tokens("x<<=1.5e-3f; a->b <= c");
         let s: Vec<_> = t.iter().map(|t| t.text.as_str()).collect();
         assert_eq!(s, ["x", "<<=", "1.5e-3f", ";", "a", "->", "b", "<=", "c"]);
+        // In a hexadecimal literal E is a digit: the sign after it is an operator; after p it is not.
+        let t = tokens("0x1E+1 0x1p-3");
+        let s: Vec<_> = t.iter().map(|t| t.text.as_str()).collect();
+        assert_eq!(s, ["0x1E", "+", "1", "0x1p-3"]);
     }
 }
