@@ -9,23 +9,7 @@ use ksearch::back_translate::{PRELUDE, back_translate, back_translate_dir};
 use ksearch::candidate::Candidate;
 use ksearch::target::Target;
 use ksearch::task::Task;
-use std::path::{Path, PathBuf};
-
-fn metal_seeds() -> Vec<(String, PathBuf)> {
-    let mut out = Vec::new();
-    for task in std::fs::read_dir(repo().join("tasks")).unwrap().flatten() {
-        if let Ok(seeds) = std::fs::read_dir(task.path().join("seeds/mlx-metal")) {
-            for s in seeds
-                .flatten()
-                .filter(|s| s.path().join("plan.toml").is_file())
-            {
-                out.push((task.file_name().to_string_lossy().to_string(), s.path()));
-            }
-        }
-    }
-    out.sort();
-    out
-}
+use std::path::Path;
 
 /// Identifiers outside comments and strings, crudely: enough to spot Metal leftovers.
 fn code_words(src: &str) -> Vec<String> {
@@ -46,7 +30,7 @@ fn code_words(src: &str) -> Vec<String> {
 
 #[test]
 fn every_shipped_metal_seed_back_translates_into_a_valid_mlx_cuda_candidate() {
-    let seeds = metal_seeds();
+    let seeds = shipped_seeds("mlx-metal");
     assert!(
         seeds.len() >= 4,
         "expected the mamba-scan and ssd Metal seeds at least"

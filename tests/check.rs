@@ -164,28 +164,24 @@ fn planted_faults_are_caught_with_their_code() {
     );
 }
 
+fn load_task(name: &str) -> ksearch::task::Task {
+    let dir = repo().join("tasks").join(name);
+    ksearch::task::Task::load(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+}
+
 #[test]
 fn every_shipped_metal_seed_passes_the_check() {
     let mut checked = 0;
-    for task in std::fs::read_dir(repo().join("tasks")).unwrap().flatten() {
-        let Ok(seeds) = std::fs::read_dir(task.path().join("seeds/mlx-metal")) else {
-            continue;
-        };
-        let t = ksearch::task::Task::load(&task.path())
-            .unwrap_or_else(|e| panic!("{}: {e}", task.path().display()));
-        for s in seeds
-            .flatten()
-            .filter(|s| s.path().join("plan.toml").is_file())
-        {
-            let f = check::check_candidate(&s.path(), Some(&t)).unwrap();
-            assert!(
-                errors(&f).is_empty(),
-                "{}:\n{}",
-                s.path().display(),
-                check::render_text(&f)
-            );
-            checked += 1;
-        }
+    for (task, seed) in shipped_seeds("mlx-metal") {
+        let t = load_task(&task);
+        let f = check::check_candidate(&seed, Some(&t)).unwrap();
+        assert!(
+            errors(&f).is_empty(),
+            "{}:\n{}",
+            seed.display(),
+            check::render_text(&f)
+        );
+        checked += 1;
     }
     // Every shipped Metal seed: attention, mamba-scan, ssd (naive, expert) and softmax (naive).
     assert!(
@@ -530,65 +526,51 @@ fn the_generated_signature_is_the_one_mlx_writes() {
     }
     let tmp = tempfile::tempdir().unwrap();
     let mut compared = 0;
-    for task_dir in std::fs::read_dir(repo().join("tasks")).unwrap().flatten() {
-        let Ok(seeds) = std::fs::read_dir(task_dir.path().join("seeds/mlx-metal")) else {
-            continue;
-        };
-        let task = ksearch::task::Task::load(&task_dir.path())
-            .unwrap_or_else(|e| panic!("{}: {e}", task_dir.path().display()));
-        for seed in seeds
-            .flatten()
-            .filter(|s| s.path().join("plan.toml").is_file())
-        {
-            let out = run(
-                tmp.path(),
-                &[
-                    "eval",
-                    task_dir.path().to_str().unwrap(),
-                    seed.path().to_str().unwrap(),
-                    "--target",
-                    "mlx-metal",
-                    "--checks",
-                    "1",
-                    "--json",
-                ],
-            );
-            let v = last_json(&out);
-            let c = ksearch::candidate::Candidate::load(&seed.path()).unwrap();
-            for w in v["workloads"].as_array().unwrap() {
-                let Some(sources) = w["metal_sources"].as_array() else {
-                    panic!("{}: no metal_sources: {w}", seed.path().display());
-                };
-                let name = w["workload"].as_str().unwrap();
-                let tw = task.toml.workload.iter().find(|x| x.name == name).unwrap();
-                let rw = task.resolve(tw).unwrap();
-                let rp = c.resolve(&task, &rw).unwrap();
-                let ours = check::workload_launches(&c, &rp, &rw);
-                assert_eq!(ours.len(), sources.len(), "{name}");
-                for (wl, src) in ours.iter().zip(sources) {
-                    let (mlx_template, mlx_params) = signature_of(src.as_str().unwrap());
-                    let k = c
-                        .plan
-                        .kernel
-                        .iter()
-                        .find(|k| k.name == wl.spec.name)
-                        .unwrap();
-                    let body = &c.files[&k.source];
-                    let mine: Vec<String> =
-                        wl.spec.params(body).into_iter().map(|p| p.decl).collect();
-                    let (my_template, _) = signature_of(&wl.spec.unit(None, "k.metal", body));
-                    assert_eq!(mine, mlx_params, "{}: {name}", seed.path().display());
-                    assert_eq!(
-                        my_template,
-                        mlx_template,
-                        "{}: {name}",
-                        seed.path().display()
-                    );
-                    compared += 1;
-                }
+    for (task_name, seed) in shipped_seeds("mlx-metal") {
+        let task = load_task(&task_name);
+        let out = run(
+            tmp.path(),
+            &[
+                "eval",
+                task.dir.to_str().unwrap(),
+                seed.to_str().unwrap(),
+                "--target",
+                "mlx-metal",
+                "--checks",
+                "1",
+                "--json",
+            ],
+        );
+        let v = last_json(&out);
+        let c = ksearch::candidate::Candidate::load(&seed).unwrap();
+        for w in v["workloads"].as_array().unwrap() {
+            let Some(sources) = w["metal_sources"].as_array() else {
+                panic!("{}: no metal_sources: {w}", seed.display());
+            };
+            let name = w["workload"].as_str().unwrap();
+            let tw = task.toml.workload.iter().find(|x| x.name == name).unwrap();
+            let rw = task.resolve(tw).unwrap();
+            let rp = c.resolve(&task, &rw).unwrap();
+            let ours = check::workload_launches(&c, &rp, &rw);
+            assert_eq!(ours.len(), sources.len(), "{name}");
+            for (wl, src) in ours.iter().zip(sources) {
+                let (mlx_template, mlx_params) = signature_of(src.as_str().unwrap());
+                let k = c
+                    .plan
+                    .kernel
+                    .iter()
+                    .find(|k| k.name == wl.spec.name)
+                    .unwrap();
+                let body = &c.files[&k.source];
+                let mine: Vec<String> = wl.spec.params(body).into_iter().map(|p| p.decl).collect();
+                let (my_template, _) = signature_of(&wl.spec.unit(None, "k.metal", body));
+                assert_eq!(mine, mlx_params, "{}: {name}", seed.display());
+                assert_eq!(my_template, mlx_template, "{}: {name}", seed.display());
+                compared += 1;
             }
         }
     }
+
     // One per launch and workload of every shipped Metal seed (87 when this was written).
     assert!(compared >= 80, "only {compared} signatures compared");
     println!("{compared} generated signatures identical to MLX's");

@@ -6,29 +6,12 @@ mod common;
 use common::*;
 use ksearch::candidate::Candidate;
 
-fn metal_seeds() -> Vec<(String, std::path::PathBuf)> {
-    let mut out = Vec::new();
-    for task in std::fs::read_dir(repo().join("tasks")).unwrap().flatten() {
-        let dir = task.path().join("seeds/mlx-metal");
-        if let Ok(seeds) = std::fs::read_dir(&dir) {
-            for s in seeds
-                .flatten()
-                .filter(|s| s.path().join("plan.toml").is_file())
-            {
-                out.push((task.file_name().to_string_lossy().to_string(), s.path()));
-            }
-        }
-    }
-    out.sort();
-    out
-}
-
 #[test]
 fn every_shipped_metal_seed_gets_its_generated_signature_checked() {
     if cfg!(target_os = "macos") {
         return; // there the seeds run for real
     }
-    let seeds = metal_seeds();
+    let seeds = shipped_seeds("mlx-metal");
     assert!(!seeds.is_empty(), "no mlx-metal seeds found");
     let store = tempfile::tempdir().unwrap();
     for (task, seed) in seeds {

@@ -15,6 +15,23 @@ pub fn fixture(name: &str) -> PathBuf {
     repo().join("tests/fixtures").join(name)
 }
 
+/// Every shipped seed folder of `target` as (task name, seed folder), sorted.
+pub fn shipped_seeds(target: &str) -> Vec<(String, PathBuf)> {
+    let mut out = Vec::new();
+    for task in std::fs::read_dir(repo().join("tasks")).unwrap().flatten() {
+        if let Ok(seeds) = std::fs::read_dir(task.path().join("seeds").join(target)) {
+            for s in seeds
+                .flatten()
+                .filter(|s| s.path().join("plan.toml").is_file())
+            {
+                out.push((task.file_name().to_string_lossy().to_string(), s.path()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
 pub fn ksearch(store: &Path) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_ksearch"));
     c.arg("--store").arg(store).env_remove("KSEARCH_STORE");
