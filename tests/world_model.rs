@@ -147,24 +147,29 @@ fn llm_server(faults: impl Fn(usize) -> Option<Step> + Send + Sync + 'static) ->
     })
 }
 
-fn wm_args<'a>(url: &'a str, budget: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+/// `ksearch run matmul --strategy STRATEGY` against the scripted LLM at `url`, with `extra` flags.
+fn scripted_run<'a>(strategy: &'a str, url: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
     let mut a = vec![
         "run",
         "matmul",
         "--strategy",
-        "world-model",
+        strategy,
         "--llm",
         "llamacpp:scripted",
         "--llm-base-url",
         url,
-        "--budget",
-        budget,
-        "--window",
-        "2",
-        "--tune-budget",
-        "0",
         "--json",
     ];
+    a.extend_from_slice(extra);
+    a
+}
+
+fn wm_args<'a>(url: &'a str, budget: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut a = scripted_run(
+        "world-model",
+        url,
+        &["--budget", budget, "--window", "2", "--tune-budget", "0"],
+    );
     a.extend_from_slice(QUICK);
     a.extend_from_slice(extra);
     a
@@ -424,21 +429,7 @@ fn evolve_and_once_run_on_the_same_evaluator_and_once_is_tuned_by_the_hybrid_sea
     let url = format!("{}/v1", server.url());
     let store = tempfile::tempdir().unwrap();
     for (strategy, budget, tune) in [("evolve", "4", "0"), ("once", "5", "2")] {
-        let mut args = vec![
-            "run",
-            "matmul",
-            "--strategy",
-            strategy,
-            "--llm",
-            "llamacpp:scripted",
-            "--llm-base-url",
-            url.as_str(),
-            "--budget",
-            budget,
-            "--tune-budget",
-            tune,
-            "--json",
-        ];
+        let mut args = scripted_run(strategy, &url, &["--budget", budget, "--tune-budget", tune]);
         args.extend_from_slice(QUICK);
         let out = run(store.path(), &args);
         let v = last_json(&out);
@@ -493,18 +484,7 @@ fn record_the_shipped_recording() {
     let server = llm_server(|_| None);
     let url = format!("{}/v1", server.url());
     let store = tempfile::tempdir().unwrap();
-    let mut args = vec![
-        "run",
-        "matmul",
-        "--strategy",
-        "world-model",
-        "--llm",
-        "llamacpp:scripted",
-        "--llm-base-url",
-        url.as_str(),
-        "--json",
-    ];
-    args.extend_from_slice(SHIPPED_ARGS);
+    let args = scripted_run("world-model", &url, SHIPPED_ARGS);
     let v = last_json(&run(store.path(), &args));
     assert_eq!(v["status"], "completed");
     let out = run(
