@@ -322,6 +322,7 @@ mod tests {
             max_s: time_s,
             samples: 5,
             reps: 1,
+            launches_per_eval: None,
         };
         WorkloadResult {
             workload: workload.into(),

@@ -126,6 +126,12 @@ enum Command {
         /// Seconds of timing per workload.
         #[arg(long, default_value_t = 1.0)]
         timing_budget: f64,
+        /// Evaluate with this tunable value instead of its default (repeatable), e.g. `--set U=4`.
+        #[arg(long = "set", value_name = "NAME=VALUE")]
+        set: Vec<String>,
+        /// Evaluate only this workload (repeatable); default: every workload, held-out ones included.
+        #[arg(long = "workload", value_name = "NAME")]
+        workloads: Vec<String>,
         #[arg(long)]
         json: bool,
     },
@@ -409,11 +415,25 @@ fn dispatch(cli: Cli) -> Result<u8> {
             timeout,
             checks,
             timing_budget,
+            set,
+            workloads,
             json,
         } => {
             let task = Task::load(&builtin::task_dir(&task)?)?;
             let settings = settings_for(&task, checks, timeout, timing_budget)?;
-            cmd_eval(task, &candidate, target, settings, python.as_deref(), json)
+            let pick = EvalPick {
+                set: parse_sets(&set)?,
+                workloads,
+            };
+            cmd_eval(
+                task,
+                &candidate,
+                target,
+                settings,
+                &pick,
+                python.as_deref(),
+                json,
+            )
         }
         Command::Doctor { json } => cmd_doctor(&store_dir, python.as_deref(), json),
         Command::Check { path, task, json } => cmd_check(&path, task, json),
@@ -744,23 +764,60 @@ fn settings_for(
     Ok(settings)
 }
 
+/// What `ksearch eval` measures besides the candidate's defaults: tunable values and a subset of workloads.
+struct EvalPick {
+    set: crate::candidate::Params,
+    workloads: Vec<String>,
+}
+
+/// `--set NAME=VALUE` arguments as tunable values.
+fn parse_sets(args: &[String]) -> Result<crate::candidate::Params> {
+    args.iter()
+        .map(|a| {
+            let (k, v) = a
+                .split_once('=')
+                .ok_or_else(|| anyhow!("--set {a}: expected NAME=VALUE, e.g. --set U=4"))?;
+            let v: i64 = v.trim().parse().map_err(|_| {
+                anyhow!("--set {a}: the value of `{}` must be an integer", k.trim())
+            })?;
+            Ok((k.trim().to_string(), v))
+        })
+        .collect()
+}
+
 fn cmd_eval(
     task: Task,
     dir: &Path,
     target: Option<Target>,
     settings: Settings,
+    pick: &EvalPick,
     python: Option<&Path>,
     json: bool,
 ) -> Result<u8> {
     let probe = Candidate::load(dir)?;
     let target = target.unwrap_or(probe.plan.target);
-    let cand = load_candidate(dir, &task, target)?;
+    let cand = load_candidate(dir, &task, target)?
+        .with_params(&pick.set)
+        .map_err(|m| anyhow!("--set: {m} (see {})", dir.join("plan.toml").display()))?;
+    let names: Vec<&str> = task.toml.workload.iter().map(|w| w.name.as_str()).collect();
+    if let Some(w) = pick.workloads.iter().find(|w| !names.contains(&w.as_str())) {
+        bail!(
+            "--workload {w}: task {} has no such workload (it has: {})",
+            task.name(),
+            names.join(", ")
+        );
+    }
     let env = pyenv::ensure(python)?;
     env.ensure_target(target)?;
     let build = std::env::temp_dir().join(format!("ksearch-eval-{}", std::process::id()));
     let mut ev = Evaluator::start(task.clone(), target, env, build.clone(), settings)?;
     let mut results = Vec::new();
-    for w in &task.toml.workload {
+    let picked = task
+        .toml
+        .workload
+        .iter()
+        .filter(|w| pick.workloads.is_empty() || pick.workloads.contains(&w.name));
+    for w in picked {
         let r = ev.evaluate_workload(&cand, w);
         if !json {
             eprintln!(

@@ -60,6 +60,9 @@ pub struct Timing {
     pub max_s: f64,
     pub samples: u64,
     pub reps: u64,
+    /// MLX: calls sharing one `mx.eval`, so that its fixed cost is not charged to a short kernel.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launches_per_eval: Option<u64>,
 }
 
 impl Timing {

@@ -200,6 +200,23 @@ mod tests {
     }
 
     #[test]
+    fn every_pattern_has_a_case_in_the_h200_run() {
+        // bench/patterns_cuda.py compiles and checks each CUDA example on the device machine; a pattern
+        // it has no case for would go unchecked there.
+        let script = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/patterns_cuda.py"),
+        )
+        .unwrap();
+        for p in &load().unwrap().patterns {
+            assert!(
+                script.contains(&format!("\"{}\": Case(", p.id)),
+                "pattern `{}` has no case in bench/patterns_cuda.py",
+                p.id
+            );
+        }
+    }
+
+    #[test]
     fn prompts_get_knowledge_on_mlx_targets_only() {
         assert!(prompt_section(Target::Cpu, None).is_empty());
         let metal = prompt_section(Target::MlxMetal, Some("scan"));

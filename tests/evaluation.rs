@@ -117,3 +117,52 @@ fn compiler_errors_come_back_with_the_compilers_message() {
         "{v}"
     );
 }
+
+#[test]
+fn eval_takes_tunable_values_and_a_subset_of_workloads() {
+    let store = tempfile::tempdir().unwrap();
+    let seed = repo().join("tasks/matmul/seeds/cpu/naive");
+    let seed = seed.to_str().unwrap();
+    let mut args = vec![
+        "eval", "matmul", seed, "--json", "--set", "BM=32", "--set", "BN=64",
+    ];
+    args.extend_from_slice(&["--workload", "sq256", "--workload", "gemv1x512x1000"]);
+    args.extend_from_slice(QUICK);
+    let out = run(store.path(), &args);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v = last_json(&out);
+    assert_eq!(v["params"]["BM"], 32, "{v}");
+    assert_eq!(v["params"]["BN"], 64, "{v}");
+    let names: Vec<&str> = v["workloads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["workload"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["sq256", "gemv1x512x1000"], "in the task's order");
+    let defaults = run(
+        store.path(),
+        &["eval", "matmul", seed, "--json", "--workload", "sq256"],
+    );
+    assert_ne!(
+        last_json(&defaults)["candidate"],
+        v["candidate"],
+        "other tunable values are another candidate"
+    );
+
+    for (bad, says) in [
+        (vec!["--set", "BM=33"], "BM = 33 is not one of"),
+        (vec!["--set", "NOPE=1"], "`NOPE` is not a tunable"),
+        (vec!["--set", "BM"], "expected NAME=VALUE"),
+        (
+            vec!["--workload", "sq257"],
+            "has no such workload (it has: sq256,",
+        ),
+    ] {
+        let mut args = vec!["eval", "matmul", seed];
+        args.extend_from_slice(&bad);
+        let out = run(store.path(), &args);
+        assert!(!out.status.success(), "{bad:?}");
+        assert!(stderr(&out).contains(says), "{bad:?}: {}", stderr(&out));
+    }
+}

@@ -9,7 +9,8 @@ from ksearch_worker.arrays import ArraySet, alloc, fill_poison, guard_intact, po
 from ksearch_worker.check import compare, modified, overruns
 from ksearch_worker.errors import WorkerError
 from ksearch_worker.inputs import draw, parse_init
-from ksearch_worker.timing import MAX_COPIES, TimingConfig, copies_for, measure
+from ksearch_worker.targets.mlx import header_text
+from ksearch_worker.timing import MAX_CALLS_PER_EVAL, MAX_COPIES, TimingConfig, calls_per_eval, copies_for, measure
 
 INITS = ["normal(0, 1)", "uniform(-1, 1)", "laplace(0, 1)", "lognormal(0, 1)", "randint(-1, 2)",
          "uniform(-1e-30, 1e-30)", None]
@@ -98,6 +99,19 @@ def test_copies_for() -> None:
     assert copies_for(60 << 20, llc) == 2
 
 
+def test_calls_per_eval_amortise_a_fixed_cost_per_evaluation() -> None:
+    # 40 µs per evaluation, 10 µs per call: 80 calls would bring the fixed part to 5%; capped.
+    assert calls_per_eval(50e-6, 120e-6) == MAX_CALLS_PER_EVAL
+    # 40 µs fixed, 400 µs per call: 2 calls make it 5%.
+    assert calls_per_eval(440e-6, 3240e-6) == 2
+    # No fixed cost (eight calls cost eight times one): one call per evaluation.
+    assert calls_per_eval(100e-6, 800e-6) == 1
+    # A millisecond or more: alone.
+    assert calls_per_eval(1.5e-3, 12e-3) == 1
+    # Noise that makes eight calls look cheaper than one must not blow up.
+    assert 1 <= calls_per_eval(60e-6, 30e-6) <= MAX_CALLS_PER_EVAL
+
+
 def test_measure_interleaves_and_respects_sample_bounds() -> None:
     log: list[str] = []
     cfg = TimingConfig(warmup_s=0.0, min_samples=3, max_samples=4, budget_s=10.0, min_sample_s=0.0)
@@ -151,3 +165,9 @@ def test_array_set_lays_out_guarded_aligned_arrays_in_shared_memory() -> None:
     assert overruns(s) == ["n"]
     region[s.offsets["B"]] = 0  # B is empty: its guard starts where it does
     assert overruns(s) == ["n", "B"]
+
+
+def test_a_header_ends_its_last_line() -> None:
+    assert header_text("#include <mma.h>") == "#include <mma.h>\n"
+    assert header_text("#include <mma.h>\n") == "#include <mma.h>\n"
+    assert header_text("") == ""

@@ -37,6 +37,12 @@ def _mlx() -> Any:
     return mx
 
 
+def header_text(header: str) -> str:
+    """A kernel header as MLX should get it: MLX writes its own code right after the header, so a header
+    whose last line has no newline (`#include <mma.h>`) would run into it and fail to compile."""
+    return header if not header or header.endswith("\n") else header + "\n"
+
+
 def _mx_dtype(name: str) -> Any:
     m = _mlx()
     table = {"float16": m.float16, "bfloat16": m.bfloat16, "float32": m.float32, "int32": m.int32,
@@ -151,11 +157,11 @@ class MlxTarget:
             if self.name == "mlx-metal":
                 build.objects[sig] = m.fast.metal_kernel(
                     name=mlx_name, input_names=list(inputs), output_names=list(outputs), source=spec["source"],
-                    header=spec["header"], ensure_row_contiguous=True, atomic_outputs=bool(launch.get("atomic_outputs")))
+                    header=header_text(spec["header"]), ensure_row_contiguous=True, atomic_outputs=bool(launch.get("atomic_outputs")))
             else:
                 build.objects[sig] = m.fast.cuda_kernel(
                     name=mlx_name, input_names=list(inputs), output_names=list(outputs), source=spec["source"],
-                    header=spec["header"], ensure_row_contiguous=True, shared_memory=int(launch.get("shared_memory") or 0))
+                    header=header_text(spec["header"]), ensure_row_contiguous=True, shared_memory=int(launch.get("shared_memory") or 0))
         return build.objects[sig]
 
     def launch_all(self, key: str, launches: Sequence[Mapping[str, Any]], arrays: dict[str, Any],
@@ -405,7 +411,7 @@ class MlxTarget:
     def _time(self, r: Any, task: Any, inputs: dict[str, Any],
               dtypes: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]]]:
         """Timing of the candidate and the baselines; also returns the input sets timing rotated through."""
-        from ..timing import measure
+        from ..timing import calls_per_eval, measure
 
         m = _mlx()
         nbytes = sum(int(a.nbytes) for a in inputs.values())
@@ -424,21 +430,27 @@ class MlxTarget:
 
         runs = [candidate] + [baseline(task.baselines[n]) for n in r.baselines]
         names = ["candidate", *r.baselines]
-        # Several launches per evaluation for short work (each mx.eval costs tens of µs), counted per
-        # entry: a slow baseline is not called eight times per sample.
+        # Several calls per evaluation for short work: MLX's cost per evaluation (graph, launch, sync) is
+        # tens of µs, which in a real program many operations share; counted per entry (calls_per_eval).
         per_eval: list[int] = []
+        per_eval_probe: list[dict[str, float]] = []
         for name, fn in zip(names, runs, strict=True):
-            try:
-                m.eval(fn(sets[0]))
-                m.synchronize()
+            def once(k: int, fn: Any = fn) -> float:
+                outs = [fn(sets[i % len(sets)]) for i in range(k)]
                 t0 = time.perf_counter()
-                m.eval(fn(sets[0]))
+                m.eval(outs)
                 m.synchronize()
+                return time.perf_counter() - t0
+            try:
+                once(1)
+                one = min(once(1) for _ in range(3))
+                eight = min(once(8) for _ in range(3)) if one < 1e-3 else 8 * one
             except Exception as exc:
                 if name == "candidate":
                     raise
                 raise WorkerError("bad_task", f"baseline {name} raised: {exc}") from None
-            per_eval.append(1 if time.perf_counter() - t0 > 1e-3 else 8)
+            per_eval.append(calls_per_eval(one, eight))
+            per_eval_probe.append({"eval_of_1_s": one, "eval_of_8_s": eight})
 
         class Timed:
             """k calls of `fn`. `prepare` builds their lazy graph (Python work: our launch code for the
@@ -467,10 +479,11 @@ class MlxTarget:
             return Timed(fn, k)
 
         stats = measure([[timed(fn, k)] for fn, k in zip(runs, per_eval, strict=True)], r.timing)
-        for s, k in zip(stats, per_eval, strict=True):
+        for s, k, probe in zip(stats, per_eval, per_eval_probe, strict=True):
             for key in ("median_s", "iqr_s", "min_s", "max_s"):
                 s[key] /= k
             s["launches_per_eval"] = k
+            s.update(probe)
         # One more untimed call on the first set, so that the recheck, which starts there, meets a
         # cache keyed by address at its most recent entry whatever the rotation ended on.
         m.eval(candidate(sets[0]))
