@@ -955,13 +955,23 @@ fn cmd_translate(file: &Path, to: Target, out: Option<PathBuf>, json: bool) -> R
     } else {
         print!("{}", crate::translate::report(&t, file));
         match &t.candidate {
+            Some(_) if t.errors() > 0 => println!(
+                "wrote {}, with {} construct(s) marked `TODO(Txxx)`, not translated: finish them by hand",
+                dir.display(),
+                t.errors()
+            ),
             Some(_) => println!("wrote {}", dir.display()),
             None => println!(
                 "nothing written: the result could not be made meaningful (see the errors)"
             ),
         }
     }
-    Ok(if t.candidate.is_some() { 0 } else { 1 })
+    // 1 when the result is incomplete (a construct marked, not translated) or missing, so scripts notice.
+    Ok(if t.candidate.is_some() && t.errors() == 0 {
+        0
+    } else {
+        1
+    })
 }
 
 fn cmd_check(path: &Path, task: Option<String>, json: bool) -> Result<u8> {

@@ -340,7 +340,16 @@ fn json_output_has_kernels_stats_and_diagnostics() {
         .arg(&out)
         .output()
         .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "cp.async is marked, not translated: an incomplete result; {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        out.join("plan.toml").is_file(),
+        "the folder is written all the same"
+    );
     let stdout = String::from_utf8(o.stdout).unwrap();
     let v: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
     for key in [
@@ -685,4 +694,37 @@ fn grid_at(l: &ksearch::candidate::Launch, dims: &[(&str, f64)]) -> Vec<i64> {
         .iter()
         .map(|e| e.0.eval_int(&env).unwrap())
         .collect()
+}
+
+#[test]
+fn the_exit_status_says_whether_the_translation_is_complete() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |name: &str| {
+        Command::new(env!("CARGO_BIN_EXE_ksearch"))
+            .args([
+                "translate",
+                fixture(name).to_str().unwrap(),
+                "--to",
+                "mlx-metal",
+                "--out",
+            ])
+            .arg(dir.path().join(name))
+            .output()
+            .unwrap()
+    };
+    let clean = run("vector_add.cu");
+    assert_eq!(
+        clean.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&clean.stdout)
+    );
+    let marked = run("wmma.cu");
+    assert_eq!(marked.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&marked.stdout);
+    assert!(
+        text.contains("not translated: finish them by hand"),
+        "{text}"
+    );
+    assert!(dir.path().join("wmma.cu/plan.toml").is_file());
 }
