@@ -53,7 +53,9 @@ print(min(ok, key=lambda r: r["workloads"]["decode_gqa_8k"]["median_s"])["set"] 
 PY
 )
 full='{}'
-if [ "${FULL:-1}" = 1 ]; then
+if [ "${FULL:-1}" = 1 ] && [ -z "$best" ]; then
+  full='{"error": "no configuration passed every decode workload: nothing to evaluate in full"}'
+elif [ "${FULL:-1}" = 1 ]; then
   # shellcheck disable=SC2086  # best is "--set A=1 --set B=2"
   full=$(eval_json $best)
   [ -n "$full" ] || full='{"error": "no JSON result"}'

@@ -24,6 +24,11 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def header_text(header: str) -> str:
+    """As the worker passes headers (ksearch_worker.targets.mlx.header_text): the last line ended."""
+    return header if not header or header.endswith("\n") else header + "\n"
+
+
 def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
@@ -121,7 +126,7 @@ def run_case(mx: Any, p: dict[str, Any], case: Case) -> dict[str, Any]:
         return {"status": "error", "message": f"{len(bodies)} bodies but the case has {len(case.passes)} passes"}
     for n, (body, (names, outs, grid, tg)) in enumerate(zip(bodies, case.passes, strict=True)):
         kernel = mx.fast.cuda_kernel(name=f"{p['id']}_p{n + 1}", input_names=names + list(case.scalars),
-                                     output_names=list(outs), source=body, header=p["cuda_header"])
+                                     output_names=list(outs), source=body, header=header_text(p["cuda_header"]))
         res = kernel(inputs=[env[k] for k in names] + scalar_arrays, output_shapes=list(outs.values()),
                      output_dtypes=[mx.float32] * len(outs), grid=grid, threadgroup=tg,
                      template=list(case.template.items()) or None, init_value=float("nan"))
@@ -133,7 +138,8 @@ def run_case(mx: Any, p: dict[str, Any], case: Case) -> dict[str, Any]:
         got = np.array(env[name]).astype(np.float64)
         err = np.abs(got - ref)
         bad = int(np.sum(~(err <= case.atol + case.rtol * np.abs(ref))))
-        out["outputs"][name] = {"shape": list(got.shape), "max_abs": float(np.nanmax(err)) if got.size else 0.0,
+        finite = err[np.isfinite(err)]
+        out["outputs"][name] = {"shape": list(got.shape), "max_abs": float(finite.max()) if finite.size else None,
                                 "bad": bad}
         if bad:
             out["status"] = "wrong"
@@ -165,6 +171,7 @@ def main() -> None:
               "passed": sum(r["status"] == "passed" for r in rows), "total": len(rows)}
     Path(sys.argv[1] if len(sys.argv) > 1 else "patterns-cuda.json").write_text(json.dumps(result, indent=1))
     print(f"{result['passed']} of {result['total']} patterns passed")
+    sys.exit(0 if result["passed"] == result["total"] else 1)
 
 
 if __name__ == "__main__":

@@ -53,7 +53,7 @@ try:
     evj = json.loads(ev)
     status = "passed" if evj.get("passed") else "failed"
     workloads = [{"workload": w.get("workload"), "status": w.get("status"), "message": (w.get("message") or "")[:300],
-                  "median_s": (w.get("timing") or {}).get("median_s")} for w in evj.get("workloads", [])]
+                  "median_s": w.get("median_s")} for w in evj.get("workloads", [])]
 except Exception:
     status, workloads = "no_result", []
 print(json.dumps({"fixture": fixture, "route": route, "commands": cmds, "status": status,

@@ -435,11 +435,18 @@ impl Candidate {
     pub fn with_params(&self, params: &Params) -> Result<Candidate, String> {
         let mut c = self.clone();
         for (k, v) in params {
-            let t = c
-                .plan
-                .tunable
-                .get_mut(k)
-                .ok_or_else(|| format!("`{k}` is not a tunable of `{}`", self.plan.name))?;
+            let t = c.plan.tunable.get_mut(k).ok_or_else(|| {
+                let names: Vec<&str> = self.plan.tunable.keys().map(|n| n.as_str()).collect();
+                format!(
+                    "`{k}` is not a tunable of `{}` (its tunables: {})",
+                    self.plan.name,
+                    if names.is_empty() {
+                        "none".to_string()
+                    } else {
+                        names.join(", ")
+                    }
+                )
+            })?;
             if !t.values.contains(v) {
                 return Err(format!("{k} = {v} is not one of {:?}", t.values));
             }

@@ -772,17 +772,22 @@ struct EvalPick {
 
 /// `--set NAME=VALUE` arguments as tunable values.
 fn parse_sets(args: &[String]) -> Result<crate::candidate::Params> {
-    args.iter()
-        .map(|a| {
-            let (k, v) = a
-                .split_once('=')
-                .ok_or_else(|| anyhow!("--set {a}: expected NAME=VALUE, e.g. --set U=4"))?;
-            let v: i64 = v.trim().parse().map_err(|_| {
-                anyhow!("--set {a}: the value of `{}` must be an integer", k.trim())
-            })?;
-            Ok((k.trim().to_string(), v))
-        })
-        .collect()
+    let mut out = crate::candidate::Params::new();
+    for a in args {
+        let (k, v) = a
+            .split_once('=')
+            .filter(|(k, _)| !k.trim().is_empty())
+            .ok_or_else(|| anyhow!("--set {a}: expected NAME=VALUE, e.g. --set U=4"))?;
+        let k = k.trim();
+        let v: i64 = v
+            .trim()
+            .parse()
+            .map_err(|_| anyhow!("--set {a}: the value of `{k}` must be an integer"))?;
+        if out.insert(k.to_string(), v).is_some() {
+            bail!("--set {k} is given twice: keep one");
+        }
+    }
+    Ok(out)
 }
 
 fn cmd_eval(
@@ -799,6 +804,18 @@ fn cmd_eval(
     let cand = load_candidate(dir, &task, target)?
         .with_params(&pick.set)
         .map_err(|m| anyhow!("--set: {m} (see {})", dir.join("plan.toml").display()))?;
+    if !pick.set.is_empty()
+        && !cand
+            .satisfies_constraints(&Default::default())
+            .map_err(|m| anyhow!("{}: {m}", dir.join("plan.toml").display()))?
+    {
+        let rules: Vec<&str> = cand.plan.constraints.iter().map(|c| c.0.src()).collect();
+        bail!(
+            "--set: these tunable values break a constraint of {} ({}); pick others",
+            dir.join("plan.toml").display(),
+            rules.join(", ")
+        );
+    }
     let names: Vec<&str> = task.toml.workload.iter().map(|w| w.name.as_str()).collect();
     if let Some(w) = pick.workloads.iter().find(|w| !names.contains(&w.as_str())) {
         bail!(
@@ -956,7 +973,7 @@ fn cmd_translate(file: &Path, to: Target, out: Option<PathBuf>, json: bool) -> R
         print!("{}", crate::translate::report(&t, file));
         match &t.candidate {
             Some(_) if t.errors() > 0 => println!(
-                "wrote {}, with {} construct(s) marked `TODO(Txxx)`, not translated: finish them by hand",
+                "wrote {}, incomplete: {} error diagnostic(s) above (constructs marked `TODO(Txxx)`, not translated, or checker errors): finish them by hand",
                 dir.display(),
                 t.errors()
             ),

@@ -152,8 +152,17 @@ fn eval_takes_tunable_values_and_a_subset_of_workloads() {
 
     for (bad, says) in [
         (vec!["--set", "BM=33"], "BM = 33 is not one of"),
-        (vec!["--set", "NOPE=1"], "`NOPE` is not a tunable"),
+        (
+            vec!["--set", "NOPE=1"],
+            "`NOPE` is not a tunable of `naive` (its tunables: BK, BM, BN,",
+        ),
         (vec!["--set", "BM"], "expected NAME=VALUE"),
+        (vec!["--set", "=4"], "expected NAME=VALUE"),
+        (
+            vec!["--set", "BM=32", "--set", "BM=64"],
+            "--set BM is given twice",
+        ),
+        (vec!["--set", "MR=2"], "break a constraint of"),
         (
             vec!["--workload", "sq257"],
             "has no such workload (it has: sq256,",

@@ -518,6 +518,7 @@ pub fn workload_json(r: &WorkloadResult) -> Value {
         "iqr_s": r.timing.as_ref().map(|t| t.iqr_s),
         "launches_per_eval": r.timing.as_ref().and_then(|t| t.launches_per_eval),
         "baselines": r.baselines.iter().map(|(k, t)| (k.clone(), t.median_s)).collect::<std::collections::BTreeMap<_, _>>(),
+        "baselines_launches_per_eval": r.baselines.iter().filter_map(|(k, t)| t.launches_per_eval.map(|n| (k.clone(), n))).collect::<std::collections::BTreeMap<_, _>>(),
         "roofline_fraction": r.roofline.as_ref().map(|f| f.fraction),
         "beats_roofline": r.roofline.as_ref().map(|f| f.beats_roofline),
         "max_abs": r.max_abs,

@@ -2,7 +2,8 @@
 // launches, decode_split.cu then decode_combine.cu), float32 instantiation, on the CPU emulation of
 // tests/back_translate_cpu/cuda_cpu.h (blocks one after another, one std::thread per CUDA thread): it must match
 // softmax(q k^T / sqrt(D)) v computed here in double, for shapes that reach every path (GQA factors 3, 4 and 8,
-// a head group with an empty slot, a last split shorter than CH, one split, D 64 and 128, 2 to 8 keys per step).
+// a head group with an empty slot, GH above G, a last split shorter than CH, one split, D 64 and 128, 2 to 8
+// keys per step, the seed's default tunables). The launches' grids are the plan's (tests/cuda_seeds_cpu.rs).
 #include "cuda_cpu.h"
 #include <cstdio>
 #include <random>
@@ -97,6 +98,8 @@ int main() {
   bad += check<128, 128, 64, 8, 2, 1, 8, 1, 150>("GQA 8, GH 8");
   bad += check<64, 256, 32, 1, 8, 1, 2, 2, 100>("MHA, D 64, 256 threads");
   bad += check<128, 128, 512, 4, 2, 1, 4, 1, 77>("one split");
+  bad += check<128, 256, 512, 4, 4, 1, 8, 2, 1100>("the seed's defaults (NTD 256, CH 512)");
+  bad += check<64, 128, 64, 4, 2, 2, 4, 2, 130>("GH 4 > G 2");
   printf(bad ? "decode FAILED: %d bad\n" : "decode agrees with the reference\n", bad);
   return bad != 0;
 }

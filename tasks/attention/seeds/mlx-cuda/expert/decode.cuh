@@ -55,7 +55,8 @@ __device__ __forceinline__ void decode_split(const T* __restrict__ q, const T* _
   constexpr int G = Hq / Hkv;
   constexpr int NGROUPS = (G + GH - 1) / GH;
   constexpr int NSPLIT = (Tk + CH - 1) / CH;
-  static_assert(NTD % LK == 0 && LK <= 32 && 32 % LK == 0, "a key's lanes sit in one warp");
+  static_assert(NTD % 32 == 0 && LK <= 32 && 32 % LK == 0, "whole warps; a key's lanes sit in one warp");
+  static_assert(KG * GH * (D + 2) * 4 <= 48 * 1024, "static shared memory: NTD * GH too large");
   __shared__ float red_m[KG][GH], red_l[KG][GH];
   __shared__ __align__(16) float red_a[KG][GH][D];
 
