@@ -66,6 +66,19 @@ def calls_per_eval(one_s: float, eight_s: float, share: float = 0.05) -> int:
     return max(1, min(MAX_CALLS_PER_EVAL, math.ceil(fixed / (share * own))))
 
 
+def shared_calls_per_eval(probes: Sequence[tuple[float, float]]) -> list[int]:
+    """Calls per evaluation for each entry of one workload, from each entry's (1 call, 8 calls) times.
+
+    Entries under a millisecond share one count, the largest any of them needs: MLX may overlap the
+    independent calls of an evaluation on the device, so the candidate and a baseline are compared at the
+    same number of calls in flight, not each at its own. Longer entries are timed one call at a time.
+    """
+    wanted = [calls_per_eval(one, eight) for one, eight in probes]
+    short = [k for k, (one, _) in zip(wanted, probes, strict=True) if one < 1e-3]
+    shared = max(short, default=1)
+    return [shared if one < 1e-3 else 1 for one, _ in probes]
+
+
 def _stats(samples: list[float], reps: int, copies: int) -> dict[str, Any]:
     q25, q50, q75 = np.percentile(samples, [25, 50, 75])
     return {

@@ -10,7 +10,15 @@ from ksearch_worker.check import compare, modified, overruns
 from ksearch_worker.errors import WorkerError
 from ksearch_worker.inputs import draw, parse_init
 from ksearch_worker.targets.mlx import header_text
-from ksearch_worker.timing import MAX_CALLS_PER_EVAL, MAX_COPIES, TimingConfig, calls_per_eval, copies_for, measure
+from ksearch_worker.timing import (
+    MAX_CALLS_PER_EVAL,
+    MAX_COPIES,
+    TimingConfig,
+    calls_per_eval,
+    copies_for,
+    measure,
+    shared_calls_per_eval,
+)
 
 INITS = ["normal(0, 1)", "uniform(-1, 1)", "laplace(0, 1)", "lognormal(0, 1)", "randint(-1, 2)",
          "uniform(-1e-30, 1e-30)", None]
@@ -110,6 +118,15 @@ def test_calls_per_eval_amortise_a_fixed_cost_per_evaluation() -> None:
     assert calls_per_eval(1.5e-3, 12e-3) == 1
     # Noise that makes eight calls look cheaper than one must not blow up.
     assert 1 <= calls_per_eval(60e-6, 30e-6) <= MAX_CALLS_PER_EVAL
+
+
+def test_short_entries_of_a_workload_share_one_count() -> None:
+    # A candidate that wants 64 calls, a baseline that wants 2, a slow baseline: the two short ones are
+    # compared at the same count, the slow one runs alone.
+    probes = [(50e-6, 120e-6), (430e-6, 3230e-6), (0.2, 1.6)]
+    assert [calls_per_eval(*p) for p in probes] == [MAX_CALLS_PER_EVAL, 2, 1]
+    assert shared_calls_per_eval(probes) == [MAX_CALLS_PER_EVAL, MAX_CALLS_PER_EVAL, 1]
+    assert shared_calls_per_eval([(2e-3, 16e-3)]) == [1]
 
 
 def test_measure_interleaves_and_respects_sample_bounds() -> None:

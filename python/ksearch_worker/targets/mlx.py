@@ -411,7 +411,7 @@ class MlxTarget:
     def _time(self, r: Any, task: Any, inputs: dict[str, Any],
               dtypes: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]]]:
         """Timing of the candidate and the baselines; also returns the input sets timing rotated through."""
-        from ..timing import calls_per_eval, measure
+        from ..timing import measure, shared_calls_per_eval
 
         m = _mlx()
         nbytes = sum(int(a.nbytes) for a in inputs.values())
@@ -431,8 +431,8 @@ class MlxTarget:
         runs = [candidate] + [baseline(task.baselines[n]) for n in r.baselines]
         names = ["candidate", *r.baselines]
         # Several calls per evaluation for short work: MLX's cost per evaluation (graph, launch, sync) is
-        # tens of µs, which in a real program many operations share; counted per entry (calls_per_eval).
-        per_eval: list[int] = []
+        # tens of µs, which in a real program many operations share; one count for every short entry
+        # (shared_calls_per_eval).
         per_eval_probe: list[dict[str, float]] = []
         for name, fn in zip(names, runs, strict=True):
             def once(k: int, fn: Any = fn) -> float:
@@ -449,8 +449,8 @@ class MlxTarget:
                 if name == "candidate":
                     raise
                 raise WorkerError("bad_task", f"baseline {name} raised: {exc}") from None
-            per_eval.append(calls_per_eval(one, eight))
             per_eval_probe.append({"eval_of_1_s": one, "eval_of_8_s": eight})
+        per_eval = shared_calls_per_eval([(p["eval_of_1_s"], p["eval_of_8_s"]) for p in per_eval_probe])
 
         class Timed:
             """k calls of `fn`. `prepare` builds their lazy graph (Python work: our launch code for the
