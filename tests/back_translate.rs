@@ -414,31 +414,11 @@ fn every_knowledge_pattern_metal_body_back_translates() {
     }
 }
 
-/// Compiles one driver of tests/back_translate_cpu with the system C++ compiler against the CPU emulation
-/// of CUDA there and the back-translated folders under `generated`, runs it, and returns its output.
+/// Compiles and runs one driver of tests/back_translate_cpu against the back-translated folders under
+/// `generated`, and returns its output.
 fn run_cpu_driver(driver: &str, generated: &Path) -> String {
-    let dir = repo().join("tests/back_translate_cpu");
-    let exe = generated.join(driver.trim_end_matches(".cpp"));
-    let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
-    let out = std::process::Command::new(&cxx)
-        .args(["-std=c++20", "-O1", "-pthread", "-w", "-I"])
-        .arg(&dir)
-        .arg("-I")
-        .arg(generated)
-        .arg(dir.join(driver))
-        .arg("-o")
-        .arg(&exe)
-        .output()
-        .unwrap_or_else(|e| panic!("{cxx}: {e} (a C++20 compiler is needed; set CXX)"));
-    assert!(
-        out.status.success(),
-        "{driver} does not compile:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let run = std::process::Command::new(&exe).output().unwrap();
-    let text = String::from_utf8_lossy(&run.stdout).to_string();
-    assert!(run.status.success(), "{driver}:\n{text}");
-    text
+    let driver = repo().join("tests/back_translate_cpu").join(driver);
+    common::run_cuda_cpu_driver(&driver, generated, generated)
 }
 
 fn back_translate_into(src: &Path, generated: &Path, name: &str) {

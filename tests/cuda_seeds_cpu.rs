@@ -6,34 +6,6 @@ mod common;
 use common::repo;
 use ksearch::candidate::Candidate;
 
-/// Compiles `driver` (under tests/cuda_seeds_cpu) with the system C++ compiler, the emulation and the
-/// seed folder on the include path, runs it and returns its output.
-fn run_driver(driver: &str, seed: &std::path::Path) -> String {
-    let dir = repo().join("tests/cuda_seeds_cpu");
-    let tmp = tempfile::tempdir().unwrap();
-    let exe = tmp.path().join("driver");
-    let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
-    let out = std::process::Command::new(&cxx)
-        .args(["-std=c++20", "-O1", "-pthread", "-w", "-I"])
-        .arg(repo().join("tests/back_translate_cpu"))
-        .arg("-I")
-        .arg(seed)
-        .arg(dir.join(driver))
-        .arg("-o")
-        .arg(&exe)
-        .output()
-        .unwrap_or_else(|e| panic!("{cxx}: {e} (a C++20 compiler is needed; set CXX)"));
-    assert!(
-        out.status.success(),
-        "{driver} does not compile:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let run = std::process::Command::new(&exe).output().unwrap();
-    let text = String::from_utf8_lossy(&run.stdout).to_string();
-    assert!(run.status.success(), "{driver}:\n{text}");
-    text
-}
-
 #[test]
 fn attention_expert_decode_matches_softmax() {
     let seed = repo().join("tasks/attention/seeds/mlx-cuda/expert");
@@ -93,7 +65,9 @@ fn attention_expert_decode_matches_softmax() {
         ],
         "update tests/cuda_seeds_cpu/attention_decode.cpp"
     );
-    let out = run_driver("attention_decode.cpp", &seed);
+    let tmp = tempfile::tempdir().unwrap();
+    let driver = repo().join("tests/cuda_seeds_cpu/attention_decode.cpp");
+    let out = common::run_cuda_cpu_driver(&driver, &seed, tmp.path());
     assert!(out.contains("decode agrees with the reference"), "{out}");
     assert_eq!(out.matches("worst error").count(), 7, "{out}");
 }

@@ -89,3 +89,31 @@ pub fn snapshot(store: &Path, run_id: &str) -> std::collections::BTreeMap<i64, S
         })
         .collect()
 }
+
+/// Compiles the C++ file `driver` with the system C++ compiler (C++20, `CXX` overrides) and the CPU
+/// emulation of CUDA in tests/back_translate_cpu on the include path, plus `include`; puts the executable
+/// in `exe_dir`, runs it and returns its standard output (a failed compile or run fails the test).
+pub fn run_cuda_cpu_driver(driver: &Path, include: &Path, exe_dir: &Path) -> String {
+    let name = driver.file_stem().unwrap().to_string_lossy().to_string();
+    let exe = exe_dir.join(&name);
+    let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
+    let out = Command::new(&cxx)
+        .args(["-std=c++20", "-O1", "-pthread", "-w", "-I"])
+        .arg(repo().join("tests/back_translate_cpu"))
+        .arg("-I")
+        .arg(include)
+        .arg(driver)
+        .arg("-o")
+        .arg(&exe)
+        .output()
+        .unwrap_or_else(|e| panic!("{cxx}: {e} (a C++20 compiler is needed; set CXX)"));
+    assert!(
+        out.status.success(),
+        "{name} does not compile:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run = Command::new(&exe).output().unwrap();
+    let text = String::from_utf8_lossy(&run.stdout).to_string();
+    assert!(run.status.success(), "{name}:\n{text}");
+    text
+}
