@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def header_text(header: str) -> str:
-    """As the worker passes headers (ksearch_worker.targets.mlx.header_text): the last line ended."""
+    """As ksearch passes headers to MLX (Candidate::mlx_header): the last line ended."""
     return header if not header or header.endswith("\n") else header + "\n"
 
 

@@ -422,6 +422,21 @@ impl Candidate {
         Ok(())
     }
 
+    /// A kernel's header as MLX must get it: MLX writes its own code right after the header, so a last
+    /// line without a newline (`#include <mma.h>`) would run into that code. Empty without a header.
+    pub fn mlx_header(&self, k: &KernelDecl) -> String {
+        let h = k
+            .header
+            .as_ref()
+            .map(|h| self.files[h].as_str())
+            .unwrap_or("");
+        if h.is_empty() || h.ends_with('\n') {
+            h.to_string()
+        } else {
+            format!("{h}\n")
+        }
+    }
+
     /// The chosen value of every tunable.
     pub fn params(&self) -> Params {
         self.plan
@@ -777,6 +792,21 @@ default = 2
         Candidate {
             plan,
             files: [("k.c".to_string(), "void k(){}".to_string())].into(),
+        }
+    }
+
+    #[test]
+    fn a_header_for_mlx_ends_its_last_line() {
+        let mut c = plan("");
+        assert_eq!(c.mlx_header(&c.plan.kernel[0].clone()), "", "no header");
+        c.plan.kernel[0].header = Some("k.h".into());
+        for (text, given) in [
+            ("#include <mma.h>", "#include <mma.h>\n"),
+            ("#include <mma.h>\n", "#include <mma.h>\n"),
+            ("", ""),
+        ] {
+            c.files.insert("k.h".into(), text.into());
+            assert_eq!(c.mlx_header(&c.plan.kernel[0].clone()), given);
         }
     }
 

@@ -255,7 +255,7 @@ impl Evaluator {
                 .iter()
                 .map(|k| {
                     json!({"name": k.name, "source": cand.files[&k.source],
-                           "header": k.header.as_ref().map(|h| cand.files[h].clone()).unwrap_or_default()})
+                           "header": cand.mlx_header(k)})
                 })
                 .collect();
             return match self.worker.request(

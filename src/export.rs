@@ -79,7 +79,12 @@ fn spec(task: &Task, c: &Candidate) -> Result<Value> {
         .plan
         .kernel
         .iter()
-        .map(|k| (k.name.clone(), json!({"source": c.files[&k.source], "header": k.header.as_ref().map(|h| header_line_ended(&c.files[h])).unwrap_or_default()})))
+        .map(|k| {
+            (
+                k.name.clone(),
+                json!({"source": c.files[&k.source], "header": c.mlx_header(k)}),
+            )
+        })
         .collect();
     let mut combos = Vec::new();
     let mut resolved = Vec::new();
@@ -168,27 +173,4 @@ pub fn mlx_python(task: &Task, c: &Candidate, out: &Path) -> Result<(PathBuf, Pa
             .render(minijinja::value::Serde(&ctx))?,
     )?;
     Ok((module, test))
-}
-
-/// A header as MLX must get it: MLX writes its own code right after the header, so a last line without a
-/// newline (`#include <mma.h>`) would run into that code (the worker applies the same rule).
-fn header_line_ended(h: &str) -> String {
-    if h.is_empty() || h.ends_with('\n') {
-        h.to_string()
-    } else {
-        format!("{h}\n")
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn an_exported_header_ends_its_last_line() {
-        assert_eq!(
-            super::header_line_ended("#include <mma.h>"),
-            "#include <mma.h>\n"
-        );
-        assert_eq!(super::header_line_ended("int x;\n"), "int x;\n");
-        assert_eq!(super::header_line_ended(""), "");
-    }
 }

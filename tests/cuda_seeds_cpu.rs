@@ -17,14 +17,27 @@ fn attention_expert_decode_matches_softmax() {
         .launch
         .iter()
         .filter(|l| l.when.as_ref().is_some_and(|w| w.0.src() == "Tq == 1"))
+        .collect();
+    let kernels: Vec<_> = decode
+        .iter()
         .map(|l| (l.kernel.as_str(), l.template.clone(), l.outputs.clone()))
         .collect();
+    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    assert_eq!(
+        kernels,
+        [
+            (
+                "attn_decode_split",
+                s(&["D", "NTD", "CH", "GH", "U", "Hq", "Hkv", "Tk"]),
+                s(&["mpart", "lpart", "apart"])
+            ),
+            ("attn_decode_combine", s(&["D", "CH", "Tk"]), s(&["o"])),
+        ],
+        "update tests/cuda_seeds_cpu/attention_decode.cpp"
+    );
     // The driver launches with these grids and threadgroups (in threads, as MLX takes them).
-    let dims: Vec<(Vec<&str>, Vec<&str>)> = c
-        .plan
-        .launch
+    let dims: Vec<(Vec<&str>, Vec<&str>)> = decode
         .iter()
-        .filter(|l| l.when.as_ref().is_some_and(|w| w.0.src() == "Tq == 1"))
         .map(|l| {
             let grid = l.grid.as_ref().unwrap().iter().map(|e| e.0.src()).collect();
             let tg = l
@@ -51,19 +64,6 @@ fn attention_expert_decode_matches_softmax() {
             (vec!["128 * B * Hq", "1", "1"], vec!["128", "1", "1"]),
         ],
         "update the launches in tests/cuda_seeds_cpu/attention_decode.cpp"
-    );
-    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
-    assert_eq!(
-        decode,
-        [
-            (
-                "attn_decode_split",
-                s(&["D", "NTD", "CH", "GH", "U", "Hq", "Hkv", "Tk"]),
-                s(&["mpart", "lpart", "apart"])
-            ),
-            ("attn_decode_combine", s(&["D", "CH", "Tk"]), s(&["o"])),
-        ],
-        "update tests/cuda_seeds_cpu/attention_decode.cpp"
     );
     let tmp = tempfile::tempdir().unwrap();
     let driver = repo().join("tests/cuda_seeds_cpu/attention_decode.cpp");

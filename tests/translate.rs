@@ -17,6 +17,18 @@ fn tr(name: &str, target: Target) -> Translation {
     translate::translate_file(&fixture(name), target).unwrap()
 }
 
+/// A translation that must be complete: no error diagnostic, a candidate with a valid plan.
+fn complete(name: &str, target: Target) -> Translation {
+    let t = tr(name, target);
+    assert!(
+        codes(&t, Severity::Error).is_empty(),
+        "{name}: {:?}",
+        t.diagnostics
+    );
+    t.candidate.as_ref().unwrap().validate().unwrap();
+    t
+}
+
 fn codes(t: &Translation, severity: Severity) -> Vec<&str> {
     t.diagnostics
         .iter()
@@ -52,14 +64,8 @@ const COMMON: [&str; 5] = [
 #[test]
 fn the_common_kernels_become_metal_candidates_that_pass_the_checker() {
     for f in COMMON {
-        let t = tr(f, Target::MlxMetal);
-        assert!(
-            codes(&t, Severity::Error).is_empty(),
-            "{f}: {:?}",
-            t.diagnostics
-        );
+        let t = complete(f, Target::MlxMetal);
         let c = t.candidate.as_ref().unwrap();
-        c.validate().unwrap();
         assert_eq!(c.plan.target, Target::MlxMetal);
         for src in c.files.values() {
             for cuda in [
@@ -208,14 +214,8 @@ fn softmax_helpers_get_address_spaces_and_attributes() {
 #[test]
 fn the_common_kernels_become_mlx_cuda_candidates() {
     for f in COMMON {
-        let t = tr(f, Target::MlxCuda);
-        assert!(
-            codes(&t, Severity::Error).is_empty(),
-            "{f}: {:?}",
-            t.diagnostics
-        );
+        let t = complete(f, Target::MlxCuda);
         let c = t.candidate.as_ref().unwrap();
-        c.validate().unwrap();
         for l in &c.plan.launch {
             let k = c.plan.kernel.iter().find(|k| k.name == l.kernel).unwrap();
             let src = &c.files[&k.source];

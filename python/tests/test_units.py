@@ -9,7 +9,6 @@ from ksearch_worker.arrays import ArraySet, alloc, fill_poison, guard_intact, po
 from ksearch_worker.check import compare, modified, overruns
 from ksearch_worker.errors import WorkerError
 from ksearch_worker.inputs import draw, parse_init
-from ksearch_worker.targets.mlx import header_text
 from ksearch_worker.timing import (
     MAX_CALLS_PER_EVAL,
     MAX_COPIES,
@@ -183,8 +182,3 @@ def test_array_set_lays_out_guarded_aligned_arrays_in_shared_memory() -> None:
     region[s.offsets["B"]] = 0  # B is empty: its guard starts where it does
     assert overruns(s) == ["n", "B"]
 
-
-def test_a_header_ends_its_last_line() -> None:
-    assert header_text("#include <mma.h>") == "#include <mma.h>\n"
-    assert header_text("#include <mma.h>\n") == "#include <mma.h>\n"
-    assert header_text("") == ""

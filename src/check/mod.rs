@@ -136,6 +136,54 @@ pub struct LaunchInfo {
     pub plan_at: (String, usize),
 }
 
+/// A launch's kernel as MLX would build it when no workload decides the sizes: tensor dtypes from
+/// `dtype`, template ints from the tunables (1 for a name that is no tunable), and the threadgroup when
+/// the tunables alone decide it. Used by `ksearch check` without a task and by `ksearch translate`.
+pub fn launch_spec(
+    c: &Candidate,
+    l: &crate::candidate::Launch,
+    dtype: impl Fn(&str) -> Dtype,
+) -> (KernelSpec, Option<Vec<i64>>) {
+    let params = c.params();
+    let env: Env = params.iter().map(|(k, v)| (k.clone(), *v as f64)).collect();
+    let mut inputs: Vec<Input> = l
+        .inputs
+        .iter()
+        .map(|n| Input::Array {
+            name: n.clone(),
+            dtype: dtype(n),
+            elements: None,
+        })
+        .collect();
+    inputs.extend(l.scalars.iter().map(|s| Input::Scalar {
+        name: s.0.src().to_string(),
+    }));
+    let mut template_ints: Vec<(String, i64)> = l
+        .template
+        .iter()
+        .map(|t| (t.clone(), params.get(t).copied().unwrap_or(1)))
+        .collect();
+    template_ints.sort();
+    let spec = KernelSpec {
+        name: l.kernel.clone(),
+        inputs,
+        outputs: l.outputs.iter().map(|n| (n.clone(), dtype(n))).collect(),
+        atomic_outputs: l.atomic_outputs,
+        template_ints,
+        template_types: l
+            .type_args
+            .iter()
+            .map(|(a, tensor)| (a.clone(), dtype(tensor)))
+            .collect(),
+    };
+    let threadgroup = l.threadgroup.as_ref().and_then(|tg| {
+        tg.iter()
+            .map(|e| e.0.eval_int(&env).ok())
+            .collect::<Option<Vec<i64>>>()
+    });
+    (spec, threadgroup)
+}
+
 /// Checks one kernel body as MLX would compile it for `spec`. `header` is (file name, text).
 pub fn check_body(
     spec: &KernelSpec,
@@ -737,7 +785,6 @@ fn check_with(
     launch_lines: &[usize],
 ) -> Result<Vec<Finding>, CheckError> {
     let mut out = Vec::new();
-    let params = c.params();
     // Per launch, and per workload when there is a task: the spec and launch facts; identical ones are
     // checked once.
     let mut jobs: Vec<(KernelSpec, LaunchInfo)> = Vec::new();
@@ -805,7 +852,6 @@ fn check_with(
                 0,
                 "no task.toml found above the candidate: tensor dtypes are read from how the body uses them (float32 where it does not say) and workload-dependent sizes are not checked; pass --task DIR".into(),
             ));
-            let env: Env = params.iter().map(|(k, v)| (k.clone(), *v as f64)).collect();
             for (li, l) in c.plan.launch.iter().enumerate() {
                 let Some(k) = c.plan.kernel.iter().find(|k| k.name == l.kernel) else {
                     continue;
@@ -816,39 +862,8 @@ fn check_with(
                 }
                 let names: Vec<String> = l.inputs.iter().chain(&l.outputs).cloned().collect();
                 let inferred = infer::dtypes(&texts, &names, l.atomic_outputs);
-                let dtype = |n: &str| inferred.get(n).copied().unwrap_or(Dtype::Float32);
-                let mut inputs: Vec<Input> = l
-                    .inputs
-                    .iter()
-                    .map(|n| Input::Array {
-                        name: n.clone(),
-                        dtype: dtype(n),
-                        elements: None,
-                    })
-                    .collect();
-                inputs.extend(l.scalars.iter().map(|s| Input::Scalar {
-                    name: s.0.src().to_string(),
-                }));
-                let threadgroup = l.threadgroup.as_ref().and_then(|tg| {
-                    tg.iter()
-                        .map(|e| e.0.eval_int(&env).ok())
-                        .collect::<Option<Vec<i64>>>()
-                });
-                let mut template_ints: Vec<(String, i64)> =
-                    l.template.iter().map(|t| (t.clone(), params[t])).collect();
-                template_ints.sort();
-                let spec = KernelSpec {
-                    name: l.kernel.clone(),
-                    inputs,
-                    outputs: l.outputs.iter().map(|n| (n.clone(), dtype(n))).collect(),
-                    atomic_outputs: l.atomic_outputs,
-                    template_ints,
-                    template_types: l
-                        .type_args
-                        .iter()
-                        .map(|(k, t)| (k.clone(), dtype(t)))
-                        .collect(),
-                };
+                let (spec, threadgroup) =
+                    launch_spec(c, l, |n| inferred.get(n).copied().unwrap_or(Dtype::Float32));
                 let info = LaunchInfo {
                     threadgroup,
                     overshoot: overshoot(li),

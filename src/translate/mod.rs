@@ -300,7 +300,6 @@ pub fn task_brief(task: &crate::task::Task, target: Target) -> String {
 pub fn check_metal(
     t: &Translation,
 ) -> Result<Vec<crate::check::Finding>, crate::check::CheckError> {
-    use crate::check::signature::{Input, KernelSpec};
     let Some(c) = t
         .candidate
         .as_ref()
@@ -315,47 +314,14 @@ pub fn check_metal(
             .copied()
             .unwrap_or(crate::dtype::Dtype::Float32)
     };
-    let params = c.params();
-    let env: crate::expr::Env = params.iter().map(|(k, v)| (k.clone(), *v as f64)).collect();
     let mut out = Vec::new();
     for l in &c.plan.launch {
         let Some(k) = c.plan.kernel.iter().find(|k| k.name == l.kernel) else {
             continue;
         };
-        let mut inputs: Vec<Input> = l
-            .inputs
-            .iter()
-            .map(|n| Input::Array {
-                name: n.clone(),
-                dtype: dtype(n),
-                elements: None,
-            })
-            .collect();
-        inputs.extend(l.scalars.iter().map(|s| Input::Scalar {
-            name: s.0.src().to_string(),
-        }));
-        let spec = KernelSpec {
-            name: l.kernel.clone(),
-            inputs,
-            outputs: l.outputs.iter().map(|n| (n.clone(), dtype(n))).collect(),
-            atomic_outputs: l.atomic_outputs,
-            template_ints: l
-                .template
-                .iter()
-                .map(|t| (t.clone(), params.get(t).copied().unwrap_or(1)))
-                .collect(),
-            template_types: l
-                .type_args
-                .iter()
-                .map(|(a, tensor)| (a.clone(), dtype(tensor)))
-                .collect(),
-        };
+        let (spec, threadgroup) = crate::check::launch_spec(c, l, dtype);
         let info = crate::check::LaunchInfo {
-            threadgroup: l.threadgroup.as_ref().and_then(|tg| {
-                tg.iter()
-                    .map(|e| e.0.eval_int(&env).ok())
-                    .collect::<Option<Vec<i64>>>()
-            }),
+            threadgroup,
             overshoot: None,
             plan_at: ("plan.toml".into(), 0),
         };

@@ -37,12 +37,6 @@ def _mlx() -> Any:
     return mx
 
 
-def header_text(header: str) -> str:
-    """A kernel header as MLX should get it: MLX writes its own code right after the header, so a header
-    whose last line has no newline (`#include <mma.h>`) would run into it and fail to compile."""
-    return header if not header or header.endswith("\n") else header + "\n"
-
-
 def _mx_dtype(name: str) -> Any:
     m = _mlx()
     table = {"float16": m.float16, "bfloat16": m.bfloat16, "float32": m.float32, "int32": m.int32,
@@ -157,11 +151,11 @@ class MlxTarget:
             if self.name == "mlx-metal":
                 build.objects[sig] = m.fast.metal_kernel(
                     name=mlx_name, input_names=list(inputs), output_names=list(outputs), source=spec["source"],
-                    header=header_text(spec["header"]), ensure_row_contiguous=True, atomic_outputs=bool(launch.get("atomic_outputs")))
+                    header=spec["header"], ensure_row_contiguous=True, atomic_outputs=bool(launch.get("atomic_outputs")))
             else:
                 build.objects[sig] = m.fast.cuda_kernel(
                     name=mlx_name, input_names=list(inputs), output_names=list(outputs), source=spec["source"],
-                    header=header_text(spec["header"]), ensure_row_contiguous=True, shared_memory=int(launch.get("shared_memory") or 0))
+                    header=spec["header"], ensure_row_contiguous=True, shared_memory=int(launch.get("shared_memory") or 0))
         return build.objects[sig]
 
     def launch_all(self, key: str, launches: Sequence[Mapping[str, Any]], arrays: dict[str, Any],
@@ -433,7 +427,7 @@ class MlxTarget:
         # Several calls per evaluation for short work: MLX's cost per evaluation (graph, launch, sync) is
         # tens of µs, which in a real program many operations share; one count for every short entry
         # (shared_calls_per_eval).
-        per_eval_probe: list[dict[str, float]] = []
+        probes: list[tuple[float, float]] = []  # (one call, eight calls) per entry
         for name, fn in zip(names, runs, strict=True):
             def once(k: int, fn: Any = fn) -> float:
                 outs = [fn(sets[i % len(sets)]) for i in range(k)]
@@ -449,8 +443,8 @@ class MlxTarget:
                 if name == "candidate":
                     raise
                 raise WorkerError("bad_task", f"baseline {name} raised: {exc}") from None
-            per_eval_probe.append({"eval_of_1_s": one, "eval_of_8_s": eight})
-        per_eval = shared_calls_per_eval([(p["eval_of_1_s"], p["eval_of_8_s"]) for p in per_eval_probe])
+            probes.append((one, eight))
+        per_eval = shared_calls_per_eval(probes)
 
         class Timed:
             """k calls of `fn`. `prepare` builds their lazy graph (Python work: our launch code for the
@@ -479,11 +473,10 @@ class MlxTarget:
             return Timed(fn, k)
 
         stats = measure([[timed(fn, k)] for fn, k in zip(runs, per_eval, strict=True)], r.timing)
-        for s, k, probe in zip(stats, per_eval, per_eval_probe, strict=True):
+        for s, k, (one, eight) in zip(stats, per_eval, probes, strict=True):
             for key in ("median_s", "iqr_s", "min_s", "max_s"):
                 s[key] /= k
-            s["launches_per_eval"] = k
-            s.update(probe)
+            s.update(launches_per_eval=k, eval_of_1_s=one, eval_of_8_s=eight)
         # One more untimed call on the first set, so that the recheck, which starts there, meets a
         # cache keyed by address at its most recent entry whatever the rotation ended on.
         m.eval(candidate(sets[0]))
