@@ -10,6 +10,7 @@
 //! outside that subset is an error naming the file, the line and the construct, never dropped.
 
 use crate::candidate::{Candidate, CandidateError, KernelDecl};
+use crate::cpplex::{Kind, Tok, lex};
 use crate::expr::{Env, ExprField};
 use crate::target::Target;
 use serde::Serialize;
@@ -540,124 +541,6 @@ fn attribute_preamble(attrs: &BTreeSet<String>, ghost: Option<&str>) -> String {
 
 // ---------------------------------------------------------------------------------------------------------
 // Lexing
-
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Kind {
-    Ident,
-    Number,
-    Punct,
-    Str,
-    Space,
-    Comment,
-    Preproc,
-}
-
-#[derive(Debug, Clone)]
-struct Tok {
-    kind: Kind,
-    text: String,
-    line: usize,
-}
-
-fn lex(src: &str) -> Vec<Tok> {
-    let b: Vec<char> = src.chars().collect();
-    let mut toks = Vec::new();
-    let mut i = 0;
-    let mut line = 1;
-    let mut line_start = true;
-    while i < b.len() {
-        let start = i;
-        let start_line = line;
-        let c = b[i];
-        let kind;
-        if c == '\n' || c.is_whitespace() {
-            while i < b.len() && b[i].is_whitespace() {
-                if b[i] == '\n' {
-                    line += 1;
-                    line_start = true;
-                }
-                i += 1;
-            }
-            kind = Kind::Space;
-        } else if c == '#' && line_start {
-            // a preprocessor line, with backslash continuations
-            while i < b.len() && b[i] != '\n' {
-                if b[i] == '\\' && b.get(i + 1) == Some(&'\n') {
-                    i += 1;
-                    line += 1;
-                }
-                i += 1;
-            }
-            kind = Kind::Preproc;
-        } else if c == '/' && b.get(i + 1) == Some(&'/') {
-            while i < b.len() && b[i] != '\n' {
-                i += 1;
-            }
-            kind = Kind::Comment;
-        } else if c == '/' && b.get(i + 1) == Some(&'*') {
-            i += 2;
-            while i < b.len() && !(b[i] == '*' && b.get(i + 1) == Some(&'/')) {
-                if b[i] == '\n' {
-                    line += 1;
-                }
-                i += 1;
-            }
-            i = (i + 2).min(b.len());
-            kind = Kind::Comment;
-        } else if c == '"' || c == '\'' {
-            i += 1;
-            while i < b.len() && b[i] != c && b[i] != '\n' {
-                if b[i] == '\\' {
-                    i += 1;
-                }
-                i += 1;
-            }
-            i = (i + 1).min(b.len());
-            kind = Kind::Str;
-        } else if c.is_ascii_alphabetic() || c == '_' {
-            while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == '_') {
-                i += 1;
-            }
-            kind = Kind::Ident;
-        } else if c.is_ascii_digit()
-            || (c == '.' && b.get(i + 1).is_some_and(|d| d.is_ascii_digit()))
-        {
-            while i < b.len() {
-                let d = b[i];
-                let hex = b.get(start + 1).is_some_and(|x| *x == 'x' || *x == 'X');
-                let exp_sign = (d == '+' || d == '-')
-                    && if hex {
-                        matches!(b[i - 1], 'p' | 'P')
-                    } else {
-                        matches!(b[i - 1], 'e' | 'E')
-                    };
-                if d.is_ascii_alphanumeric() || d == '.' || d == '_' || exp_sign {
-                    i += 1;
-                } else {
-                    break;
-                }
-            }
-            kind = Kind::Number;
-        } else {
-            let two: String = b[i..(i + 2).min(b.len())].iter().collect();
-            i += if ["::", "->", "[["].contains(&two.as_str()) {
-                2
-            } else {
-                1
-            };
-            kind = Kind::Punct;
-        }
-        if kind != Kind::Space && kind != Kind::Comment {
-            line_start = false;
-        }
-        toks.push(Tok {
-            kind,
-            text: b[start..i].iter().collect(),
-            line: start_line,
-        });
-    }
-    toks
-}
 
 /// Every identifier in a source (comments and strings excluded).
 fn identifiers(src: &str) -> BTreeSet<String> {

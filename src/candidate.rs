@@ -422,19 +422,25 @@ impl Candidate {
         Ok(())
     }
 
-    /// A kernel's header as MLX must get it: MLX writes its own code right after the header, so a last
-    /// line without a newline (`#include <mma.h>`) would run into that code. Empty without a header.
+    /// A kernel's header as MLX is handed it: compacted (`cpplex::compact`: no comments, same lines), and
+    /// its last line ended, as MLX writes its own code right after the header (`#include <mma.h>` without a
+    /// newline would run into that code). Empty without a header.
     pub fn mlx_header(&self, k: &KernelDecl) -> String {
         let h = k
             .header
             .as_ref()
-            .map(|h| self.files[h].as_str())
-            .unwrap_or("");
+            .map(|h| crate::cpplex::compact(&self.files[h]))
+            .unwrap_or_default();
         if h.is_empty() || h.ends_with('\n') {
-            h.to_string()
+            h
         } else {
             format!("{h}\n")
         }
+    }
+
+    /// A kernel's body as MLX is handed it: compacted like the header.
+    pub fn mlx_source(&self, k: &KernelDecl) -> String {
+        crate::cpplex::compact(&self.files[&k.source])
     }
 
     /// The chosen value of every tunable.
@@ -804,6 +810,7 @@ default = 2
             ("#include <mma.h>", "#include <mma.h>\n"),
             ("#include <mma.h>\n", "#include <mma.h>\n"),
             ("", ""),
+            ("// why\n  int f();  // what", "\nint f();\n"),
         ] {
             c.files.insert("k.h".into(), text.into());
             assert_eq!(c.mlx_header(&c.plan.kernel[0].clone()), given);

@@ -254,7 +254,7 @@ impl Evaluator {
                 .kernel
                 .iter()
                 .map(|k| {
-                    json!({"name": k.name, "source": cand.files[&k.source],
+                    json!({"name": k.name, "source": cand.mlx_source(k),
                            "header": cand.mlx_header(k)})
                 })
                 .collect();

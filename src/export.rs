@@ -82,7 +82,7 @@ fn spec(task: &Task, c: &Candidate) -> Result<Value> {
         .map(|k| {
             (
                 k.name.clone(),
-                json!({"source": c.files[&k.source], "header": c.mlx_header(k)}),
+                json!({"source": c.mlx_source(k), "header": c.mlx_header(k)}),
             )
         })
         .collect();
@@ -105,6 +105,25 @@ fn spec(task: &Task, c: &Candidate) -> Result<Value> {
         ));
     }
     resolved.sort_by_key(|(s, _)| *s);
+    // Dims no input shape fixes (attention's CAUSAL) become keyword-only arguments; one that every
+    // workload gives the same value defaults to it.
+    let in_shapes: std::collections::BTreeSet<String> = t
+        .input
+        .iter()
+        .flat_map(|i| i.shape.iter().flat_map(|e| e.0.vars()))
+        .collect();
+    let options: Vec<Value> = t
+        .dims
+        .keys()
+        .filter(|d| !in_shapes.contains(*d))
+        .map(|d| {
+            let mut values: Vec<i64> = t.workload.iter().filter_map(|w| w.dims.get(d).copied()).collect();
+            values.sort_unstable();
+            values.dedup();
+            json!({"name": d, "default": if values.len() == 1 { json!(values[0]) } else { Value::Null },
+                   "about": t.dims[d].replace('"', "'")})
+        })
+        .collect();
     let baseline = task
         .baselines_for(target)
         .first()
@@ -112,7 +131,7 @@ fn spec(task: &Task, c: &Candidate) -> Result<Value> {
     let read = |name: &str| std::fs::read_to_string(task.dir.join(name)).unwrap_or_default();
     Ok(json!({
         "function": function_name(task), "task": task.name(), "candidate": c.hash(), "target": target.name(),
-        "inputs": t.input.iter().map(|i| i.name.clone()).collect::<Vec<_>>(),
+        "inputs": t.input.iter().map(|i| i.name.clone()).collect::<Vec<_>>(), "options": options,
         "outputs": t.output.iter().map(|o| o.name.clone()).collect::<Vec<_>>(),
         "input_shapes": shapes(&t.input), "output_shapes": shapes(&t.output),
         "output_dtypes": t.output.iter().map(|o| (o.name.clone(), json!(o.dtype))).collect::<serde_json::Map<_, _>>(),
@@ -156,7 +175,7 @@ pub fn mlx_python(task: &Task, c: &Candidate, out: &Path) -> Result<(PathBuf, Pa
     let literal = serde_json::to_string(&serde_json::to_string(&spec)?)?;
     let ctx = json!({
         "function": function, "module": function, "task": task.name(), "candidate": c.hash(), "target": c.plan.target.name(),
-        "backend": backend, "inputs": spec["inputs"], "outputs": spec["outputs"], "baseline": spec["baseline"],
+        "backend": backend, "inputs": spec["inputs"], "options": spec["options"], "outputs": spec["outputs"], "baseline": spec["baseline"],
         "description": task.toml.description.replace('"', "'"), "spec_literal": literal,
     });
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;

@@ -6,6 +6,7 @@ pub mod builtin;
 pub mod candidate;
 pub mod check;
 pub mod cli;
+pub mod cpplex;
 pub mod dtype;
 pub mod eval;
 pub mod export;

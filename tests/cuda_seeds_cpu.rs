@@ -29,7 +29,7 @@ fn attention_expert_decode_matches_softmax() {
             (
                 "attn_decode_split",
                 s(&["D", "NTD", "CH", "GH", "U", "Hq", "Hkv", "Tk"]),
-                s(&["mpart", "lpart", "apart"])
+                s(&["part"])
             ),
             ("attn_decode_combine", s(&["D", "CH", "Tk"]), s(&["o"])),
         ],

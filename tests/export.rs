@@ -6,29 +6,25 @@ mod common;
 use common::*;
 use std::process::Command;
 
-#[test]
-fn the_exported_mamba_module_imports_and_matches_the_reference() {
+/// Exports `seed` of `task`, checks the function's signature line, runs the generated test.
+fn export_and_test(task: &str, seed: &str, module: &str, signature: &str) {
     let out_dir = tempfile::tempdir().unwrap();
     let store = tempfile::tempdir().unwrap();
-    let seed = repo().join("tasks/mamba-scan/seeds/mlx-cuda/expert");
+    let seed = repo().join(seed);
     let out = run(
         store.path(),
         &[
             "export",
             seed.to_str().unwrap(),
             "--task",
-            "mamba-scan",
+            task,
             "--out",
             out_dir.path().to_str().unwrap(),
         ],
     );
     assert!(out.status.success(), "{}", stderr(&out));
-    let module = out_dir.path().join("mamba_scan.py");
-    let text = std::fs::read_to_string(&module).unwrap();
-    assert!(
-        text.contains("def mamba_scan(u, delta, A, Bm, Cm, Dskip, z, delta_bias):"),
-        "the reference's inputs, in order"
-    );
+    let text = std::fs::read_to_string(out_dir.path().join(format!("{module}.py"))).unwrap();
+    assert!(text.contains(signature), "the reference's inputs, in order");
 
     let env = ksearch::pyenv::ensure(None).unwrap();
     env.ensure_target(ksearch::target::Target::MlxCuda).unwrap();
@@ -43,25 +39,41 @@ fn the_exported_mamba_module_imports_and_matches_the_reference() {
     };
     let probe = run_py(&[
         "-c",
-        "import mamba_scan, mlx.core as mx; print(mamba_scan._available())",
+        &format!("import {module}, mlx.core as mx; print({module}._available())"),
     ]);
     assert!(
         probe.status.success(),
         "{}",
         String::from_utf8_lossy(&probe.stderr)
     );
-    let t = run_py(&[
-        "-m",
-        "pytest",
-        "-q",
-        "-p",
-        "no:cacheprovider",
-        "mamba_scan_test.py",
-    ]);
+    let test = format!("{module}_test.py");
+    let t = run_py(&["-m", "pytest", "-q", "-p", "no:cacheprovider", &test]);
     let log = format!(
         "{}{}",
         String::from_utf8_lossy(&t.stdout),
         String::from_utf8_lossy(&t.stderr)
     );
-    assert!(t.status.success() && log.contains("1 passed"), "{log}");
+    assert!(t.status.success() && log.contains("2 passed"), "{log}");
+}
+
+#[test]
+fn the_exported_mamba_module_imports_and_matches_the_reference() {
+    export_and_test(
+        "mamba-scan",
+        "tasks/mamba-scan/seeds/mlx-cuda/expert",
+        "mamba_scan",
+        "def mamba_scan(u, delta, A, Bm, Cm, Dskip, z, delta_bias):",
+    );
+}
+
+/// Attention's CAUSAL is a dim no input shape fixes: it becomes a keyword-only argument (required, as
+/// the workloads give it both values), passed through to the kernel's plan and to the baseline.
+#[test]
+fn the_exported_attention_module_takes_causal_as_a_keyword() {
+    export_and_test(
+        "attention",
+        "tasks/attention/seeds/mlx-cuda/expert",
+        "attention",
+        "def attention(q, k, v, *, CAUSAL):",
+    );
 }

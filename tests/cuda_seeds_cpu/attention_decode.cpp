@@ -29,13 +29,13 @@ inline __nv_bfloat16 __float2bfloat16_rn(float f) { return __nv_bfloat16(f); }
 namespace mlx { namespace core { namespace cu {
 // As MLX generates it: template values as constexpr locals, then the body.
 template <int D_, int NTD_, int CH_, int GH_, int U_, int Hq_, int Hkv_, int Tk_>
-void attn_decode_split(const float* q, const float* k, const float* v, float* mpart, float* lpart, float* apart) {
+void attn_decode_split(const float* q, const float* k, const float* v, float* part) {
   using T = float;
   constexpr int D = D_, NTD = NTD_, CH = CH_, GH = GH_, U = U_, Hq = Hq_, Hkv = Hkv_, Tk = Tk_;
 #include "decode_split.cu"
 }
 template <int D_, int CH_, int Tk_>
-void attn_decode_combine(const float* mpart, const float* lpart, const float* apart, float* o) {
+void attn_decode_combine(const float* part, float* o) {
   using T = float;
   constexpr int D = D_, CH = CH_, Tk = Tk_;
 #include "decode_combine.cu"
@@ -53,13 +53,12 @@ int check(const char* what) {
   int bad = 0;
   {
     auto q = rnd((size_t)B * Hq * D);
-    std::vector<float> o((size_t)B * Hq * D, NAN), mp((size_t)B * Hq * NSPLIT, NAN), lp = mp, ap(mp.size() * D, NAN);
+    std::vector<float> o((size_t)B * Hq * D, NAN), part((size_t)B * Hq * NSPLIT * (D + 4), NAN);
     cpu_launch({(unsigned)(NTD * NSPLIT), (unsigned)(B * Hkv * NGROUPS), 1}, {NTD, 1, 1}, [&] {
-      mlx::core::cu::attn_decode_split<D, NTD, CH, GH, U, Hq, Hkv, Tk>(q.data(), k.data(), v.data(), mp.data(),
-                                                                       lp.data(), ap.data());
+      mlx::core::cu::attn_decode_split<D, NTD, CH, GH, U, Hq, Hkv, Tk>(q.data(), k.data(), v.data(), part.data());
     });
     cpu_launch({(unsigned)(128 * B * Hq), 1, 1}, {128, 1, 1}, [&] {
-      mlx::core::cu::attn_decode_combine<D, CH, Tk>(mp.data(), lp.data(), ap.data(), o.data());
+      mlx::core::cu::attn_decode_combine<D, CH, Tk>(part.data(), o.data());
     });
     double worst = 0;
     for (int b = 0; b < B; ++b)

@@ -3,6 +3,10 @@
 namespace ksdec {
 
 constexpr float LOG2E = 1.4426950408889634f;
+// A split's partial is one row of the `part` buffer: D unnormalised outputs, then the max m and the sum l
+// (one buffer, not three: every MLX output costs an allocation and bookkeeping at each call); 4 floats of
+// room keep rows 16-byte aligned.
+template <int D> constexpr int part_width() { return D + 4; }
 
 __device__ __forceinline__ float neg_inf() { return -__int_as_float(0x7f800000); }
 // 2^(x - to), with 2^-inf = 0 (and no NaN when both are -inf).
@@ -46,8 +50,7 @@ __device__ __forceinline__ float to_f(__nv_bfloat16 x) { return __bfloat162float
 // U keys per step, merged in shared memory into the split's partial (m, l, unnormalised acc) per head.
 template <typename T, int D, int NTD, int CH, int GH, int U, int Hq, int Hkv, int Tk>
 __device__ __forceinline__ void decode_split(const T* __restrict__ q, const T* __restrict__ k,
-                                             const T* __restrict__ v, float* __restrict__ mpart,
-                                             float* __restrict__ lpart, float* __restrict__ apart) {
+                                             const T* __restrict__ v, float* __restrict__ part) {
   constexpr int LK = D / 8;             // lanes per key
   constexpr int KG = NTD / LK;          // key groups
   constexpr int VEC = 16 / sizeof(T);   // elements per 16 bytes (8 for 16-bit T, 4 for float)
@@ -55,6 +58,7 @@ __device__ __forceinline__ void decode_split(const T* __restrict__ q, const T* _
   constexpr int G = Hq / Hkv;
   constexpr int NGROUPS = (G + GH - 1) / GH;
   constexpr int NSPLIT = (Tk + CH - 1) / CH;
+  constexpr int PW = part_width<D>();
   static_assert(NTD % 32 == 0 && LK <= 32 && 32 % LK == 0, "whole warps; a key's lanes sit in one warp");
   static_assert(KG * GH * (D + 2) * 4 <= 48 * 1024, "static shared memory: NTD * GH too large");
   __shared__ float red_m[KG][GH], red_l[KG][GH];
@@ -176,12 +180,12 @@ __device__ __forceinline__ void decode_split(const T* __restrict__ q, const T* _
     float a = 0.0f;
     for (int r = 0; r < KG; ++r) a += red_a[r][gg][d];
     const size_t row = ((size_t)b * Hq + kvh * G + hg) * NSPLIT + split;
-    apart[row * D + d] = a;
+    part[row * PW + d] = a;
     if (d == 0) {
       float L = 0.0f;
       for (int r = 0; r < KG; ++r) L += red_l[r][gg] * rescale(red_m[r][gg], M);
-      mpart[row] = M;
-      lpart[row] = L;
+      part[row * PW + D] = M;
+      part[row * PW + D + 1] = L;
     }
   }
 }
@@ -189,9 +193,8 @@ __device__ __forceinline__ void decode_split(const T* __restrict__ q, const T* _
 // Pass 2. Block b * Hq + h merges the NSPLIT partials of that head into o: D / 4 float4 lanes times
 // SG = NTC / (D / 4) split groups, each taking every SG-th split, then the groups meet in shared memory.
 template <typename T, int D, int NTC, int NSPLIT>
-__device__ __forceinline__ void decode_combine(const float* __restrict__ mpart, const float* __restrict__ lpart,
-                                               const float* __restrict__ apart, T* __restrict__ o) {
-  constexpr int L4 = D / 4, SG = NTC / L4;
+__device__ __forceinline__ void decode_combine(const float* __restrict__ part, T* __restrict__ o) {
+  constexpr int L4 = D / 4, SG = NTC / L4, PW = part_width<D>();
   static_assert(NTC % L4 == 0, "whole split groups");
   __shared__ float gm[SG], gl[SG];
   __shared__ __align__(16) float ga[SG][D];
@@ -202,8 +205,8 @@ __device__ __forceinline__ void decode_combine(const float* __restrict__ mpart, 
 #pragma unroll 4
   for (int s = sg; s < NSPLIT; s += SG) {
     const size_t row = head * NSPLIT + s;
-    const float ms = mpart[row], ls = lpart[row];
-    const float4 x = reinterpret_cast<const float4*>(apart + row * D)[d4];
+    const float ms = part[row * PW + D], ls = part[row * PW + D + 1];
+    const float4 x = reinterpret_cast<const float4*>(part + row * PW)[d4];
     const float mn = fmaxf(m, ms), f0 = rescale(m, mn), f1 = rescale(ms, mn);
     m = mn;
     l = l * f0 + ls * f1;

@@ -1,0 +1,185 @@
+//! A lossless C++ lexer (every character lands in one token: spaces, comments and preprocessor lines
+//! included), for rewriting kernel sources: back-translation of Metal to CUDA, and the compact form of a
+//! kernel's source that MLX is handed.
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Kind {
+    Ident,
+    Number,
+    Punct,
+    Str,
+    Space,
+    Comment,
+    Preproc,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Tok {
+    pub kind: Kind,
+    pub text: String,
+    pub line: usize,
+}
+
+/// Every character of `src` in exactly one token, in order (concatenating the texts gives `src` back).
+pub(crate) fn lex(src: &str) -> Vec<Tok> {
+    let b: Vec<char> = src.chars().collect();
+    let mut toks = Vec::new();
+    let mut i = 0;
+    let mut line = 1;
+    let mut line_start = true;
+    while i < b.len() {
+        let start = i;
+        let start_line = line;
+        let c = b[i];
+        let kind;
+        if c == '\n' || c.is_whitespace() {
+            while i < b.len() && b[i].is_whitespace() {
+                if b[i] == '\n' {
+                    line += 1;
+                    line_start = true;
+                }
+                i += 1;
+            }
+            kind = Kind::Space;
+        } else if c == '#' && line_start {
+            // a preprocessor line, with backslash continuations
+            while i < b.len() && b[i] != '\n' {
+                if b[i] == '\\' && b.get(i + 1) == Some(&'\n') {
+                    i += 1;
+                    line += 1;
+                }
+                i += 1;
+            }
+            kind = Kind::Preproc;
+        } else if c == '/' && b.get(i + 1) == Some(&'/') {
+            while i < b.len() && b[i] != '\n' {
+                i += 1;
+            }
+            kind = Kind::Comment;
+        } else if c == '/' && b.get(i + 1) == Some(&'*') {
+            i += 2;
+            while i < b.len() && !(b[i] == '*' && b.get(i + 1) == Some(&'/')) {
+                if b[i] == '\n' {
+                    line += 1;
+                }
+                i += 1;
+            }
+            i = (i + 2).min(b.len());
+            kind = Kind::Comment;
+        } else if c == '"' || c == '\'' {
+            i += 1;
+            while i < b.len() && b[i] != c && b[i] != '\n' {
+                if b[i] == '\\' {
+                    i += 1;
+                }
+                i += 1;
+            }
+            i = (i + 1).min(b.len());
+            kind = Kind::Str;
+        } else if c.is_ascii_alphabetic() || c == '_' {
+            while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == '_') {
+                i += 1;
+            }
+            kind = Kind::Ident;
+        } else if c.is_ascii_digit()
+            || (c == '.' && b.get(i + 1).is_some_and(|d| d.is_ascii_digit()))
+        {
+            while i < b.len() {
+                let d = b[i];
+                let hex = b.get(start + 1).is_some_and(|x| *x == 'x' || *x == 'X');
+                let exp_sign = (d == '+' || d == '-')
+                    && if hex {
+                        matches!(b[i - 1], 'p' | 'P')
+                    } else {
+                        matches!(b[i - 1], 'e' | 'E')
+                    };
+                if d.is_ascii_alphanumeric() || d == '.' || d == '_' || exp_sign {
+                    i += 1;
+                } else {
+                    break;
+                }
+            }
+            kind = Kind::Number;
+        } else {
+            let two: String = b[i..(i + 2).min(b.len())].iter().collect();
+            i += if ["::", "->", "[["].contains(&two.as_str()) {
+                2
+            } else {
+                1
+            };
+            kind = Kind::Punct;
+        }
+        if kind != Kind::Space && kind != Kind::Comment {
+            line_start = false;
+        }
+        toks.push(Tok {
+            kind,
+            text: b[start..i].iter().collect(),
+            line: start_line,
+        });
+    }
+    toks
+}
+
+/// The source as MLX is handed it: comments dropped, each line's indentation and trailing blanks trimmed,
+/// every newline kept, so a compiler's line numbers still point into the file. MLX copies and hashes a
+/// custom kernel's whole source at every call (about 0.2 µs per KB on the H200,
+/// bench/results/h200-mlx-call-overhead-20261130.json), so a well-commented header costs each call
+/// microseconds for nothing.
+pub fn compact(src: &str) -> String {
+    let mut out = String::with_capacity(src.len());
+    let at_line_start = |out: &String| out.is_empty() || out.ends_with('\n');
+    let newlines = |out: &mut String, n: usize| {
+        if n > 0 {
+            out.truncate(out.trim_end_matches([' ', '\t']).len());
+            out.extend(std::iter::repeat_n('\n', n));
+        }
+    };
+    for t in lex(src) {
+        match t.kind {
+            Kind::Space | Kind::Comment => {
+                let n = t.text.matches('\n').count();
+                if n > 0 {
+                    newlines(&mut out, n);
+                } else if !at_line_start(&out) && !out.ends_with(' ') {
+                    out.push(' '); // a comment between two tokens still separates them
+                }
+            }
+            _ => out.push_str(&t.text),
+        }
+    }
+    if !src.ends_with('\n') {
+        out.truncate(out.trim_end().len());
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lexing_loses_nothing() {
+        let src = "#define X 1 // x\nint a = b/*c*/+ 'd' - \"e//f\"; // g\n\t  float  h;\n";
+        assert_eq!(
+            lex(src).iter().map(|t| t.text.as_str()).collect::<String>(),
+            src
+        );
+    }
+
+    #[test]
+    fn compact_drops_comments_and_indentation_and_keeps_lines() {
+        let src = "// header\n#include <mma.h>\nnamespace k {  // why\n  /* two\n     lines */ int a =  b/*x*/c;\n    auto s = \"//kept\";\n}\n";
+        let got = compact(src);
+        assert_eq!(
+            got,
+            "\n#include <mma.h>\nnamespace k {\n\nint a = b c;\nauto s = \"//kept\";\n}\n"
+        );
+        assert_eq!(
+            got.lines().count(),
+            src.lines().count(),
+            "line numbers still point into the file"
+        );
+        assert_eq!(compact("int x; // no newline at the end"), "int x;");
+    }
+}
