@@ -4,8 +4,10 @@
 # task evaluated (every workload, held-out ones included) with the configuration fastest at the milestone
 # shape (decode_gqa_8k). Results: $OUT/attention-decode.json = {machine, versions, date, sweep: [one row
 # per configuration], best, full: the full evaluation's JSON}; the log in $OUT/attention-decode.log.
-# Knobs: NTDV, CHV, GHV, UV (space-separated values to sweep; default 128 256 × 256 512 × 4 × 2 4), CHECKS (default 1), TIMING (seconds of
-# timing per workload, default 0.5), FULL=0 skips the full evaluation.
+# Knobs: NTDV, CHV, GHV, UV, PFV (space-separated values to sweep; default 128 256 × 256 512 × 4 × 2 4 × 1),
+# or CONFIGS (a file of configurations, one "--set A=1 --set B=2 ..." per line, e.g. from
+# bench/attention_decode_ncu.sh), CHECKS (default 1), TIMING (seconds of timing per workload, default 0.5),
+# FULL=0 skips the full evaluation.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH=/root/mlx-site${PYTHONPATH:+:$PYTHONPATH}
@@ -23,13 +25,19 @@ eval_json() {  # eval_json ARGS...: one ksearch eval, its JSON line on stdout
   "$bin" --python python3 --store "$store" eval tasks/attention "$seed" --target mlx-cuda --checks "$checks" \
     --timing-budget "$timing" --json "$@" 2>>"$log" | tail -n 1
 }
-for ntd in ${NTDV:-128 256}; do
-  for ch in ${CHV:-256 512}; do
-    for gh in ${GHV:-4}; do
-      for u in ${UV:-2 4}; do
-        set_args=(--set NTD=$ntd --set CH=$ch --set GH=$gh --set U=$u)
-        line=$(eval_json "${decode[@]}" "${set_args[@]}")
-        python3 - "${set_args[*]}" "$line" >> "$rows" <<'PY'
+configs=$(mktemp)
+if [ -n "${CONFIGS:-}" ]; then
+  grep -v '^\s*$' "$CONFIGS" > "$configs"
+else
+  for ntd in ${NTDV:-128 256}; do for ch in ${CHV:-256 512}; do for gh in ${GHV:-4}; do for u in ${UV:-2 4}; do
+    for pf in ${PFV:-1}; do echo "--set NTD=$ntd --set CH=$ch --set GH=$gh --set U=$u --set PF=$pf"; done
+  done; done; done; done > "$configs"
+fi
+while read -r config; do
+  # shellcheck disable=SC2206  # config is "--set A=1 --set B=2"
+  set_args=($config)
+  line=$(eval_json "${decode[@]}" "${set_args[@]}")
+  python3 - "${set_args[*]}" "$line" >> "$rows" <<'PY'
 import json, sys
 sets, line = sys.argv[1:]
 try:
@@ -40,11 +48,8 @@ try:
 except Exception as e:
     print(json.dumps({"set": sets, "error": f"no JSON result: {e}", "stdout_tail": line[-500:]}))
 PY
-        echo "== ${set_args[*]}: $(tail -n 1 "$rows" | head -c 400)" >> "$log"
-      done
-    done
-  done
-done
+  echo "== ${set_args[*]}: $(tail -n 1 "$rows" | head -c 400)" >> "$log"
+done < "$configs"
 best=$(python3 - "$rows" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]

@@ -28,12 +28,18 @@ fn attention_expert_decode_matches_softmax() {
         [
             (
                 "attn_decode_split",
-                s(&["D", "NTD", "CH", "GH", "U", "Hq", "Hkv", "Tk"]),
+                s(&["D", "NTD", "CH", "GH", "U", "UC", "Hq", "Hkv", "Tk"]),
                 s(&["part"])
             ),
             ("attn_decode_combine", s(&["D", "CH", "Tk"]), s(&["o"])),
         ],
         "update tests/cuda_seeds_cpu/attention_decode.cpp"
+    );
+    let p = c.params();
+    assert_eq!(
+        [p["NTD"], p["CH"], p["GH"], p["U"]],
+        [128, 256, 4, 4],
+        "update the defaults case of tests/cuda_seeds_cpu/attention_decode.cpp"
     );
     // The driver launches with these grids and threadgroups (in threads, as MLX takes them).
     let dims: Vec<(Vec<&str>, Vec<&str>)> = decode
@@ -61,7 +67,7 @@ fn attention_expert_decode_matches_softmax() {
                 ],
                 vec!["NTD", "1", "1"]
             ),
-            (vec!["128 * B * Hq", "1", "1"], vec!["128", "1", "1"]),
+            (vec!["256 * B * Hq", "1", "1"], vec!["256", "1", "1"]),
         ],
         "update the launches in tests/cuda_seeds_cpu/attention_decode.cpp"
     );
@@ -69,5 +75,5 @@ fn attention_expert_decode_matches_softmax() {
     let driver = repo().join("tests/cuda_seeds_cpu/attention_decode.cpp");
     let out = common::run_cuda_cpu_driver(&driver, &seed, tmp.path());
     assert!(out.contains("decode agrees with the reference"), "{out}");
-    assert_eq!(out.matches("worst error").count(), 7, "{out}");
+    assert_eq!(out.matches("worst error").count(), 8, "{out}");
 }

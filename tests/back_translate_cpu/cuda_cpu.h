@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 #define __device__
+#define __host__
 #define __global__
 #define __shared__ static
 #define __constant__ static

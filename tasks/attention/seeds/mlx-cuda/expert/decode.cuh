@@ -1,21 +1,18 @@
-// attention, expert (MLX CUDA): decode (Tq == 1), split-K in two launches; plan.toml says why and how.
-// Its own small header, apart from the prefill's attn.cuh: MLX hashes a kernel's whole source at every launch.
+// attention, expert (MLX CUDA): decode (Tq == 1), split-K in two launches; plan.toml says why and how. This is
+// pass 1 (the splits); pass 2 (the merge) is decode_combine.cuh. Headers of their own, apart from the
+// prefill's attn.cuh: MLX copies and hashes a kernel's whole source at every launch.
 namespace ksdec {
 
 constexpr float LOG2E = 1.4426950408889634f;
 // A split's partial is one row of the `part` buffer: D unnormalised outputs, then the max m and the sum l
 // (one buffer, not three: every MLX output costs an allocation and bookkeeping at each call); 4 floats of
 // room keep rows 16-byte aligned.
-template <int D> constexpr int part_width() { return D + 4; }
+template <int D> __host__ __device__ constexpr int part_width() { return D + 4; }
 
 __device__ __forceinline__ float neg_inf() { return -__int_as_float(0x7f800000); }
 // 2^(x - to), with 2^-inf = 0 (and no NaN when both are -inf).
 __device__ __forceinline__ float rescale(float x, float to) { return x == neg_inf() ? 0.0f : exp2f(x - to); }
 
-template <typename T> __device__ __forceinline__ T from_f(float x);
-template <> __device__ __forceinline__ float from_f<float>(float x) { return x; }
-template <> __device__ __forceinline__ __half from_f<__half>(float x) { return __float2half_rn(x); }
-template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
 
 // A lane's 8 consecutive elements as loaded (one 16-byte word of 16-bit T, two of float), to floats.
 __device__ __forceinline__ void lane8(const uint4* w, float* f, __half) {
@@ -45,11 +42,29 @@ __device__ __forceinline__ float to_f(float x) { return x; }
 __device__ __forceinline__ float to_f(__half x) { return __half2float(x); }
 __device__ __forceinline__ float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
 
+// One step's keys for a key group: U keys KG apart from `base`, each lane's 16-byte words of K and of V; keys
+// at or past `end` read as zeros (no load issued).
+template <typename T, int D, int U, int KG, int LW>
+__device__ __forceinline__ void load_step(const T* kb, const T* vb, int base, int end, uint4 (&kr)[U][LW],
+                                          uint4 (&vr)[U][LW]) {
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const bool ok = base + u * KG < end;
+#pragma unroll
+    for (int w = 0; w < LW; ++w) {
+      kr[u][w] = ok ? __ldg(reinterpret_cast<const uint4*>(kb + (size_t)(base + u * KG) * D) + w) : make_uint4(0, 0, 0, 0);
+      vr[u][w] = ok ? __ldg(reinterpret_cast<const uint4*>(vb + (size_t)(base + u * KG) * D) + w) : make_uint4(0, 0, 0, 0);
+    }
+  }
+}
+
 // Pass 1. Block (split, b * Hkv + kvh, head group): keys [split CH, split CH + CH) of one KV head for up to GH
 // of the query heads sharing it; key groups of LK = D / 8 lanes (16-byte loads) with their own online softmax,
 // U keys per step, merged in shared memory into the split's partial (m, l, unnormalised acc) per head.
+// This is the float32 path (FMAs on every lane, 4-step shuffle reductions per key and head): on 16-bit T the
+// same work runs on tensor cores (decode_split_mma below), whose per-key cost is a fraction of this one's.
 template <typename T, int D, int NTD, int CH, int GH, int U, int Hq, int Hkv, int Tk>
-__device__ __forceinline__ void decode_split(const T* __restrict__ q, const T* __restrict__ k,
+__device__ __forceinline__ void decode_split_fma(const T* __restrict__ q, const T* __restrict__ k,
                                              const T* __restrict__ v, float* __restrict__ part) {
   constexpr int LK = D / 8;             // lanes per key
   constexpr int KG = NTD / LK;          // key groups
@@ -91,26 +106,12 @@ __device__ __forceinline__ void decode_split(const T* __restrict__ q, const T* _
 #pragma unroll
     for (int e = 0; e < 8; ++e) acc[gg][e] = 0.0f;
   }
+  constexpr int STEP = KG * U;
 #pragma unroll 1
-  for (int b0 = key0; b0 < key1; b0 += KG * U) {  // same trip count in every lane (shuffles below)
+  for (int b0 = key0; b0 < key1; b0 += STEP) {  // same trip count in every lane (shuffles below)
     const int base = b0 + kgi;
     uint4 kr[U][LW], vr[U][LW];
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const bool ok = base + u * KG < key1;
-#pragma unroll
-      for (int w = 0; w < LW; ++w)
-        kr[u][w] = ok ? __ldg(reinterpret_cast<const uint4*>(kb + (size_t)(base + u * KG) * D) + w)
-                      : make_uint4(0, 0, 0, 0);
-    }
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const bool ok = base + u * KG < key1;
-#pragma unroll
-      for (int w = 0; w < LW; ++w)
-        vr[u][w] = ok ? __ldg(reinterpret_cast<const uint4*>(vb + (size_t)(base + u * KG) * D) + w)
-                      : make_uint4(0, 0, 0, 0);
-    }
+    load_step<T, D, U, KG, LW>(kb, vb, base, key1, kr, vr);
     float s[U][GH];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -190,47 +191,246 @@ __device__ __forceinline__ void decode_split(const T* __restrict__ q, const T* _
   }
 }
 
-// Pass 2. Block b * Hq + h merges the NSPLIT partials of that head into o: D / 4 float4 lanes times
-// SG = NTC / (D / 4) split groups, each taking every SG-th split, then the groups meet in shared memory.
-template <typename T, int D, int NTC, int NSPLIT>
-__device__ __forceinline__ void decode_combine(const float* __restrict__ part, T* __restrict__ o) {
-  constexpr int L4 = D / 4, SG = NTC / L4, PW = part_width<D>();
-  static_assert(NTC % L4 == 0, "whole split groups");
-  __shared__ float gm[SG], gl[SG];
-  __shared__ __align__(16) float ga[SG][D];
-  const int tid = threadIdx.x, sg = tid / L4, d4 = tid % L4;
-  const size_t head = blockIdx.x;
-  float m = neg_inf(), l = 0.0f;
-  float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll 4
-  for (int s = sg; s < NSPLIT; s += SG) {
-    const size_t row = head * NSPLIT + s;
-    const float ms = part[row * PW + D], ls = part[row * PW + D + 1];
-    const float4 x = reinterpret_cast<const float4*>(part + row * PW)[d4];
-    const float mn = fmaxf(m, ms), f0 = rescale(m, mn), f1 = rescale(ms, mn);
-    m = mn;
-    l = l * f0 + ls * f1;
-    a = make_float4(a.x * f0 + x.x * f1, a.y * f0 + x.y * f1, a.z * f0 + x.z * f1, a.w * f0 + x.w * f1);
+#if defined(__CUDACC__)  // tensor-core code: NVRTC only (the CPU emulation of tests/cuda_seeds_cpu runs float32)
+// One mma.sync m16n8k16 with fp32 accumulators: c += a (16x16, row) * b (16x8, col).
+template <typename T> struct Mma16;
+template <> struct Mma16<__half> {
+  static __device__ __forceinline__ void run(float* c, unsigned a0, unsigned a1, unsigned a2, unsigned a3,
+                                             unsigned b0, unsigned b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
   }
-  if (d4 == 0) {
-    gm[sg] = m;
-    gl[sg] = l;
+};
+template <> struct Mma16<__nv_bfloat16> {
+  static __device__ __forceinline__ void run(float* c, unsigned a0, unsigned a1, unsigned a2, unsigned a3,
+                                             unsigned b0, unsigned b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
   }
-  *reinterpret_cast<float4*>(&ga[sg][4 * d4]) = a;
+};
+// Two floats as one register of two 16-bit T (the first in the low half, as the MMA operands want it).
+__device__ __forceinline__ unsigned pack2(float a, float b, __half) {
+  __half2 h = __floats2half2_rn(a, b);
+  return *reinterpret_cast<unsigned*>(&h);
+}
+__device__ __forceinline__ unsigned pack2(float a, float b, __nv_bfloat16) {
+  __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+  return *reinterpret_cast<unsigned*>(&h);
+}
+__device__ __forceinline__ float ex2(float x) {  // 2^x, hardware approximation; 2^-inf = 0
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+__device__ __forceinline__ unsigned word(const uint4* w, int i) {  // 32-bit word i of a run of uint4
+  const uint4 x = w[i >> 2];
+  return (i & 3) == 0 ? x.x : (i & 3) == 1 ? x.y : (i & 3) == 2 ? x.z : x.w;
+}
+
+// Pass 1 for 16-bit T, on tensor cores. Block (split, b * Hkv + kvh, head group) as in the float32 path; its
+// NTD / 32 warps each stream their own steps of UC chunks of 16 keys (step i of the split goes to warp i % NW)
+// with no shared memory and no barrier in the loop; every load of a step is issued before its first use (a
+// decode is bound by the bytes in flight: UC = 2 doubles them per warp at the cost of occupancy). The GH
+// query heads of the group are the rows of one m16 tile (rows past them are zero), so S = Q K^T and
+// O += P V are m16n8k16 MMAs straight from registers:
+// - The head dimension is permuted (the same way for Q and K, which leaves q . k unchanged) so that lane
+//   (g, t4) needs, of every key, only the contiguous D / 4 elements from t4 * D / 4: K arrives as whole 16-byte
+//   loads already in B-fragment order, and Q's A fragments are loaded once.
+// - For P V, output dim n * ND + j sits in column n of n8 tile j (ND = D / 8 tiles), so lane g needs the
+//   contiguous ND elements from g * ND of four keys' V rows; byte permutes pair them into B fragments.
+// Online softmax on the S accumulators (a row lives in the 4 lanes of a quad), exp2 with log2(e) / sqrt(D)
+// folded in; at the end the warps merge through shared memory into the split's partial (m, l, acc).
+template <typename T, int D, int NTD, int CH, int GH, int UC, int Hq, int Hkv, int Tk>
+__device__ __forceinline__ void decode_split_mma(const T* __restrict__ q, const T* __restrict__ k,
+                                                 const T* __restrict__ v, float* __restrict__ part) {
+  constexpr int NW = NTD / 32, G = Hq / Hkv, NGROUPS = (G + GH - 1) / GH;
+  constexpr int NSPLIT = (Tk + CH - 1) / CH, PW = part_width<D>();
+  constexpr int KD = D / 16;  // k-steps of S
+  constexpr int ND = D / 8;   // n8 tiles of O
+  constexpr int QW = D / 8;   // 32-bit words of a lane's share of a Q or K row (D / 4 elements)
+  constexpr int VU = D / 64;  // 16-byte loads of a lane's share of a V row (ND elements)
+  constexpr int SD = D + 1;   // row stride of the merge buffer (fewer bank conflicts)
+  static_assert(NTD % 32 == 0 && GH <= 16 && D % 64 == 0, "whole warps, one m16 tile of heads, D of 64 or 128");
+  __shared__ float wm[NW][16], wl[NW][16];
+  __shared__ float sa[GH * SD];
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3;
+  const int split = blockIdx.x;
+  const int bk = blockIdx.y / NGROUPS, gi = blockIdx.y % NGROUPS;  // bk = b * Hkv + kvh
+  const int b = bk / Hkv, kvh = bk % Hkv;
+  const float c = rsqrtf((float)D) * LOG2E;
+  const int key0 = split * CH, key1 = min(Tk, key0 + CH);
+
+  // Q rows g and g + 8 (heads gi * GH + row of this KV head; zero past GH or G): words t4 * QW + 2 kd (+1).
+  unsigned qa[KD][4];
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    const int r = g + 8 * hr, hg = gi * GH + r;
+    const bool ok = r < GH && hg < G;
+    const uint4* qp = reinterpret_cast<const uint4*>(q + ((size_t)b * Hq + kvh * G + (ok ? hg : 0)) * D) + t4 * (QW / 4);
+    uint4 w[QW / 4];
+#pragma unroll
+    for (int i = 0; i < QW / 4; ++i) w[i] = ok ? qp[i] : make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (int kd = 0; kd < KD; ++kd) {
+      qa[kd][hr] = word(w, 2 * kd);
+      qa[kd][2 + hr] = word(w, 2 * kd + 1);
+    }
+  }
+  const T* kb = k + (size_t)bk * Tk * D;
+  const T* vb = v + (size_t)bk * Tk * D;
+
+  float acc[ND][4], mrow[2] = {neg_inf(), neg_inf()}, lrow[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int j = 0; j < ND; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[j][e] = 0.0f;
+
+#pragma unroll 1
+  for (int n00 = key0 + 16 * UC * warp; n00 < key1; n00 += 16 * UC * NW) {
+    // K: keys n0 + g and n0 + 8 + g, the lane's QW words; V: keys n0 + 2 t4 + {0, 1, 8, 9}, ND elements from g ND.
+    uint4 kw[UC][2][QW / 4], vw[UC][4][VU];
+#pragma unroll
+    for (int uc = 0; uc < UC; ++uc) {
+      const int n0 = n00 + 16 * uc;
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+        const int key = n0 + 8 * nt + g;
+        const uint4* kp = reinterpret_cast<const uint4*>(kb + (size_t)key * D) + t4 * (QW / 4);
+#pragma unroll
+        for (int i = 0; i < QW / 4; ++i) kw[uc][nt][i] = key < key1 ? __ldg(kp + i) : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int kr = 0; kr < 4; ++kr) {
+        const int key = n0 + 2 * t4 + (kr & 1) + 8 * (kr >> 1);
+        const uint4* vp = reinterpret_cast<const uint4*>(vb + (size_t)key * D + g * ND);
+#pragma unroll
+        for (int i = 0; i < VU; ++i) vw[uc][kr][i] = key < key1 ? __ldg(vp + i) : make_uint4(0, 0, 0, 0);
+      }
+    }
+#pragma unroll
+    for (int uc = 0; uc < UC; ++uc) {
+    const int n0 = n00 + 16 * uc;
+    // S = Q K^T for the 16 keys (two n8 tiles).
+    float s[2][4];
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[nt][e] = 0.0f;
+#pragma unroll
+      for (int kd = 0; kd < KD; ++kd)
+        Mma16<T>::run(s[nt], qa[kd][0], qa[kd][1], qa[kd][2], qa[kd][3], word(kw[uc][nt], 2 * kd),
+                      word(kw[uc][nt], 2 * kd + 1));
+    }
+    if (n0 + 16 > key1) {  // the split's last, partial (or empty) chunk
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          if (n0 + 8 * nt + 2 * t4 + (e & 1) >= key1) s[nt][e] = neg_inf();
+    }
+    // Online softmax, rows g (e = 0, 1) and g + 8 (e = 2, 3).
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      float mx = fmaxf(mrow[hr], fmaxf(fmaxf(s[0][2 * hr], s[0][2 * hr + 1]), fmaxf(s[1][2 * hr], s[1][2 * hr + 1])));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float ms = (mx == neg_inf()) ? 0.0f : mx * c;
+      const float alpha = ex2(mrow[hr] * c - ms);
+      mrow[hr] = mx;
+      float ls = 0.0f;
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+        for (int e = 2 * hr; e < 2 * hr + 2; ++e) {
+          s[nt][e] = ex2(fmaf(s[nt][e], c, -ms));
+          ls += s[nt][e];
+        }
+      lrow[hr] = lrow[hr] * alpha + ls;
+#pragma unroll
+      for (int j = 0; j < ND; ++j) {
+        acc[j][2 * hr] *= alpha;
+        acc[j][2 * hr + 1] *= alpha;
+      }
+    }
+    // O += P V: P (rows x 16 keys) as the A operand, V pairs of keys (2 t4, 2 t4 + 1) and (+8, +9) per column.
+    const unsigned p0 = pack2(s[0][0], s[0][1], T()), p1 = pack2(s[0][2], s[0][3], T());
+    const unsigned p2 = pack2(s[1][0], s[1][1], T()), p3 = pack2(s[1][2], s[1][3], T());
+#pragma unroll
+    for (int j = 0; j < ND; ++j) {
+      const unsigned sel = (j & 1) ? 0x7632u : 0x5410u;  // the high or the low halves of two words
+      const unsigned b0 = __byte_perm(word(vw[uc][0], j >> 1), word(vw[uc][1], j >> 1), sel);
+      const unsigned b1 = __byte_perm(word(vw[uc][2], j >> 1), word(vw[uc][3], j >> 1), sel);
+      Mma16<T>::run(acc[j], p0, p1, p2, p3, b0, b1);
+    }
+    }
+  }
+
+  // Merge the warps: the row max over warps, then each warp in turn adds its rescaled accumulator.
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    lrow[hr] += __shfl_xor_sync(0xffffffffu, lrow[hr], 1);
+    lrow[hr] += __shfl_xor_sync(0xffffffffu, lrow[hr], 2);
+    if (t4 == 0) {
+      wm[warp][g + 8 * hr] = mrow[hr] * c;  // scaled units, as the partials keep them (-inf stays -inf)
+      wl[warp][g + 8 * hr] = lrow[hr];
+    }
+  }
   __syncthreads();
-  for (int d = tid; d < D; d += NTC) {
+  float f[2];
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
     float M = neg_inf();
 #pragma unroll
-    for (int i = 0; i < SG; ++i) M = fmaxf(M, gm[i]);
-    float L = 0.0f, x = 0.0f;
-#pragma unroll
-    for (int i = 0; i < SG; ++i) {
-      const float f = rescale(gm[i], M);
-      L += gl[i] * f;
-      x += ga[i][d] * f;
-    }
-    o[head * D + d] = from_f<T>(L > 0.0f ? x / L : 0.0f);
+    for (int w = 0; w < NW; ++w) M = fmaxf(M, wm[w][g + 8 * hr]);
+    f[hr] = rescale(wm[warp][g + 8 * hr], M);
   }
+#pragma unroll 1
+  for (int w = 0; w < NW; ++w) {
+    if (warp == w) {
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        const int r = g + 8 * hr;
+        if (r >= GH) continue;
+#pragma unroll
+        for (int j = 0; j < ND; ++j)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            float& dst = sa[r * SD + (2 * t4 + e) * ND + j];
+            dst = (w == 0 ? 0.0f : dst) + acc[j][2 * hr + e] * f[hr];
+          }
+      }
+    }
+    __syncthreads();
+  }
+  for (int i = threadIdx.x; i < GH * D; i += NTD) {
+    const int r = i / D, d = i % D, hg = gi * GH + r;
+    if (hg >= G) continue;
+    const size_t row = ((size_t)b * Hq + kvh * G + hg) * NSPLIT + split;
+    part[row * PW + d] = sa[r * SD + d];
+    if (d == 0) {
+      float M = neg_inf(), L = 0.0f;
+      for (int w = 0; w < NW; ++w) M = fmaxf(M, wm[w][r]);
+      for (int w = 0; w < NW; ++w) L += wl[w][r] * rescale(wm[w][r], M);
+      part[row * PW + D] = M;
+      part[row * PW + D + 1] = L;
+    }
+  }
+}
+#endif
+
+// Pass 1: tensor cores for 16-bit T, FMAs for float32.
+template <typename T, int D, int NTD, int CH, int GH, int U, int UC, int Hq, int Hkv, int Tk>
+__device__ __forceinline__ void decode_split(const T* __restrict__ q, const T* __restrict__ k,
+                                             const T* __restrict__ v, float* __restrict__ part) {
+#if defined(__CUDACC__)
+  if constexpr (sizeof(T) == 2)
+    decode_split_mma<T, D, NTD, CH, GH, UC, Hq, Hkv, Tk>(q, k, v, part);
+  else
+#endif
+    decode_split_fma<T, D, NTD, CH, GH, U, Hq, Hkv, Tk>(q, k, v, part);
 }
 
 }  // namespace ksdec

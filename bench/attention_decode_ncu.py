@@ -1,0 +1,65 @@
+"""Summarise an ncu CSV of bench/attention_decode_profile.py --ncu: the decode kernels' own GPU time per
+configuration (median over its calls), MLX's SDPA beside them, the fastest configurations first.
+
+Run: python3 bench/attention_decode_ncu.py NCU.csv RUN.json OUT.json TOP > CONFIGS.txt
+OUT.json gets every configuration; CONFIGS.txt the TOP fastest as "--set A=1 --set B=2" lines
+(for CONFIGS= of bench/attention_decode.sh). MLX names an instantiated kernel after its template values
+in the order of their names, which is how a row is matched to its configuration.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import statistics
+import sys
+from collections import defaultdict
+
+
+def rows(path: str) -> list[dict[str, str]]:
+    with open(path) as f:
+        lines = [line for line in f if not line.startswith("==")]
+    return list(csv.DictReader(lines))
+
+
+def main() -> None:
+    csv_path, run_path, out_path, top = sys.argv[1:5]
+    run = json.loads(open(run_path).read().strip().splitlines()[-1])
+    times: dict[str, list[float]] = defaultdict(list)
+    dram: dict[str, list[float]] = defaultdict(list)
+    for r in rows(csv_path):
+        value = float(r["Metric Value"].replace(",", ""))
+        if r["Metric Name"] == "gpu__time_duration.sum":
+            times[r["Kernel Name"]].append(value / 1e3)  # µs
+        elif r["Metric Name"] == "dram__bytes_read.sum":
+            dram[r["Kernel Name"]].append(value)
+
+    def kernel_us(prefix: str, values: list[int]) -> tuple[float | None, float | None]:
+        tag = "_" + "_".join(str(v) for v in values) + "_"
+        hits = [n for n in times if prefix in n and tag in n]
+        if len(hits) != 1:
+            return None, None
+        return statistics.median(times[hits[0]]), statistics.median(dram[hits[0]]) if dram[hits[0]] else None
+
+    configs = []
+    for c in run["configurations"]:
+        t = run["dims"] | c["params"]  # every template value of the decode launches
+        split_us, split_bytes = kernel_us("attn_decode_split", [t[n] for n in sorted(t) if n in
+                                          ("CH", "D", "GH", "Hkv", "Hq", "NTD", "Tk", "U", "UC")])
+        combine_us, _ = kernel_us("attn_decode_combine", [t["CH"], t["D"], t["Tk"]])
+        total = split_us + combine_us if split_us is not None and combine_us is not None else None
+        configs.append({**c, "split_us": split_us, "combine_us": combine_us, "total_us": total,
+                        "split_dram_bytes": split_bytes})
+    sdpa = [v for n, vs in times.items() if "sdpa" in n.lower() or "cudnn" in n.lower() for v in vs]
+    calls = 3 + len(run["configurations"])
+    ok = sorted((c for c in configs if c["total_us"] is not None and c["path"] == "kernel"),
+                key=lambda c: c["total_us"])
+    json.dump({"run": {k: v for k, v in run.items() if k != "configurations"},
+               "sdpa_kernels_us_per_call": sum(sdpa) / calls if sdpa else None,
+               "configurations": ok + [c for c in configs if c not in ok]}, open(out_path, "w"), indent=1)
+    for c in ok[: int(top)]:
+        print(" ".join(f"--set {k}={c[k]}" for k in sorted(c) if k.isupper()))
+
+
+if __name__ == "__main__":
+    main()
