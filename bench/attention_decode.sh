@@ -4,7 +4,8 @@
 # task evaluated (every workload, held-out ones included) with the configuration fastest at the milestone
 # shape (decode_gqa_8k). Results: $OUT/attention-decode.json = {machine, versions, date, sweep: [one row
 # per configuration], best, full: the full evaluation's JSON}; the log in $OUT/attention-decode.log.
-# Knobs: NTDV, CHV, GHV, UV, PFV (space-separated values to sweep; default 128 256 × 256 512 × 4 × 2 4 × 1),
+# Knobs: NTDV, CHV, GHV, UV, UCV (space-separated values to sweep; default 64 128 × 128 256 × 4 × 4 × 1 2;
+# U shapes the float32 path, UC the fp16/bf16 one),
 # or CONFIGS (a file of configurations, one "--set A=1 --set B=2 ..." per line, e.g. from
 # bench/attention_decode_ncu.sh), CHECKS (default 1), TIMING (seconds of timing per workload, default 0.5),
 # FULL=0 skips the full evaluation.
@@ -23,14 +24,14 @@ timing=${TIMING:-0.5}
 decode=(--workload decode_gqa_8k --workload decode_gqa_16k --workload decode_causal_3001 --workload decode_b4_bf16_d64)
 eval_json() {  # eval_json ARGS...: one ksearch eval, its JSON line on stdout
   "$bin" --python python3 --store "$store" eval tasks/attention "$seed" --target mlx-cuda --checks "$checks" \
-    --timing-budget "$timing" --json "$@" 2>>"$log" | tail -n 1
+    --timing-budget "$timing" --json "$@" 2>>"$log" < /dev/null | tail -n 1
 }
 configs=$(mktemp)
 if [ -n "${CONFIGS:-}" ]; then
   grep -v '^\s*$' "$CONFIGS" > "$configs"
 else
-  for ntd in ${NTDV:-128 256}; do for ch in ${CHV:-256 512}; do for gh in ${GHV:-4}; do for u in ${UV:-2 4}; do
-    for pf in ${PFV:-1}; do echo "--set NTD=$ntd --set CH=$ch --set GH=$gh --set U=$u --set PF=$pf"; done
+  for ntd in ${NTDV:-64 128}; do for ch in ${CHV:-128 256}; do for gh in ${GHV:-4}; do for u in ${UV:-4}; do
+    for uc in ${UCV:-1 2}; do echo "--set NTD=$ntd --set CH=$ch --set GH=$gh --set U=$u --set UC=$uc"; done
   done; done; done; done > "$configs"
 fi
 while read -r config; do

@@ -1,5 +1,5 @@
 """Summarise an ncu CSV of bench/attention_decode_profile.py --ncu: the decode kernels' own GPU time per
-configuration (median over its calls), MLX's SDPA beside them, the fastest configurations first.
+configuration (median over its calls: 3 timed and 1 checked), MLX's SDPA beside them, the fastest configurations first.
 
 Run: python3 bench/attention_decode_ncu.py NCU.csv RUN.json OUT.json TOP > CONFIGS.txt
 OUT.json gets every configuration; CONFIGS.txt the TOP fastest as "--set A=1 --set B=2" lines
@@ -48,14 +48,17 @@ def main() -> None:
                                           ("CH", "D", "GH", "Hkv", "Hq", "NTD", "Tk", "U", "UC")])
         combine_us, _ = kernel_us("attn_decode_combine", [t["CH"], t["D"], t["Tk"]])
         total = split_us + combine_us if split_us is not None and combine_us is not None else None
+        if c["path"] == "kernel" and (split_us is None or combine_us is None):
+            print(f"no ncu row matches the kernels of {c['params']}", file=sys.stderr)
         configs.append({**c, "split_us": split_us, "combine_us": combine_us, "total_us": total,
                         "split_dram_bytes": split_bytes})
-    sdpa = [v for n, vs in times.items() if "sdpa" in n.lower() or "cudnn" in n.lower() for v in vs]
-    calls = 3 + len(run["configurations"])
+    sdpa_names = sorted(n for n in times if "sdpa" in n.lower() or "cudnn" in n.lower())
+    sdpa = [v for n in sdpa_names for v in times[n]]
+    calls = run["sdpa_calls"]
     ok = sorted((c for c in configs if c["total_us"] is not None and c["path"] == "kernel"),
                 key=lambda c: c["total_us"])
     json.dump({"run": {k: v for k, v in run.items() if k != "configurations"},
-               "sdpa_kernels_us_per_call": sum(sdpa) / calls if sdpa else None,
+               "sdpa_kernels_us_per_call": sum(sdpa) / calls if sdpa else None, "sdpa_kernels": sdpa_names,
                "configurations": ok + [c for c in configs if c not in ok]}, open(out_path, "w"), indent=1)
     for c in ok[: int(top)]:
         print(" ".join(f"--set {k}={c[k]}" for k in sorted(c) if k.isupper()))

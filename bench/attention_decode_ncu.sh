@@ -17,7 +17,7 @@ exp=$(mktemp -d)
 "$bin" export tasks/attention/seeds/mlx-cuda/expert --task tasks/attention --out "$exp" --python python3 >> "$log" 2>&1 \
   || { echo "export failed (see $log)"; exit 1; }
 # shellcheck disable=SC2206  # SETS is "--set A=1,2 --set B=3"
-sets=(${SETS:---set NTD=64,128,256 --set CH=128,256,512 --set U=4,8 --set PF=0,1})
+sets=(${SETS:---set NTD=64,128,256 --set CH=128,256,512 --set UC=1,2})
 csv="$exp/ncu.csv"
 PYTHONPATH=$PYTHONPATH:$exp ncu --clock-control none --metrics gpu__time_duration.sum,dram__bytes_read.sum --csv \
   --log-file "$csv" python3 bench/attention_decode_profile.py --ncu --shape "${SHAPE:-decode_gqa_8k}" "${sets[@]}" \

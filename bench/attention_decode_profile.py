@@ -8,7 +8,7 @@ decode shape, timed three ways per call:
   mx.eval: the latency of one call in a chain of dependent ops, as in a model's decode step;
 - `--ncu`: only a few calls of each, for `ncu --metrics gpu__time_duration.sum` (the kernels' own time);
   with `--set NAME=V1,V2,...` (repeatable) every combination of those tunable values (ncu's kernel names
-  carry the template values).
+  carry the template values). Without --ncu only the first combination is timed.
 
 K/V rotate over enough copies to exceed the L2 cache, so no call reads them hot.
 Run: PYTHONPATH=/root/mlx-site:EXPORT_DIR python3 bench/attention_decode_profile.py [--ncu] [--shape NAME]
@@ -109,6 +109,7 @@ def main() -> None:
             mx.eval(sdpa(q, *kvs[i % ncopies]))
         mx.synchronize()
         result["configurations"] = ran
+        result["sdpa_calls"] = 1 + len(ran) + 3  # the check above, one per configuration, these three
         print(json.dumps(result))
         return
 

@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def header_text(header: str) -> str:
-    """As ksearch passes headers to MLX (Candidate::mlx_header): the last line ended."""
+    """The last line ended, as Candidate::mlx_header does (which also drops comments: irrelevant here)."""
     return header if not header or header.endswith("\n") else header + "\n"
 
 

@@ -52,7 +52,12 @@ pub(crate) fn lex(src: &str) -> Vec<Tok> {
             }
             kind = Kind::Preproc;
         } else if c == '/' && b.get(i + 1) == Some(&'/') {
+            // to the end of the line, which a backslash continues (the next line is comment too)
             while i < b.len() && b[i] != '\n' {
+                if b[i] == '\\' && b.get(i + 1) == Some(&'\n') {
+                    i += 1;
+                    line += 1;
+                }
                 i += 1;
             }
             kind = Kind::Comment;
@@ -66,15 +71,31 @@ pub(crate) fn lex(src: &str) -> Vec<Tok> {
             }
             i = (i + 2).min(b.len());
             kind = Kind::Comment;
+        } else if c == 'R' && b.get(i + 1) == Some(&'"') {
+            // a raw string R"delim( ... )delim", newlines and all
+            let open: String = b[i + 2..].iter().take_while(|&&x| x != '(').collect();
+            let close: Vec<char> = format!("){open}\"").chars().collect();
+            i += 2 + open.len();
+            while i < b.len() && !b[i..].starts_with(&close) {
+                if b[i] == '\n' {
+                    line += 1;
+                }
+                i += 1;
+            }
+            i = (i + close.len()).min(b.len());
+            kind = Kind::Str;
         } else if c == '"' || c == '\'' {
+            // a literal ends at its quote; an unterminated one at the end of its line (the newline is not its)
             i += 1;
             while i < b.len() && b[i] != c && b[i] != '\n' {
-                if b[i] == '\\' {
+                if b[i] == '\\' && b.get(i + 1).is_some_and(|&x| x != '\n') {
                     i += 1;
                 }
                 i += 1;
             }
-            i = (i + 1).min(b.len());
+            if i < b.len() && b[i] == c {
+                i += 1;
+            }
             kind = Kind::Str;
         } else if c.is_ascii_alphabetic() || c == '_' {
             while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == '_') {
@@ -93,7 +114,8 @@ pub(crate) fn lex(src: &str) -> Vec<Tok> {
                     } else {
                         matches!(b[i - 1], 'e' | 'E')
                     };
-                if d.is_ascii_alphanumeric() || d == '.' || d == '_' || exp_sign {
+                let separator = d == '\'' && b.get(i + 1).is_some_and(|x| x.is_ascii_hexdigit());
+                if d.is_ascii_alphanumeric() || d == '.' || d == '_' || exp_sign || separator {
                     i += 1;
                 } else {
                     break;
@@ -181,5 +203,27 @@ mod tests {
             "line numbers still point into the file"
         );
         assert_eq!(compact("int x; // no newline at the end"), "int x;");
+    }
+
+    #[test]
+    fn continued_comments_raw_strings_and_digit_separators_are_single_tokens() {
+        // A backslash at the end of a // comment makes the next line comment too.
+        assert_eq!(compact("a; // c \\\nb;\nc;\n"), "a;\n\nc;\n");
+        // A raw string keeps its lines, spaces and slashes.
+        let raw = "s = R\"x(one  // two\n   /* three */)x\";\n";
+        assert_eq!(compact(raw), raw);
+        // A digit separator is no character literal; an unterminated literal ends at its line.
+        assert_eq!(
+            compact("int n = 1'024; // k\n#define Y 1\n"),
+            "int n = 1'024;\n#define Y 1\n"
+        );
+        let toks = lex("'a\nb");
+        assert_eq!((toks[0].text.as_str(), toks[2].line), ("'a", 2));
+        for src in [raw, "a; // c \\\nb;\n", "x = 'q\n"] {
+            assert_eq!(
+                lex(src).iter().map(|t| t.text.as_str()).collect::<String>(),
+                src
+            );
+        }
     }
 }

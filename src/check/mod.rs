@@ -856,10 +856,10 @@ fn check_with(
                 let Some(k) = c.plan.kernel.iter().find(|k| k.name == l.kernel) else {
                     continue;
                 };
-                let mut texts = vec![c.files[&k.source].as_str()];
-                if let Some(h) = &k.header {
-                    texts.push(c.files[h].as_str());
-                }
+                // What MLX is handed: the compacted body and header (comments naming a buffer or an
+                // attribute must not change the signature).
+                let (body, header) = (c.mlx_source(k), c.mlx_header(k));
+                let texts = [body.as_str(), header.as_str()];
                 let names: Vec<String> = l.inputs.iter().chain(&l.outputs).cloned().collect();
                 let inferred = infer::dtypes(&texts, &names, l.atomic_outputs);
                 let (spec, threadgroup) =
@@ -878,8 +878,13 @@ fn check_with(
         let Some(k) = c.plan.kernel.iter().find(|k| k.name == spec.name) else {
             continue;
         };
-        let body = &c.files[&k.source];
-        let header = k.header.as_ref().map(|h| (h.as_str(), c.files[h].as_str()));
+        // MLX's signature generation and compiler see the compacted text (same lines, no comments).
+        let body = &c.mlx_source(k);
+        let header_text = c.mlx_header(k);
+        let header = k
+            .header
+            .as_ref()
+            .map(|h| (h.as_str(), header_text.as_str()));
         let key = format!(
             "{}\0{}\0{:?}\0{:?}",
             k.name,

@@ -325,15 +325,17 @@ pub fn check_metal(
             overshoot: None,
             plan_at: ("plan.toml".into(), 0),
         };
+        // As MLX would be handed them (compacted: same lines, no comments).
+        let header_text = c.mlx_header(k);
         let header = k
             .header
             .as_ref()
-            .and_then(|h| c.files.get(h).map(|t| (h.as_str(), t.as_str())));
+            .map(|h| (h.as_str(), header_text.as_str()));
         out.extend(crate::check::check_body(
             &spec,
             header,
             &k.source,
-            &c.files[&k.source],
+            &c.mlx_source(k),
             &info,
         )?);
     }

@@ -5,8 +5,9 @@ Each receives q (B, Hq, Tq, D), k and v (B, Hkv, Tk, D) as mx.arrays in T and re
 - mlx_sdpa: MLX's own fused attention, `mx.fast.scaled_dot_product_attention`, with GQA handled natively
   (K/V are not repeated) and mask="causal" (aligned bottom-right) when CAUSAL = 1. What it runs depends on
   the back-end: on Metal the "vector" kernel for Tq <= 8 and the steel flash-attention kernel above; on
-  CUDA cuDNN's fused attention (fp16/bf16 prefill), the sdpa_vector kernel (Tq < 4) or the unfused
-  matmul + softmax + matmul fallback (fp32 prefill).
+  CUDA cuDNN's fused attention for fp16/bf16 (prefill, and decode too: a flash kernel then a reduction
+  kernel under ncu with MLX 0.32.4 on the H200), MLX's sdpa_vector kernel where cuDNN is not used for
+  Tq < 4, or the unfused matmul + softmax + matmul fallback (fp32 prefill).
 - mlx_naive: the textbook composition: K and V repeated to Hq heads, scores = (q * scale) k^T in T, the
   mask added, softmax in float32, the probabilities cast back to T, then a matmul with v.
 """

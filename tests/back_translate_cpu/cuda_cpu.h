@@ -21,9 +21,24 @@ struct ulong2 { unsigned long x, y; };
 inline uint3 make_uint3(unsigned a, unsigned b, unsigned c) { return {a, b, c}; }
 inline thread_local uint3 threadIdx, blockIdx;
 inline uint3 blockDim, gridDim;
-struct __half { unsigned short b; __half() = default; __half(float) {} operator float() const { return 0; } };
+// 16-bit floats with real values (storage bits b, conversions rounded to nearest even), so 16-bit device code
+// can run here too: __half through the compiler's _Float16, bfloat16 by rounding a float's top half.
+struct __half {
+  unsigned short b;
+  __half() = default;
+  __half(float f) { _Float16 h = (_Float16)f; std::memcpy(&b, &h, 2); }
+  operator float() const { _Float16 h; std::memcpy(&h, &b, 2); return (float)h; }
+};
 struct __half2 { __half x, y; };
-struct __nv_bfloat16 { unsigned short b; __nv_bfloat16() = default; __nv_bfloat16(float) {} operator float() const { return 0; } };
+struct __nv_bfloat16 {
+  unsigned short b;
+  __nv_bfloat16() = default;
+  __nv_bfloat16(float f) {
+    unsigned u; std::memcpy(&u, &f, 4);
+    b = (u & 0x7fffffffu) > 0x7f800000u ? (unsigned short)((u >> 16) | 0x40) : (unsigned short)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
+  }
+  operator float() const { unsigned u = (unsigned)b << 16; float f; std::memcpy(&f, &u, 4); return f; }
+};
 inline __half __float2half(float f) { return __half(f); }
 inline float __half2float(__half h) { return float(h); }
 inline __nv_bfloat16 __float2bfloat16(float f) { return __nv_bfloat16(f); }
@@ -39,6 +54,13 @@ inline int __popc(unsigned x) { return __builtin_popcount(x); }
 inline int __clz(unsigned x) { return x ? __builtin_clz(x) : 32; }
 inline unsigned __umulhi(unsigned a, unsigned b) { return (unsigned)(((unsigned long long)a * b) >> 32); }
 inline int __mulhi(int a, int b) { return (int)(((long long)a * b) >> 32); }
+// Byte i of the result is byte (s >> 4 i) & 7 of the 8 bytes y:x (x the low four).
+inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
+  const unsigned long long v = ((unsigned long long)y << 32) | x;
+  unsigned r = 0;
+  for (int i = 0; i < 4; ++i) r |= (unsigned)((v >> (8 * ((s >> (4 * i)) & 7))) & 0xff) << (8 * i);
+  return r;
+}
 template <class T> T atomicAdd(T* p, T v) { T o = *p; *p = o + v; return o; }
 template <class T> T atomicMax(T* p, T v) { T o = *p; *p = o > v ? o : v; return o; }
 template <class T> T atomicMin(T* p, T v) { T o = *p; *p = o < v ? o : v; return o; }

@@ -1,11 +1,15 @@
-// The shipped CUDA expert decode of attention (tasks/attention/seeds/mlx-cuda/expert: decode.cuh and its two
-// launches, decode_split.cu then decode_combine.cu), float32 instantiation, on the CPU emulation of
+// The shipped CUDA expert decode of attention (tasks/attention/seeds/mlx-cuda/expert: decode.cuh and
+// decode_combine.cuh, launched as decode_split.cu then decode_combine.cu) on the CPU emulation of
 // tests/back_translate_cpu/cuda_cpu.h (blocks one after another, one std::thread per CUDA thread): it must match
-// softmax(q k^T / sqrt(D)) v computed here in double, for shapes that reach every path (GQA factors 3, 4 and 8,
-// a head group with an empty slot, GH above G, a last split shorter than CH, one split, D 64 and 128, 2 to 8
-// keys per step, the seed's default tunables). The launches' grids are the plan's (tests/cuda_seeds_cpu.rs).
+// softmax(q k^T / sqrt(D)) v computed here in double. float32 runs the FMA path; fp16 and bf16 run the
+// tensor-core path, whose three PTX primitives (mma.sync m16n8k16, the pair packing, ex2) are emulated below
+// with mma.sync's fragment layout. Shapes reach every path: GQA factors 1 to 8, a head group with an empty
+// slot, GH above G and below it, a last split shorter than CH, a chunk and a warp with no keys, one split,
+// D 64 and 128, 1 to 8 warps, the seed's default tunables. The launches' grids are the plan's
+// (tests/cuda_seeds_cpu.rs).
 #include "cuda_cpu.h"
 #include <cstdio>
+#include <array>
 #include <random>
 // The few CUDA names the decode uses that cuda_cpu.h leaves out.
 #define __forceinline__ inline
@@ -24,20 +28,55 @@ inline float2 __bfloat1622float2(__nv_bfloat162) { return {0, 0}; }
 inline __half __float2half_rn(float f) { return __half(f); }
 inline __nv_bfloat16 __float2bfloat16_rn(float f) { return __nv_bfloat16(f); }
 
+
+// The tensor-core path (16-bit T) runs here too: the seed leaves its three PTX primitives to us.
+#define KSDEC_EMULATED_MMA
+static std::vector<std::array<unsigned, 6>> g_frag(1024);  // each thread's MMA fragments, as posted
+namespace ksdec {
+template <typename T> struct Mma16 {
+  // c += a (16x16, row-major) * b (16x8, col-major), warp-wide, with mma.sync's fragment layout: lane (g, t4)
+  // holds a0 (row g, k 2t4, 2t4+1), a1 (row g+8), a2 (row g, k +8), a3 (row g+8, k +8), b0 (k 2t4, 2t4+1,
+  // n g), b1 (k +8) and c (rows g, g+8, n 2t4, 2t4+1). Every lane posts its fragments, then computes its own c.
+  static void run(float* c, unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0, unsigned b1) {
+    const unsigned l = cpu_lin(), w = l / 32, g = (l % 32) / 4, t4 = l % 4;
+    g_frag[l] = {a0, a1, a2, a3, b0, b1};
+    __syncwarp();
+    auto half = [&](int lane, int reg, int hi) {
+      T x;
+      x.b = (unsigned short)(g_frag[w * 32 + lane][reg] >> (16 * hi));
+      return (float)x;
+    };
+    for (int e = 0; e < 4; ++e) {
+      const int row = g + 8 * (e >> 1), col = 2 * t4 + (e & 1);
+      float acc = c[e];
+      for (int k = 0; k < 16; ++k)
+        acc += half((row % 8) * 4 + (k % 8) / 2, (row >= 8) + 2 * (k >= 8), k % 2) *
+               half(col * 4 + (k % 8) / 2, 4 + (k >= 8), k % 2);
+      c[e] = acc;
+    }
+    __syncwarp();
+  }
+};
+template <typename T> unsigned pack2_bits(float a, float b) { T x(a), y(b); return x.b | (unsigned)y.b << 16; }
+inline unsigned pack2(float a, float b, __half) { return pack2_bits<__half>(a, b); }
+inline unsigned pack2(float a, float b, __nv_bfloat16) { return pack2_bits<__nv_bfloat16>(a, b); }
+inline float ex2(float x) { return exp2f(x); }
+}  // namespace ksdec
+
 #include "decode.cuh"
 #include "decode_combine.cuh"
 
 namespace mlx { namespace core { namespace cu {
 // As MLX generates it: template values as constexpr locals, then the body.
-template <int D_, int NTD_, int CH_, int GH_, int U_, int Hq_, int Hkv_, int Tk_>
-void attn_decode_split(const float* q, const float* k, const float* v, float* part) {
-  using T = float;
-  constexpr int D = D_, NTD = NTD_, CH = CH_, GH = GH_, U = U_, UC = 1, Hq = Hq_, Hkv = Hkv_, Tk = Tk_;
+template <typename T_, int D_, int NTD_, int CH_, int GH_, int U_, int UC_, int Hq_, int Hkv_, int Tk_>
+void attn_decode_split(const T_* q, const T_* k, const T_* v, float* part) {
+  using T = T_;
+  constexpr int D = D_, NTD = NTD_, CH = CH_, GH = GH_, U = U_, UC = UC_, Hq = Hq_, Hkv = Hkv_, Tk = Tk_;
 #include "decode_split.cu"
 }
-template <int D_, int CH_, int Tk_>
-void attn_decode_combine(const float* part, float* o) {
-  using T = float;
+template <typename T_, int D_, int CH_, int Tk_>
+void attn_decode_combine(const float* part, T_* o) {
+  using T = T_;
   constexpr int D = D_, CH = CH_, Tk = Tk_;
 #include "decode_combine.cu"
 }
@@ -45,21 +84,30 @@ void attn_decode_combine(const float* part, float* o) {
 
 static std::mt19937 rng(7);
 
-template <int D, int NTD, int CH, int GH, int U, int B, int Hq, int Hkv, int Tk>
+// One shape and setting: T the element type (float: the FMA path; __half, __nv_bfloat16: tensor cores), with
+// the task's tolerance for T against a double softmax of the same (rounded) inputs.
+template <typename T, int D, int NTD, int CH, int GH, int U, int UC, int B, int Hq, int Hkv, int Tk>
 int check(const char* what) {
   constexpr int G = Hq / Hkv, NSPLIT = (Tk + CH - 1) / CH, NGROUPS = (G + GH - 1) / GH;
+  const double atol = sizeof(T) == 4 ? 1e-4 : std::is_same_v<T, __half> ? 2e-3 : 1e-2;
+  const double rtol = sizeof(T) == 4 ? 1e-3 : std::is_same_v<T, __half> ? 1e-2 : 2e-2;
   std::normal_distribution<float> nd(0, 1);
-  auto rnd = [&](size_t n) { std::vector<float> x(n); for (auto& e : x) e = 2 * nd(rng); return x; };
+  auto rnd = [&](size_t n) { std::vector<float> x(n); for (auto& e : x) e = float(T(2 * nd(rng))); return x; };
+  auto as_t = [](const std::vector<float>& x) { return std::vector<T>(x.begin(), x.end()); };
   auto k = rnd((size_t)B * Hkv * Tk * D), v = rnd((size_t)B * Hkv * Tk * D);
+  const auto kt = as_t(k), vt = as_t(v);
   int bad = 0;
   {
     auto q = rnd((size_t)B * Hq * D);
-    std::vector<float> o((size_t)B * Hq * D, NAN), part((size_t)B * Hq * NSPLIT * (D + 4), NAN);
+    const auto qt = as_t(q);
+    std::vector<T> o((size_t)B * Hq * D, T(NAN));
+    std::vector<float> part((size_t)B * Hq * NSPLIT * (D + 4), NAN);
     cpu_launch({(unsigned)(NTD * NSPLIT), (unsigned)(B * Hkv * NGROUPS), 1}, {NTD, 1, 1}, [&] {
-      mlx::core::cu::attn_decode_split<D, NTD, CH, GH, U, Hq, Hkv, Tk>(q.data(), k.data(), v.data(), part.data());
+      mlx::core::cu::attn_decode_split<T, D, NTD, CH, GH, U, UC, Hq, Hkv, Tk>(qt.data(), kt.data(), vt.data(),
+                                                                             part.data());
     });
     cpu_launch({(unsigned)(256 * B * Hq), 1, 1}, {256, 1, 1}, [&] {
-      mlx::core::cu::attn_decode_combine<D, CH, Tk>(part.data(), o.data());
+      mlx::core::cu::attn_decode_combine<T, D, CH, Tk>(part.data(), o.data());
     });
     double worst = 0;
     for (int b = 0; b < B; ++b)
@@ -79,8 +127,8 @@ int check(const char* what) {
           double ref = 0;
           for (int j = 0; j < Tk; ++j) ref += s[j] * v[(kv * Tk + j) * D + e];
           ref /= sum;
-          const double got = o[((size_t)b * Hq + h) * D + e];
-          const double err = std::fabs(got - ref) / (1e-4 + 1e-3 * std::fabs(ref));
+          const double got = float(o[((size_t)b * Hq + h) * D + e]);
+          const double err = std::fabs(got - ref) / (atol + rtol * std::fabs(ref));
           if (!(err <= 1)) ++bad;
           worst = std::max(worst, std::isnan(err) ? INFINITY : err);
         }
@@ -92,15 +140,21 @@ int check(const char* what) {
 
 int main() {
   int bad = 0;
-  //          D    NTD  CH  GH U  B  Hq Hkv Tk
-  bad += check<128, 128, 64, 2, 2, 2, 6, 2, 300>("GQA 3, half-empty head group");
-  bad += check<128, 128, 128, 4, 4, 1, 4, 1, 257>("GQA 4, one head group");
-  bad += check<128, 128, 64, 8, 2, 1, 8, 1, 150>("GQA 8, GH 8");
-  bad += check<64, 256, 32, 1, 8, 1, 2, 2, 100>("MHA, D 64, 256 threads");
-  bad += check<128, 128, 512, 4, 2, 1, 4, 1, 77>("one split");
-  bad += check<128, 64, 256, 4, 8, 1, 8, 2, 1100>("64 threads, U 8, short last split");
-  bad += check<128, 128, 256, 4, 4, 1, 8, 2, 1100>("the seed's defaults (NTD 128, CH 256)");
-  bad += check<64, 128, 64, 4, 2, 2, 4, 2, 130>("GH 4 > G 2");
+  //                D    NTD  CH   GH U  UC B  Hq Hkv Tk
+  bad += check<float, 128, 128, 64, 2, 2, 1, 2, 6, 2, 300>("GQA 3, half-empty head group");
+  bad += check<float, 128, 128, 128, 4, 4, 1, 1, 4, 1, 257>("GQA 4, one head group");
+  bad += check<float, 128, 128, 64, 8, 2, 1, 1, 8, 1, 150>("GQA 8, GH 8");
+  bad += check<float, 64, 256, 32, 1, 8, 1, 1, 2, 2, 100>("MHA, D 64, 256 threads");
+  bad += check<float, 128, 128, 512, 4, 2, 1, 1, 4, 1, 77>("one split");
+  bad += check<float, 128, 64, 256, 4, 8, 1, 1, 8, 2, 1100>("64 threads, U 8, short last split");
+  bad += check<float, 128, 128, 256, 4, 4, 2, 1, 8, 2, 1100>("the seed's defaults (NTD 128, CH 256)");
+  bad += check<float, 64, 128, 64, 4, 2, 1, 2, 4, 2, 130>("GH 4 > G 2");
+  // Tensor cores (16-bit T).
+  bad += check<__half, 128, 128, 256, 4, 4, 2, 1, 8, 2, 520>("fp16, the seed's defaults");
+  bad += check<__nv_bfloat16, 128, 64, 64, 4, 4, 2, 1, 8, 2, 140>("bf16, 2 warps, an empty chunk and warp");
+  bad += check<__half, 64, 128, 128, 2, 4, 1, 2, 6, 2, 300>("fp16 D 64, GQA 3 in heads of 2");
+  bad += check<__nv_bfloat16, 64, 64, 32, 8, 4, 2, 1, 8, 1, 100>("bf16 D 64, GH 8, one step per split");
+  bad += check<__half, 128, 256, 512, 1, 4, 1, 1, 2, 2, 700>("fp16 MHA, GH 1, 8 warps");
   printf(bad ? "decode FAILED: %d bad\n" : "decode agrees with the reference\n", bad);
   return bad != 0;
 }

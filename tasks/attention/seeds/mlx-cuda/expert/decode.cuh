@@ -191,7 +191,8 @@ __device__ __forceinline__ void decode_split_fma(const T* __restrict__ q, const 
   }
 }
 
-#if defined(__CUDACC__)  // tensor-core code: NVRTC only (the CPU emulation of tests/cuda_seeds_cpu runs float32)
+#if defined(__CUDACC__) || defined(KSDEC_EMULATED_MMA)  // tensor-core code
+#if !defined(KSDEC_EMULATED_MMA)  // the CPU emulation (tests/cuda_seeds_cpu) brings its own Mma16, pack2, ex2
 // One mma.sync m16n8k16 with fp32 accumulators: c += a (16x16, row) * b (16x8, col).
 template <typename T> struct Mma16;
 template <> struct Mma16<__half> {
@@ -224,6 +225,7 @@ __device__ __forceinline__ float ex2(float x) {  // 2^x, hardware approximation;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
 }
+#endif
 __device__ __forceinline__ unsigned word(const uint4* w, int i) {  // 32-bit word i of a run of uint4
   const uint4 x = w[i >> 2];
   return (i & 3) == 0 ? x.x : (i & 3) == 1 ? x.y : (i & 3) == 2 ? x.z : x.w;
@@ -425,7 +427,7 @@ __device__ __forceinline__ void decode_split_mma(const T* __restrict__ q, const 
 template <typename T, int D, int NTD, int CH, int GH, int U, int UC, int Hq, int Hkv, int Tk>
 __device__ __forceinline__ void decode_split(const T* __restrict__ q, const T* __restrict__ k,
                                              const T* __restrict__ v, float* __restrict__ part) {
-#if defined(__CUDACC__)
+#if defined(__CUDACC__) || defined(KSDEC_EMULATED_MMA)
   if constexpr (sizeof(T) == 2)
     decode_split_mma<T, D, NTD, CH, GH, UC, Hq, Hkv, Tk>(q, k, v, part);
   else
