@@ -205,6 +205,35 @@ mod tests {
         assert_eq!(compact("int x; // no newline at the end"), "int x;");
     }
 
+    /// The tokens a compiler sees (no spaces, no comments), with their lines.
+    fn code(src: &str) -> Vec<(String, usize)> {
+        lex(src)
+            .into_iter()
+            .filter(|t| !matches!(t.kind, Kind::Space | Kind::Comment))
+            .map(|t| (t.text, t.line))
+            .collect()
+    }
+
+    #[test]
+    fn compacting_every_shipped_kernel_file_keeps_its_code_and_lines() {
+        let mut files = 0;
+        let mut stack = vec![std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tasks")];
+        while let Some(dir) = stack.pop() {
+            for e in std::fs::read_dir(&dir).unwrap() {
+                let p = e.unwrap().path();
+                let ext = p.extension().and_then(|x| x.to_str()).unwrap_or("");
+                if p.is_dir() {
+                    stack.push(p);
+                } else if ["cu", "cuh", "metal", "h"].contains(&ext) {
+                    let src = std::fs::read_to_string(&p).unwrap();
+                    assert_eq!(code(&compact(&src)), code(&src), "{}", p.display());
+                    files += 1;
+                }
+            }
+        }
+        assert!(files >= 20, "found only {files} kernel files under tasks/");
+    }
+
     #[test]
     fn continued_comments_raw_strings_and_digit_separators_are_single_tokens() {
         // A backslash at the end of a // comment makes the next line comment too.
