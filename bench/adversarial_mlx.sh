@@ -5,10 +5,7 @@
 # .device/bin/. Results: $OUT/adversarial-mlx-cuda.json (command, machine, versions, every verdict).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-export PYTHONPATH=/root/mlx-site${PYTHONPATH:+:$PYTHONPATH}
-source bench/device_bin.sh
-out=${OUT:-/tmp/ksearch-out}
-mkdir -p "$out"
+source bench/device_bin.sh  # PYTHONPATH, out, bin
 store=$(mktemp -d)
 rows="$out/adversarial.jsonl"
 : > "$rows"

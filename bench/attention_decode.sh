@@ -11,10 +11,7 @@
 # FULL=0 skips the full evaluation.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-export PYTHONPATH=/root/mlx-site${PYTHONPATH:+:$PYTHONPATH}
-source bench/device_bin.sh
-out=${OUT:-/tmp/ksearch-out}
-mkdir -p "$out"
+source bench/device_bin.sh  # PYTHONPATH, out, bin
 store=$(mktemp -d)
 log="$out/attention-decode.log"
 rows=$(mktemp)

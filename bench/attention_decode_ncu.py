@@ -3,8 +3,8 @@ configuration (median over its calls: 3 timed and 1 checked), MLX's SDPA beside 
 
 Run: python3 bench/attention_decode_ncu.py NCU.csv RUN.json OUT.json TOP > CONFIGS.txt
 OUT.json gets every configuration; CONFIGS.txt the TOP fastest as "--set A=1 --set B=2" lines
-(for CONFIGS= of bench/attention_decode.sh). MLX names an instantiated kernel after its template values
-in the order of their names, which is how a row is matched to its configuration.
+(for CONFIGS= of bench/attention_decode.sh). MLX names an instantiated kernel after its template values in
+the order they are passed (RUN.json's template_order), which is how a row is matched to its configuration.
 """
 
 from __future__ import annotations
@@ -44,9 +44,9 @@ def main() -> None:
     configs = []
     for c in run["configurations"]:
         t = run["dims"] | c["params"]  # every template value of the decode launches
-        split_us, split_bytes = kernel_us("attn_decode_split", [t[n] for n in sorted(t) if n in
-                                          ("CH", "D", "GH", "Hkv", "Hq", "NTD", "Tk", "U", "UC")])
-        combine_us, _ = kernel_us("attn_decode_combine", [t["CH"], t["D"], t["Tk"]])
+        order = run["template_order"]  # the order the exported module passes template values in
+        split_us, split_bytes = kernel_us("attn_decode_split", [t[n] for n in order["attn_decode_split"]])
+        combine_us, _ = kernel_us("attn_decode_combine", [t[n] for n in order["attn_decode_combine"]])
         total = split_us + combine_us if split_us is not None and combine_us is not None else None
         if c["path"] == "kernel" and (split_us is None or combine_us is None):
             print(f"no ncu row matches the kernels of {c['params']}", file=sys.stderr)

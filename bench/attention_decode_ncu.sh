@@ -8,10 +8,7 @@
 # Knobs: SHAPE (default decode_gqa_8k), SETS (default below), TOP (default 4).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-export PYTHONPATH=/root/mlx-site${PYTHONPATH:+:$PYTHONPATH}
-source bench/device_bin.sh
-out=${OUT:-/tmp/ksearch-out}
-mkdir -p "$out"
+source bench/device_bin.sh  # PYTHONPATH, out, bin
 log="$out/attention-decode-ncu.log"
 exp=$(mktemp -d)
 "$bin" export tasks/attention/seeds/mlx-cuda/expert --task tasks/attention --out "$exp" --python python3 >> "$log" 2>&1 \

@@ -110,6 +110,7 @@ def main() -> None:
         mx.synchronize()
         result["configurations"] = ran
         result["sdpa_calls"] = 1 + len(ran) + 3  # the check above, one per configuration, these three
+        result["template_order"] = {ln["kernel"]: list(ln["template"]) for ln in exported._SPEC["launches"]}
         print(json.dumps(result))
         return
 

@@ -14,15 +14,12 @@
 # keeps what finished.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-export PYTHONPATH=/root/mlx-site${PYTHONPATH:+:$PYTHONPATH}
-source bench/device_bin.sh
-out=${OUT:-/tmp/ksearch-out}
+source bench/device_bin.sh  # PYTHONPATH, out, bin
 checks=${CHECKS:-2}
 timing=${TIMING:-0.3}
 only=${ONLY:-.}
 jobs=${JOBS:-8}           # seeds evaluated side by side (the timings mean nothing here; the statuses do)
 per_seed=${PER_SEED_S:-480}  # deadline of one seed's evaluation
-mkdir -p "$out"
 work=$(mktemp -d)
 log="$out/back_translate.log"
 rows="$out/back_translate.jsonl"  # one line per seed as it finishes (kept if the run is cut short)

@@ -1,4 +1,6 @@
-# Sourced by the device-machine scripts: sets `bin` to the ksearch binary to run. KSEARCH_BIN wins; else
+# Sourced by the device-machine scripts (from the repository root): puts MLX's staged site
+# (../shared/device/prepare-mlx-cuda.sh installs it in /root/mlx-site) on PYTHONPATH, sets `out` to the
+# results folder (OUT, or /tmp/ksearch-out; created) and `bin` to the ksearch binary to run. KSEARCH_BIN wins; else
 # .device/binz/ksearch.gz, unpacked (a stripped binary beside MLX's second half exceeds a call's 64 MiB
 # carry, gzipped it fits: `gzip -9 -c target/release/ksearch > .device/binz/ksearch.gz` after `strip`);
 # else .device/bin/ksearch.
@@ -11,3 +13,6 @@ if [ -z "$bin" ]; then
     bin=.device/bin/ksearch
   fi
 fi
+export PYTHONPATH=/root/mlx-site${PYTHONPATH:+:$PYTHONPATH}
+out=${OUT:-/tmp/ksearch-out}
+mkdir -p "$out"

@@ -6,14 +6,11 @@
 # the machine and the versions) and $OUT/h200.log.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-export PYTHONPATH=/root/mlx-site${PYTHONPATH:+:$PYTHONPATH}
-source bench/device_bin.sh
-out=${OUT:-/tmp/ksearch-out}
+source bench/device_bin.sh  # PYTHONPATH, out, bin
 tasks=${TASKS:-mamba-scan}
 budget=${BUDGET:-12}
 checks=${CHECKS:-3}      # fresh random inputs per workload in the evals
 tune=${TUNE:-1}          # 0 skips the tune runs
-mkdir -p "$out"
 store=$(mktemp -d)
 log="$out/h200.log"
 results="$out/h200.jsonl"

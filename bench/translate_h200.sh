@@ -9,12 +9,9 @@
 # Result: $OUT/translate_h200.json = {machine, versions, date, runs: [{fixture, route, commands, status, ...}]}.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-export PYTHONPATH=/root/mlx-site${PYTHONPATH:+:$PYTHONPATH}
-source bench/device_bin.sh
-out=${OUT:-/tmp/ksearch-out}
+source bench/device_bin.sh  # PYTHONPATH, out, bin
 checks=${CHECKS:-2}
 timing=${TIMING:-0.2}
-mkdir -p "$out"
 work=$(mktemp -d)
 store=$(mktemp -d)
 log="$out/translate_h200.log"

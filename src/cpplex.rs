@@ -20,6 +20,18 @@ pub(crate) struct Tok {
     pub line: usize,
 }
 
+/// Where the logical line from `i` ends (at its newline, not taken): backslash-newline pairs continue it.
+fn logical_line_end(b: &[char], mut i: usize, line: &mut usize) -> usize {
+    while i < b.len() && b[i] != '\n' {
+        if b[i] == '\\' && b.get(i + 1) == Some(&'\n') {
+            i += 1;
+            *line += 1;
+        }
+        i += 1;
+    }
+    i
+}
+
 /// Every character of `src` in exactly one token, in order (concatenating the texts gives `src` back).
 pub(crate) fn lex(src: &str) -> Vec<Tok> {
     let b: Vec<char> = src.chars().collect();
@@ -42,24 +54,10 @@ pub(crate) fn lex(src: &str) -> Vec<Tok> {
             }
             kind = Kind::Space;
         } else if c == '#' && line_start {
-            // a preprocessor line, with backslash continuations
-            while i < b.len() && b[i] != '\n' {
-                if b[i] == '\\' && b.get(i + 1) == Some(&'\n') {
-                    i += 1;
-                    line += 1;
-                }
-                i += 1;
-            }
+            i = logical_line_end(&b, i, &mut line);
             kind = Kind::Preproc;
         } else if c == '/' && b.get(i + 1) == Some(&'/') {
-            // to the end of the line, which a backslash continues (the next line is comment too)
-            while i < b.len() && b[i] != '\n' {
-                if b[i] == '\\' && b.get(i + 1) == Some(&'\n') {
-                    i += 1;
-                    line += 1;
-                }
-                i += 1;
-            }
+            i = logical_line_end(&b, i, &mut line); // a backslash makes the next line comment too
             kind = Kind::Comment;
         } else if c == '/' && b.get(i + 1) == Some(&'*') {
             i += 2;
