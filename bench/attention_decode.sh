@@ -8,7 +8,8 @@
 # U shapes the float32 path, UC the fp16/bf16 one),
 # or CONFIGS (a file of configurations, one "--set A=1 --set B=2 ..." per line, e.g. from
 # bench/attention_decode_ncu.sh), CHECKS (default 1), TIMING (seconds of timing per workload, default 0.5),
-# FULL=0 skips the full evaluation.
+# FULL=0 skips the full evaluation. Configurations with NC > 0 (one launch in thread-block clusters) are refused
+# by the worker unless MLX_USE_CUDA_GRAPHS=0 or KSEARCH_ALLOW_CLUSTERS=1 is exported (python/ksearch_worker/cluster.py).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source bench/device_bin.sh  # PYTHONPATH, out, bin
@@ -41,7 +42,9 @@ sets, line = sys.argv[1:]
 try:
     r = json.loads(line)
     ws = {w["workload"]: {"status": w["status"], "median_s": w.get("median_s"), "baselines": w.get("baselines"),
-                          "launches_per_eval": w.get("launches_per_eval")} for w in r["workloads"]}
+                          "launches_per_eval": w.get("launches_per_eval"),
+                          **({} if w["status"] == "passed" else {"message": w.get("message", "")[-1500:]})}
+          for w in r["workloads"]}
     print(json.dumps({"set": sets, "params": r["params"], "passed": r["passed"], "workloads": ws}))
 except Exception as e:
     print(json.dumps({"set": sets, "error": f"no JSON result: {e}", "stdout_tail": line[-500:]}))

@@ -1,5 +1,6 @@
 """Summarise an ncu CSV of bench/attention_decode_profile.py --ncu: the decode kernels' own GPU time per
-configuration (median over its calls: 3 timed and 1 checked), MLX's SDPA beside them, the fastest configurations first.
+configuration (split_us: the one-launch cluster kernel, or the split pass of two launches, whose merge is
+combine_us) (median over its calls: 3 timed and 1 checked), MLX's SDPA beside them, the fastest configurations first.
 
 Run: python3 bench/attention_decode_ncu.py NCU.csv RUN.json OUT.json TOP > CONFIGS.txt
 OUT.json gets every configuration; CONFIGS.txt the TOP fastest as "--set A=1 --set B=2" lines
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import statistics
 import sys
 from collections import defaultdict
@@ -34,9 +36,10 @@ def main() -> None:
         elif r["Metric Name"] == "dram__bytes_read.sum":
             dram[r["Kernel Name"]].append(value)
 
-    def kernel_us(prefix: str, values: list[int]) -> tuple[float | None, float | None]:
-        tag = "_" + "_".join(str(v) for v in values) + "_"
-        hits = [n for n in times if prefix in n and tag in n]
+    def kernel_us(kernel: str, values: list[int]) -> tuple[float | None, float | None]:
+        # custom_kernel_<kernel>_<candidate hash>_<template ints>_<dtype>
+        name = re.compile(f"custom_kernel_{kernel}_[0-9a-f]+_" + "_".join(str(v) for v in values) + "_")
+        hits = [n for n in times if name.search(n)]
         if len(hits) != 1:
             return None, None
         return statistics.median(times[hits[0]]), statistics.median(dram[hits[0]]) if dram[hits[0]] else None
@@ -45,10 +48,14 @@ def main() -> None:
     for c in run["configurations"]:
         t = run["dims"] | c["params"]  # every template value of the decode launches
         order = run["template_order"]  # the order the exported module passes template values in
-        split_us, split_bytes = kernel_us("attn_decode_split", [t[n] for n in order["attn_decode_split"]])
-        combine_us, _ = kernel_us("attn_decode_combine", [t[n] for n in order["attn_decode_combine"]])
+        if t.get("NC", 0) > 0:  # one launch in clusters
+            split_us, split_bytes = kernel_us("attn_decode", [t[n] for n in order["attn_decode"]])
+            combine_us = 0.0
+        else:
+            split_us, split_bytes = kernel_us("attn_decode_split", [t[n] for n in order["attn_decode_split"]])
+            combine_us, _ = kernel_us("attn_decode_combine", [t[n] for n in order["attn_decode_combine"]])
         total = split_us + combine_us if split_us is not None and combine_us is not None else None
-        if c["path"] == "kernel" and (split_us is None or combine_us is None):
+        if c["path"] == "kernel" and total is None:
             print(f"no ncu row matches the kernels of {c['params']}", file=sys.stderr)
         configs.append({**c, "split_us": split_us, "combine_us": combine_us, "total_us": total,
                         "split_dram_bytes": split_bytes})

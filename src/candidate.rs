@@ -71,6 +71,10 @@ pub struct Launch {
     /// mlx-cuda: bytes of dynamic shared memory.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shared_memory: Option<ExprField>,
+    /// mlx-cuda: thread-block cluster dims in blocks (`["NC", 1, 1]`): the kernel is declared with
+    /// `__cluster_dims__`, so its blocks can meet in distributed shared memory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<Vec<ExprField>>,
     /// GPU targets: the value outputs start at (default: NaN poison, so unwritten elements fail).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub init_value: Option<f64>,
@@ -121,9 +125,10 @@ pub struct ResolvedPlan {
 }
 
 impl ResolvedPlan {
-    /// The first launch whose grid or threadgroup no GPU target can run: an extent below 1, or more
-    /// threads per threadgroup than any allows; a message naming the limit (evaluation refuses it before
-    /// anything runs; `ksearch check` reports the threadgroup limit as M021).
+    /// The first launch whose grid, threadgroup or cluster no GPU target can run: an extent below 1, more
+    /// threads per threadgroup than any allows, a cluster too large or not tiling the grid; a message
+    /// naming the limit (evaluation refuses it before anything runs; `ksearch check` reports the
+    /// threadgroup limit as M021).
     pub fn oversized_threadgroup(&self, workload: &str) -> Option<String> {
         self.launches.iter().find_map(|l| {
             for (what, dims) in [("grid", &l.grid), ("threadgroup", &l.threadgroup)] {
@@ -133,6 +138,9 @@ impl ResolvedPlan {
                         l.kernel
                     ));
                 }
+            }
+            if let Some(m) = l.cluster_misfit(workload) {
+                return Some(m);
             }
             let tg = l.threadgroup.as_ref()?;
             // Each extent is checked before multiplying, so the product cannot overflow.
@@ -147,6 +155,36 @@ impl ResolvedPlan {
                 )
             })
         })
+    }
+}
+
+/// The most blocks a cluster may have without opting in to non-portable sizes (which MLX's launch
+/// does not do).
+pub const MAX_CLUSTER_BLOCKS: i64 = 8;
+
+impl ResolvedLaunch {
+    /// Why this launch's cluster dims cannot hold, if they cannot: an extent below 1, more than
+    /// `MAX_CLUSTER_BLOCKS` blocks, or a grid whose blocks do not tile into whole clusters.
+    fn cluster_misfit(&self, workload: &str) -> Option<String> {
+        let c = self.cluster.as_ref()?;
+        let (grid, tg) = (self.grid.as_ref()?, self.threadgroup.as_ref()?);
+        let blocks = c.iter().product::<i64>();
+        if c.iter().any(|x| *x < 1) || blocks > MAX_CLUSTER_BLOCKS {
+            return Some(format!(
+                "launch of `{}`: cluster {c:?} in workload `{workload}`; each extent at least 1 and at most {MAX_CLUSTER_BLOCKS} blocks in all",
+                self.kernel
+            ));
+        }
+        for d in 0..3 {
+            let n = (grid[d] + tg[d] - 1) / tg[d].max(1);
+            if n % c[d] != 0 {
+                return Some(format!(
+                    "launch of `{}`: {n} blocks along axis {d} in workload `{workload}` do not tile into clusters of {}; make the grid's blocks a multiple of the cluster",
+                    self.kernel, c[d]
+                ));
+            }
+        }
+        None
     }
 }
 
@@ -171,6 +209,8 @@ pub struct ResolvedLaunch {
     /// Type argument name -> dtype name.
     pub type_args: BTreeMap<String, String>,
     pub shared_memory: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<Vec<i64>>,
     pub init_value: Option<f64>,
     pub atomic_outputs: bool,
 }
@@ -264,6 +304,7 @@ impl Candidate {
                 || !l.template.is_empty()
                 || !l.type_args.is_empty()
                 || l.shared_memory.is_some()
+                || l.cluster.is_some()
                 || l.init_value.is_some()
                 || l.atomic_outputs;
             if p.target.is_gpu() {
@@ -289,6 +330,19 @@ impl Candidate {
                         "field `launch[{i}].shared_memory`: only mlx-cuda has dynamic shared memory; declare a threadgroup array sized by a template int"
                     ));
                 }
+                if let Some(c) = &l.cluster {
+                    if p.target != Target::MlxCuda {
+                        return Err(format!(
+                            "field `launch[{i}].cluster`: thread-block clusters are CUDA's (sm_90 and later); drop the field for {}",
+                            p.target
+                        ));
+                    }
+                    if c.len() != 3 {
+                        return Err(format!(
+                            "field `launch[{i}].cluster`: three extents in blocks, e.g. [\"NC\", 1, 1]"
+                        ));
+                    }
+                }
                 if l.atomic_outputs && p.target != Target::MlxMetal {
                     return Err(format!(
                         "field `launch[{i}].atomic_outputs`: only mlx-metal has it; on mlx-cuda call atomicAdd on the output pointer"
@@ -296,7 +350,7 @@ impl Candidate {
                 }
             } else if gpu_only {
                 return Err(format!(
-                    "field `launch[{i}]`: grid, threadgroup, template, type_args, shared_memory, init_value and atomic_outputs are for GPU targets; a cpu kernel is called once"
+                    "field `launch[{i}]`: grid, threadgroup, template, type_args, shared_memory, cluster, init_value and atomic_outputs are for GPU targets; a cpu kernel is called once"
                 ));
             }
             for t in &l.template {
@@ -601,6 +655,7 @@ impl Candidate {
                     .map(|e| e.0.eval_int(&env))
                     .transpose()
                     .map_err(|e| e.to_string())?,
+                cluster: l.cluster.as_deref().map(ints).transpose()?,
                 init_value: l.init_value,
                 atomic_outputs: l.atomic_outputs,
             });
@@ -948,6 +1003,54 @@ default = 2
         let (task, c) = scan_expert(|_| {});
         let plan = resolve_named(&task, &c, "ks_d768_l512").unwrap();
         assert_eq!(plan.oversized_threadgroup("ks_d768_l512"), None);
+    }
+
+    #[test]
+    fn clusters_are_checked_against_target_and_grid() {
+        let cl = |v: &[&str]| {
+            Some(
+                v.iter()
+                    .map(|x| ExprField(Expr::parse(x).unwrap()))
+                    .collect(),
+            )
+        };
+        // Only mlx-cuda has clusters, and they take three extents.
+        let mut c = scan_expert(|_| {}).1;
+        c.plan.launch[0].cluster = cl(&["2"]);
+        assert!(
+            c.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("three extents")
+        );
+        c.plan.target = Target::MlxMetal;
+        c.plan.launch[0].shared_memory = None;
+        c.plan.launch[0].cluster = cl(&["2", "1", "1"]);
+        let err = c.validate().unwrap_err().to_string();
+        assert!(
+            err.contains("launch[0].cluster") && err.contains("CUDA's"),
+            "{err}"
+        );
+        // Resolved: the grid's blocks must tile into clusters of at most 8 blocks.
+        let (task, c) = scan_expert(|p| p.launch[0].cluster = cl(&["1", "1", "1"]));
+        let mut plan = resolve_named(&task, &c, "ks_d768_l512").unwrap();
+        assert_eq!(plan.launches[0].cluster, Some(vec![1, 1, 1]));
+        assert_eq!(plan.oversized_threadgroup("w"), None);
+        let (grid, tg) = (
+            plan.launches[0].grid.clone().unwrap(),
+            plan.launches[0].threadgroup.clone().unwrap(),
+        );
+        let blocks_y = (grid[1] + tg[1] - 1) / tg[1];
+        let c_y = (2..=8).find(|c| blocks_y % c != 0).unwrap();
+        plan.launches[0].cluster = Some(vec![1, c_y, 1]);
+        let err = plan.oversized_threadgroup("w").unwrap();
+        assert!(err.contains("do not tile into clusters"), "{err}");
+        plan.launches[0].cluster = Some(vec![16, 1, 1]);
+        assert!(
+            plan.oversized_threadgroup("w")
+                .unwrap()
+                .contains("at most 8 blocks")
+        );
     }
 
     #[test]

@@ -416,6 +416,8 @@ impl Evaluator {
             Some("wrong") => Status::Wrong,
             Some("compile_error") => Status::CompileError,
             Some("unavailable") => Status::Unavailable,
+            // The worker refuses this configuration on this machine (a launch in clusters under CUDA graphs).
+            Some("invalid") => Status::Invalid,
             // A kernel fault that broke the device context (the worker restarts after it).
             Some("crash") => Status::Crash,
             _ => Status::Error,

@@ -14,6 +14,8 @@ use std::path::{Path, PathBuf};
 
 const MODULE: &str = include_str!("../templates/mlx_module.py.j2");
 const TEST: &str = include_str!("../templates/mlx_module_test.py.j2");
+/// The worker's declaration of cluster kernels, embedded in modules whose plan launches in clusters.
+const CLUSTER_PY: &str = include_str!("../python/ksearch_worker/cluster.py");
 
 /// The Python identifier the function gets: the task's name with `-` as `_`.
 pub fn function_name(task: &Task) -> String {
@@ -71,6 +73,7 @@ fn spec(task: &Task, c: &Candidate) -> Result<Value> {
                 "template": l.template.iter().map(|n| (n.clone(), json!(c.params().get(n).map_or(n.clone(), |v| v.to_string())))).collect::<serde_json::Map<_, _>>(),
                 "when": l.when.as_ref().map(|e| e.0.src().to_string()),
                 "type_args": l.type_args, "shared_memory": l.shared_memory.as_ref().map(|e| e.0.src().to_string()),
+                "cluster": l.cluster.as_ref().map(|c| c.iter().map(|e| e.0.src().to_string()).collect::<Vec<_>>()),
                 "init_value": l.init_value, "atomic_outputs": l.atomic_outputs,
             })
         })
@@ -177,6 +180,7 @@ pub fn mlx_python(task: &Task, c: &Candidate, out: &Path) -> Result<(PathBuf, Pa
         "function": function, "module": function, "task": task.name(), "candidate": c.hash(), "target": c.plan.target.name(),
         "backend": backend, "inputs": spec["inputs"], "options": spec["options"], "outputs": spec["outputs"], "baseline": spec["baseline"],
         "description": task.toml.description.replace('"', "'"), "spec_literal": literal,
+        "cluster_py": if c.plan.launch.iter().any(|l| l.cluster.is_some()) { CLUSTER_PY } else { "" },
     });
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     let module = out.join(format!("{function}.py"));

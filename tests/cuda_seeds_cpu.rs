@@ -1,7 +1,8 @@
 //! The CUDA expert seeds' device code run on the CPU: tests/back_translate_cpu/cuda_cpu.h emulates the CUDA
 //! names (one std::thread per CUDA thread, blocks in turn), so index arithmetic, merges and the cross-block
 //! protocol of a shipped kernel are checked here, not only on the H200: float32 and, with the tensor-core
-//! primitives emulated by the driver, fp16 and bf16.
+//! primitives emulated by the driver, fp16 and bf16; thread-block clusters (the blocks of one run at once,
+//! each with its own shared memory, which the others read).
 mod common;
 use common::repo;
 use ksearch::candidate::Candidate;
@@ -16,32 +17,71 @@ fn attention_expert_decode_matches_softmax() {
         .plan
         .launch
         .iter()
-        .filter(|l| l.when.as_ref().is_some_and(|w| w.0.src() == "Tq == 1"))
+        .filter(|l| {
+            l.when
+                .as_ref()
+                .is_some_and(|w| w.0.src().starts_with("Tq == 1"))
+        })
         .collect();
     let kernels: Vec<_> = decode
         .iter()
-        .map(|l| (l.kernel.as_str(), l.template.clone(), l.outputs.clone()))
+        .map(|l| {
+            let when = l.when.as_ref().unwrap().0.src().to_string();
+            (
+                when,
+                l.kernel.as_str(),
+                l.template.clone(),
+                l.outputs.clone(),
+            )
+        })
         .collect();
     let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
     assert_eq!(
         kernels,
         [
             (
+                "Tq == 1 and NC > 0".to_string(),
+                "attn_decode",
+                s(&["D", "NTD", "NC", "IL", "GH", "U", "UC", "Hq", "Hkv", "Tk"]),
+                s(&["o"])
+            ),
+            (
+                "Tq == 1 and NC == 0".to_string(),
                 "attn_decode_split",
                 s(&["D", "NTD", "CH", "GH", "U", "UC", "Hq", "Hkv", "Tk"]),
                 s(&["part"])
             ),
-            ("attn_decode_combine", s(&["D", "CH", "Tk"]), s(&["o"])),
+            (
+                "Tq == 1 and NC == 0".to_string(),
+                "attn_decode_combine",
+                s(&["D", "CH", "Tk"]),
+                s(&["o"])
+            ),
         ],
         "update tests/cuda_seeds_cpu/attention_decode.cpp"
     );
     let p = c.params();
     assert_eq!(
-        [p["NTD"], p["CH"], p["GH"], p["U"], p["UC"]],
-        [128, 256, 4, 4, 2],
+        [
+            p["NTD"], p["NC"], p["IL"], p["CH"], p["GH"], p["U"], p["UC"]
+        ],
+        [128, 0, 1, 256, 4, 4, 2],
         "update the defaults case of tests/cuda_seeds_cpu/attention_decode.cpp"
     );
-    // The driver launches with these grids and threadgroups (in threads, as MLX takes them).
+    // The driver launches with these grids, threadgroups (in threads, as MLX takes them) and clusters.
+    let clusters: Vec<Option<Vec<&str>>> = decode
+        .iter()
+        .map(|l| {
+            l.cluster
+                .as_ref()
+                .map(|c| c.iter().map(|e| e.0.src()).collect())
+        })
+        .collect();
+    assert_eq!(
+        clusters,
+        [Some(vec!["NC", "1", "1"]), None, None],
+        "update the launches in tests/cuda_seeds_cpu/attention_decode.cpp"
+    );
     let dims: Vec<(Vec<&str>, Vec<&str>)> = decode
         .iter()
         .map(|l| {
@@ -60,6 +100,10 @@ fn attention_expert_decode_matches_softmax() {
         dims,
         [
             (
+                vec!["NTD * NC", "B * Hkv * ((Hq // Hkv + GH - 1) // GH)", "1"],
+                vec!["NTD", "1", "1"]
+            ),
+            (
                 vec![
                     "NTD * ((Tk + CH - 1) // CH)",
                     "B * Hkv * ((Hq // Hkv + GH - 1) // GH)",
@@ -76,5 +120,6 @@ fn attention_expert_decode_matches_softmax() {
     let out = common::run_cuda_cpu_driver(&driver, &seed, tmp.path());
     println!("{out}");
     assert!(out.contains("decode agrees with the reference"), "{out}");
-    assert_eq!(out.matches("worst error").count(), 13, "{out}");
+    assert_eq!(out.matches("worst error").count(), 22, "{out}");
+    assert_eq!(out.matches("(a cluster").count(), 9, "{out}");
 }

@@ -1404,6 +1404,7 @@ pub fn translate(src: &str, stem: &str, target: Target) -> Translation {
                 .collect(),
             type_args,
             shared_memory: shared_memory.and_then(|s| ef(&s).ok()),
+            cluster: None,
             init_value: zeroed.then_some(0.0),
             atomic_outputs: atomic && metal,
             when: None,

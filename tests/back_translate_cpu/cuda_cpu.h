@@ -1,5 +1,6 @@
-// CPU emulation of the CUDA names the back-translation prelude uses: one block at a time, one std::thread per
-// CUDA thread, warps exchanging values through slots and barriers. For checking the prelude's semantics only.
+// CPU emulation of the CUDA names the back-translation prelude and the seeds' device code use: one block (or
+// one thread-block cluster) at a time, one std::thread per CUDA thread, warps exchanging values through slots
+// and barriers. For checking semantics only.
 #include <algorithm>
 #include <barrier>
 #include <cmath>
@@ -70,8 +71,16 @@ struct CpuBlock {
   std::unique_ptr<std::barrier<>> block;
   std::vector<std::unique_ptr<std::barrier<>>> warps;
   std::vector<int> slots;
+  std::vector<float4> arena = std::vector<float4>(4096);  // shared memory handed out by cpu_block_shared (64 KB)
 };
-inline CpuBlock* g_block;
+// The blocks of the cluster running now (one, outside clusters) and its barrier.
+struct CpuCluster {
+  std::vector<std::unique_ptr<CpuBlock>> blocks;
+  std::unique_ptr<std::barrier<>> all;
+};
+inline thread_local CpuBlock* g_block;
+inline thread_local CpuCluster* g_cluster;
+inline thread_local unsigned g_rank, g_arena_used;
 inline unsigned cpu_lin() { return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z); }
 inline void __syncthreads() { g_block->block->arrive_and_wait(); }
 inline void __syncwarp(unsigned = 0xffffffffu) { g_block->warps[cpu_lin() / 32]->arrive_and_wait(); }
@@ -91,29 +100,57 @@ inline unsigned __ballot_sync(unsigned m, int p) {
 inline int __any_sync(unsigned m, int p) { return __ballot_sync(m, p) != 0; }
 inline int __all_sync(unsigned m, int p) { return __ballot_sync(m, p) == 0xffffffffu; }
 inline unsigned __activemask() { return 0xffffffffu; }
+// Thread-block clusters: this block's rank and the cluster's size, a barrier over every thread of the cluster,
+// and `p` (in this block's shared memory) translated to block `rank`'s.
+inline unsigned cpu_cluster_rank() { return g_rank; }
+inline unsigned cpu_cluster_size() { return (unsigned)g_cluster->blocks.size(); }
+inline void cpu_cluster_sync() { g_cluster->all->arrive_and_wait(); }
+template <class T> T* cpu_in_block(T* p, unsigned rank) {
+  const auto off = reinterpret_cast<const char*>(p) - reinterpret_cast<const char*>(g_block->arena.data());
+  return reinterpret_cast<T*>(reinterpret_cast<char*>(g_cluster->blocks.at(rank)->arena.data()) + off);
+}
+// `bytes` of the block's shared memory (16-byte aligned): every thread of a block declares its shared arrays in
+// the same order, so each gets the same address; static __shared__ would be one array for all blocks at once.
+inline void* cpu_block_shared(size_t bytes) {
+  void* p = reinterpret_cast<char*>(g_block->arena.data()) + g_arena_used;
+  g_arena_used += (unsigned)((bytes + 15) / 16 * 16);
+  if (g_arena_used > g_block->arena.size() * sizeof(float4)) std::abort();
+  return p;
+}
 // Runs f over the grid of blocks as MLX-CUDA launches a custom kernel: the grid counts threads, blocks have
-// the threadgroup's size, ceil(grid / threadgroup) of them (so threads past the grid exist).
-inline void cpu_launch(uint3 threads, uint3 tg, const std::function<void()>& f) {
+// the threadgroup's size, ceil(grid / threadgroup) of them (so threads past the grid exist). With a cluster
+// of cx blocks along x (as __cluster_dims__(cx, 1, 1) makes it), the blocks of a cluster run at once.
+inline void cpu_launch(uint3 threads, uint3 tg, const std::function<void()>& f, unsigned cx = 1) {
   uint3 block = tg;
   uint3 grid = {(threads.x + block.x - 1) / block.x, (threads.y + block.y - 1) / block.y, (threads.z + block.z - 1) / block.z};
+  if (grid.x % cx != 0) std::abort();  // CUDA refuses such a launch
   gridDim = grid;
   blockDim = block;
   unsigned n = block.x * block.y * block.z;
   for (unsigned bz = 0; bz < grid.z; ++bz)
     for (unsigned by = 0; by < grid.y; ++by)
-      for (unsigned bx = 0; bx < grid.x; ++bx) {
-        CpuBlock b;
-        b.block = std::make_unique<std::barrier<>>(n);
-        for (unsigned w = 0; w < (n + 31) / 32; ++w) b.warps.push_back(std::make_unique<std::barrier<>>(std::min(32u, n - 32 * w)));
-        b.slots.assign(n, 0);
-        g_block = &b;
+      for (unsigned bx0 = 0; bx0 < grid.x; bx0 += cx) {
+        CpuCluster c;
+        c.all = std::make_unique<std::barrier<>>(n * cx);
+        for (unsigned r = 0; r < cx; ++r) {
+          auto b = std::make_unique<CpuBlock>();
+          b->block = std::make_unique<std::barrier<>>(n);
+          for (unsigned w = 0; w < (n + 31) / 32; ++w) b->warps.push_back(std::make_unique<std::barrier<>>(std::min(32u, n - 32 * w)));
+          b->slots.assign(n, 0);
+          c.blocks.push_back(std::move(b));
+        }
         std::vector<std::thread> ts;
-        for (unsigned t = 0; t < n; ++t)
-          ts.emplace_back([&, t] {
-            blockIdx = {bx, by, bz};
-            threadIdx = {t % block.x, (t / block.x) % block.y, t / (block.x * block.y)};
-            f();
-          });
+        for (unsigned r = 0; r < cx; ++r)
+          for (unsigned t = 0; t < n; ++t)
+            ts.emplace_back([&, r, t] {
+              g_cluster = &c;
+              g_block = c.blocks[r].get();
+              g_rank = r;
+              g_arena_used = 0;
+              blockIdx = {bx0 + r, by, bz};
+              threadIdx = {t % block.x, (t / block.x) % block.y, t / (block.x * block.y)};
+              f();
+            });
         for (auto& t : ts) t.join();
       }
 }

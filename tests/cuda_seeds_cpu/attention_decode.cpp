@@ -1,7 +1,9 @@
-// The shipped CUDA expert decode of attention (tasks/attention/seeds/mlx-cuda/expert: decode.cuh and
-// decode_combine.cuh, launched as decode_split.cu then decode_combine.cu) on the CPU emulation of
-// tests/back_translate_cpu/cuda_cpu.h (blocks one after another, one std::thread per CUDA thread): it must match
-// softmax(q k^T / sqrt(D)) v computed here in double. float32 runs the FMA path; fp16 and bf16 run the
+// The shipped CUDA expert decode of attention (tasks/attention/seeds/mlx-cuda/expert: decode.cuh, launched as
+// decode.cu in clusters of NC blocks, or for NC = 0 as decode_split.cu then decode_combine.cu with
+// decode_combine.cuh) on the CPU emulation of tests/back_translate_cpu/cuda_cpu.h (one block or one cluster
+// after another, one std::thread per CUDA thread): it must match softmax(q k^T / sqrt(D)) v computed here in
+// double. The cluster primitives (rank, size, barrier, distributed shared memory) and per-block shared
+// arrays come from the emulation. float32 runs the FMA path; fp16 and bf16 run the
 // tensor-core path, whose three PTX primitives (mma.sync m16n8k16, the pair packing, ex2) are emulated below
 // with mma.sync's fragment layout. Shapes reach every path: GQA factors 1 to 8, a head group with an empty
 // slot, GH above G and below it, a last split shorter than CH, a chunk and a warp with no keys, one split,
@@ -27,11 +29,22 @@ inline float2 __half22float2(__half2) { return {0, 0}; }              // 16-bit 
 inline float2 __bfloat1622float2(__nv_bfloat162) { return {0, 0}; }
 inline __half __float2half_rn(float f) { return __half(f); }
 inline __nv_bfloat16 __float2bfloat16_rn(float f) { return __nv_bfloat16(f); }
+inline void __trap() { std::abort(); }
+
+// Clusters and shared arrays, from the emulation (each block of a running cluster has its own arena).
+#define KSDEC_EMULATED_CLUSTER
+#define KSDEC_SHARED(type, name, n) type* name = static_cast<type*>(cpu_block_shared(sizeof(type) * (n)))
+namespace ksdec {
+inline unsigned cluster_size() { return cpu_cluster_size(); }
+inline unsigned cluster_rank() { return cpu_cluster_rank(); }
+inline void cluster_sync() { cpu_cluster_sync(); }
+inline const float* in_block(const float* p, unsigned rank) { return cpu_in_block(p, rank); }
+}  // namespace ksdec
 
 
 // The tensor-core path (16-bit T) runs here too: the seed leaves its three PTX primitives to us.
 #define KSDEC_EMULATED_MMA
-static std::vector<std::array<unsigned, 6>> g_frag(1024);  // each thread's MMA fragments, as posted
+static std::vector<std::array<unsigned, 6>> g_frag(8 * 1024);  // each thread's MMA fragments, as posted
 namespace ksdec {
 template <typename T> struct Mma16 {
   // c += a (16x16, row-major) * b (16x8, col-major), warp-wide, with mma.sync's fragment layout: lane (g, t4)
@@ -39,11 +52,12 @@ template <typename T> struct Mma16 {
   // n g), b1 (k +8) and c (rows g, g+8, n 2t4, 2t4+1). Every lane posts its fragments, then computes its own c.
   static void run(float* c, unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0, unsigned b1) {
     const unsigned l = cpu_lin(), w = l / 32, g = (l % 32) / 4, t4 = l % 4;
-    g_frag[l] = {a0, a1, a2, a3, b0, b1};
+    std::array<unsigned, 6>* frag = &g_frag[1024 * cpu_cluster_rank()];  // this block's (blocks of a cluster run at once)
+    frag[l] = {a0, a1, a2, a3, b0, b1};
     __syncwarp();
     auto half = [&](int lane, int reg, int hi) {
       T x;
-      x.b = (unsigned short)(g_frag[w * 32 + lane][reg] >> (16 * hi));
+      x.b = (unsigned short)(frag[w * 32 + lane][reg] >> (16 * hi));
       return (float)x;
     };
     for (int e = 0; e < 4; ++e) {
@@ -68,6 +82,12 @@ inline float ex2(float x) { return exp2f(x); }
 
 namespace mlx { namespace core { namespace cu {
 // As MLX generates it: template values as constexpr locals, then the body.
+template <typename T_, int D_, int NTD_, int NC_, int IL_, int GH_, int U_, int UC_, int Hq_, int Hkv_, int Tk_>
+void attn_decode(const T_* q, const T_* k, const T_* v, T_* o) {
+  using T = T_;
+  constexpr int D = D_, NTD = NTD_, NC = NC_, IL = IL_, GH = GH_, U = U_, UC = UC_, Hq = Hq_, Hkv = Hkv_, Tk = Tk_;
+#include "decode.cu"
+}
 template <typename T_, int D_, int NTD_, int CH_, int GH_, int U_, int UC_, int Hq_, int Hkv_, int Tk_>
 void attn_decode_split(const T_* q, const T_* k, const T_* v, float* part) {
   using T = T_;
@@ -86,9 +106,11 @@ static std::mt19937 rng(7);
 
 // One shape and setting: T the element type (float: the FMA path; __half, __nv_bfloat16: tensor cores), with
 // the task's tolerance for T against a double softmax of the same (rounded) inputs.
-template <typename T, int D, int NTD, int CH, int GH, int U, int UC, int B, int Hq, int Hkv, int Tk>
+// NC > 0: one launch in clusters of NC blocks (CH unused), IL interleaving their keys; NC = 0: two launches,
+// splits of CH keys.
+template <typename T, int D, int NTD, int NC, int IL, int CH, int GH, int U, int UC, int B, int Hq, int Hkv, int Tk>
 int check(const char* what) {
-  constexpr int G = Hq / Hkv, NSPLIT = (Tk + CH - 1) / CH, NGROUPS = (G + GH - 1) / GH;
+  constexpr int G = Hq / Hkv, NSPLIT = NC > 0 ? NC : (Tk + CH - 1) / CH, NGROUPS = (G + GH - 1) / GH;
   const double atol = sizeof(T) == 4 ? 1e-4 : std::is_same_v<T, __half> ? 2e-3 : 1e-2;
   const double rtol = sizeof(T) == 4 ? 1e-3 : std::is_same_v<T, __half> ? 1e-2 : 2e-2;
   std::normal_distribution<float> nd(0, 1);
@@ -101,14 +123,20 @@ int check(const char* what) {
     auto q = rnd((size_t)B * Hq * D);
     const auto qt = as_t(q);
     std::vector<T> o((size_t)B * Hq * D, T(NAN));
-    std::vector<float> part((size_t)B * Hq * NSPLIT * (D + 4), NAN);
-    cpu_launch({(unsigned)(NTD * NSPLIT), (unsigned)(B * Hkv * NGROUPS), 1}, {NTD, 1, 1}, [&] {
-      mlx::core::cu::attn_decode_split<T, D, NTD, CH, GH, U, UC, Hq, Hkv, Tk>(qt.data(), kt.data(), vt.data(),
-                                                                             part.data());
-    });
-    cpu_launch({(unsigned)(256 * B * Hq), 1, 1}, {256, 1, 1}, [&] {
-      mlx::core::cu::attn_decode_combine<T, D, CH, Tk>(part.data(), o.data());
-    });
+    if constexpr (NC > 0) {
+      cpu_launch({(unsigned)(NTD * NC), (unsigned)(B * Hkv * NGROUPS), 1}, {NTD, 1, 1}, [&] {
+        mlx::core::cu::attn_decode<T, D, NTD, NC, IL, GH, U, UC, Hq, Hkv, Tk>(qt.data(), kt.data(), vt.data(), o.data());
+      }, NC);
+    } else {
+      std::vector<float> part((size_t)B * Hq * NSPLIT * (D + 4), NAN);
+      cpu_launch({(unsigned)(NTD * NSPLIT), (unsigned)(B * Hkv * NGROUPS), 1}, {NTD, 1, 1}, [&] {
+        mlx::core::cu::attn_decode_split<T, D, NTD, CH, GH, U, UC, Hq, Hkv, Tk>(qt.data(), kt.data(), vt.data(),
+                                                                               part.data());
+      });
+      cpu_launch({(unsigned)(256 * B * Hq), 1, 1}, {256, 1, 1}, [&] {
+        mlx::core::cu::attn_decode_combine<T, D, CH, Tk>(part.data(), o.data());
+      });
+    }
     double worst = 0;
     for (int b = 0; b < B; ++b)
       for (int h = 0; h < Hq; ++h) {
@@ -133,28 +161,39 @@ int check(const char* what) {
           worst = std::max(worst, std::isnan(err) ? INFINITY : err);
         }
       }
-    printf("%-34s %d splits, worst error %.3g of tolerance\n", what, NSPLIT, worst);
+    printf("%-44s %d splits%s, worst error %.3g of tolerance\n", what, NSPLIT,
+           NC > 0 ? (IL ? " (a cluster, interleaved)" : " (a cluster)") : "", worst);
   }
   return bad;
 }
 
 int main() {
   int bad = 0;
-  //                D    NTD  CH   GH U  UC B  Hq Hkv Tk
-  bad += check<float, 128, 128, 64, 2, 2, 1, 2, 6, 2, 300>("GQA 3, half-empty head group");
-  bad += check<float, 128, 128, 128, 4, 4, 1, 1, 4, 1, 257>("GQA 4, one head group");
-  bad += check<float, 128, 128, 64, 8, 2, 1, 1, 8, 1, 150>("GQA 8, GH 8");
-  bad += check<float, 64, 256, 32, 1, 8, 1, 1, 2, 2, 100>("MHA, D 64, 256 threads");
-  bad += check<float, 128, 128, 512, 4, 2, 1, 1, 4, 1, 77>("one split");
-  bad += check<float, 128, 64, 256, 4, 8, 1, 1, 8, 2, 1100>("64 threads, U 8, short last split");
-  bad += check<float, 128, 128, 256, 4, 4, 2, 1, 8, 2, 1100>("the seed's defaults (NTD 128, CH 256)");
-  bad += check<float, 64, 128, 64, 4, 2, 1, 2, 4, 2, 130>("GH 4 > G 2");
-  // Tensor cores (16-bit T).
-  bad += check<__half, 128, 128, 256, 4, 4, 2, 1, 8, 2, 520>("fp16, the seed's defaults");
-  bad += check<__nv_bfloat16, 128, 64, 64, 4, 4, 2, 1, 8, 2, 140>("bf16, 2 warps, an empty chunk and warp");
-  bad += check<__half, 64, 128, 128, 2, 4, 1, 2, 6, 2, 300>("fp16 D 64, GQA 3 in heads of 2");
-  bad += check<__nv_bfloat16, 64, 64, 32, 8, 4, 2, 1, 8, 1, 100>("bf16 D 64, GH 8, one step per split");
-  bad += check<__half, 128, 256, 512, 1, 4, 1, 1, 2, 2, 700>("fp16 MHA, GH 1, 8 warps");
+  // Two launches (NC = 0).
+  //                D    NTD  NC IL CH   GH U  UC B  Hq Hkv Tk
+  bad += check<float, 128, 128, 0, 0, 64, 2, 2, 1, 2, 6, 2, 300>("GQA 3, half-empty head group");
+  bad += check<float, 128, 128, 0, 0, 128, 4, 4, 1, 1, 4, 1, 257>("GQA 4, one head group");
+  bad += check<float, 128, 128, 0, 0, 64, 8, 2, 1, 1, 8, 1, 150>("GQA 8, GH 8");
+  bad += check<float, 64, 256, 0, 0, 32, 1, 8, 1, 1, 2, 2, 100>("MHA, D 64, 256 threads");
+  bad += check<float, 128, 128, 0, 0, 512, 4, 2, 1, 1, 4, 1, 77>("one split");
+  bad += check<float, 128, 64, 0, 0, 256, 4, 8, 1, 1, 8, 2, 1100>("64 threads, U 8, short last split");
+  bad += check<float, 128, 128, 0, 0, 256, 4, 4, 2, 1, 8, 2, 1100>("NTD 128, CH 256");
+  bad += check<float, 64, 128, 0, 0, 64, 4, 2, 1, 2, 4, 2, 130>("GH 4 > G 2");
+  bad += check<__half, 128, 128, 0, 0, 256, 4, 4, 2, 1, 8, 2, 520>("fp16, the seed's defaults");
+  bad += check<__nv_bfloat16, 128, 64, 0, 0, 64, 4, 4, 2, 1, 8, 2, 140>("bf16, 2 warps, an empty chunk and warp");
+  bad += check<__half, 64, 128, 0, 0, 128, 2, 4, 1, 2, 6, 2, 300>("fp16 D 64, GQA 3 in heads of 2");
+  bad += check<__nv_bfloat16, 64, 64, 0, 0, 32, 8, 4, 2, 1, 8, 1, 100>("bf16 D 64, GH 8, one step per split");
+  bad += check<__half, 128, 256, 0, 0, 512, 1, 4, 1, 1, 2, 2, 700>("fp16 MHA, GH 1, 8 warps");
+  // One launch in clusters (NC > 0; CH unused), keys interleaved (IL 1) or in consecutive ranges.
+  bad += check<__half, 128, 128, 8, 1, 0, 4, 4, 2, 1, 8, 2, 1000>("fp16 cluster of 8, interleaved");
+  bad += check<__half, 128, 128, 8, 0, 0, 4, 4, 2, 1, 8, 2, 1000>("fp16 cluster, consecutive keys");
+  bad += check<__half, 128, 128, 4, 1, 0, 4, 4, 2, 1, 8, 2, 1000>("fp16 cluster of 4, interleaved (H200's best)");
+  bad += check<__nv_bfloat16, 64, 64, 4, 0, 0, 2, 4, 1, 2, 6, 2, 203>("bf16 cluster of 4, GQA 3 in heads of 2");
+  bad += check<__half, 128, 64, 8, 0, 0, 8, 4, 2, 1, 8, 1, 40>("fp16 cluster, blocks without keys");
+  bad += check<float, 128, 128, 2, 0, 0, 4, 4, 1, 1, 8, 2, 300>("float32 cluster of 2");
+  bad += check<float, 64, 64, 8, 0, 0, 1, 2, 1, 2, 2, 2, 77>("float32 cluster, MHA, empty blocks");
+  bad += check<float, 128, 64, 4, 1, 0, 4, 4, 1, 1, 8, 2, 700>("float32 cluster of 4, interleaved");
+  bad += check<__nv_bfloat16, 64, 64, 8, 1, 0, 4, 4, 1, 2, 4, 1, 300>("bf16 cluster, interleaved, B 2, GH 4 > G");
   printf(bad ? "decode FAILED: %d bad\n" : "decode agrees with the reference\n", bad);
   return bad != 0;
 }

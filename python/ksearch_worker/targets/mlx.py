@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import cluster
 from ..check import compare
 from ..errors import WorkerError
 from ..inputs import make_inputs
@@ -37,6 +38,31 @@ def _mlx() -> Any:
     return mx
 
 
+def _passed_names(launch: Mapping[str, Any]) -> list[str]:
+    """The names a launch's inputs are passed under: its tensors, then its scalars."""
+    return list(launch["inputs"]) + list(launch.get("scalar_names") or [])
+
+
+def _stdout_of(f: Any) -> tuple[Any, str]:
+    """f()'s result and what it printed on fd 1 (MLX's verbose kernel sources come from C++'s stdout): fd 1
+    points at a file meanwhile, so the protocol stream stays clean."""
+    import os
+    import sys
+    import tempfile
+
+    sys.stdout.flush()
+    with tempfile.TemporaryFile(mode="w+") as capture:
+        saved = os.dup(1)
+        try:
+            os.dup2(capture.fileno(), 1)
+            result = f()
+        finally:
+            os.dup2(saved, 1)
+            os.close(saved)
+        capture.seek(0)
+        return result, capture.read()
+
+
 def _mx_dtype(name: str) -> Any:
     m = _mlx()
     table = {"float16": m.float16, "bfloat16": m.bfloat16, "float32": m.float32, "int32": m.int32,
@@ -52,6 +78,8 @@ class _Build:
     files: dict[str, str]
     kernels: dict[str, dict[str, Any]]  # name -> {source, header}
     objects: dict[tuple[Any, ...], Any] = field(default_factory=dict)
+    # Cluster kernels whose declaration was compared with the signature MLX generates.
+    verified: set[tuple[Any, ...]] = field(default_factory=set)
 
 
 class MlxTarget:
@@ -137,26 +165,47 @@ class MlxTarget:
         return "metal_kernel" if self.name == "mlx-metal" else "cuda_kernel"
 
     # -- launching --------------------------------------------------------------------------------
-    def _kernel(self, key: str, launch: Mapping[str, Any]) -> Any:
-        """The MLX kernel object of one launch (cached: MLX keys its compiled code by name and source)."""
+    def _kernel(self, key: str, launch: Mapping[str, Any], ins: Sequence[Any] = (), out_dtypes: Sequence[Any] = (),
+                template: Sequence[tuple[str, Any]] = ()) -> tuple[Any, tuple[Any, ...]]:
+        """The MLX kernel object of one launch and its cache key (MLX keys its compiled code by name and
+        source). A launch in clusters gets its function declared with `__cluster_dims__` at the end of its
+        header (cluster.py): that declaration names the generated function, so it depends on the template
+        arguments and the dtypes (`ins`, `out_dtypes`, `template`: those of this call)."""
         m = _mlx()
         build = self._builds[key]
         name = launch["kernel"]
         spec = build.kernels[name]
         inputs = tuple(launch["inputs"]) + tuple(launch.get("scalar_names") or [])
         outputs = tuple(launch["outputs"])
-        sig = (name, inputs, outputs, launch.get("shared_memory") or 0, bool(launch.get("atomic_outputs")))
+        mlx_name = f"{name}_{key[:10]}"
+        header = spec["header"]
+        sig: tuple[Any, ...] = (name, inputs, outputs, launch.get("shared_memory") or 0, bool(launch.get("atomic_outputs")))
+        if launch.get("cluster"):
+            header += cluster.declaration(mlx_name, spec["source"], [(n, a.dtype, a.ndim) for n, a in zip(inputs, ins)],
+                                          list(zip(outputs, out_dtypes)), template, launch["cluster"])
+            sig += (header,)
         if sig not in build.objects:
-            mlx_name = f"{name}_{key[:10]}"
             if self.name == "mlx-metal":
                 build.objects[sig] = m.fast.metal_kernel(
                     name=mlx_name, input_names=list(inputs), output_names=list(outputs), source=spec["source"],
-                    header=spec["header"], ensure_row_contiguous=True, atomic_outputs=bool(launch.get("atomic_outputs")))
+                    header=header, ensure_row_contiguous=True, atomic_outputs=bool(launch.get("atomic_outputs")))
             else:
                 build.objects[sig] = m.fast.cuda_kernel(
                     name=mlx_name, input_names=list(inputs), output_names=list(outputs), source=spec["source"],
-                    header=spec["header"], ensure_row_contiguous=True, shared_memory=int(launch.get("shared_memory") or 0))
-        return build.objects[sig]
+                    header=header, ensure_row_contiguous=True, shared_memory=int(launch.get("shared_memory") or 0))
+        return build.objects[sig], sig
+
+    def _first_cluster_call(self, kernel: Any, kwargs: dict[str, Any], function: str, declared: list[str]) -> Any:
+        """A cluster kernel's first call, made verbose so that the source MLX generates can be compared with
+        the declaration that carries the cluster dims: a mismatch would lose them without a word."""
+        outs, text = _stdout_of(lambda: kernel(**kwargs, verbose=True))
+        generated = cluster.generated_parameters(text, function)
+        if generated != declared:
+            raise RuntimeError(
+                f"thread-block clusters: MLX {_mlx().__version__} generated `{function}` with parameters "
+                f"{generated}, ksearch declared {declared} (python/ksearch_worker/cluster.py follows MLX's "
+                "custom_kernel.cpp); without an exact match the kernel would not be launched in clusters")
+        return outs
 
     def launch_all(self, key: str, launches: Sequence[Mapping[str, Any]], arrays: dict[str, Any],
                    shapes: Mapping[str, Sequence[int]], dtypes: Mapping[str, str], poison: bool = True) -> dict[str, Any]:
@@ -167,15 +216,18 @@ class MlxTarget:
         m = _mlx()
         env = dict(arrays)
         for launch in launches:
-            kernel = self._kernel(key, launch)
             ins = [env[n] for n in launch["inputs"]] + [self._scalar(int(s)) for s in launch.get("scalars") or []]
             template: list[tuple[str, Any]] = [(k, int(v)) for k, v in (launch.get("template") or {}).items()]
             template += [(k, _mx_dtype(str(d))) for k, d in (launch.get("type_args") or {}).items()]
+            out_dtypes = [_mx_dtype(dtypes[n]) for n in launch["outputs"]]
+            if launch.get("cluster") and (why := cluster.refusal()):
+                raise _KernelFailure(why, status="invalid")
+            kernel, sig = self._kernel(key, launch, ins, out_dtypes, template)
             init = launch.get("init_value")
-            outs = kernel(
+            kwargs = dict(
                 inputs=ins,
                 output_shapes=[tuple(shapes[n]) for n in launch["outputs"]],
-                output_dtypes=[_mx_dtype(dtypes[n]) for n in launch["outputs"]],
+                output_dtypes=out_dtypes,
                 grid=tuple(int(g) for g in launch["grid"]),
                 threadgroup=tuple(int(t) for t in launch["threadgroup"]),
                 template=template or None,
@@ -183,6 +235,16 @@ class MlxTarget:
                 init_value=float(init) if init is not None else (float("nan") if poison else None),
                 stream=m.gpu,
             )
+            build = self._builds[key]
+            if launch.get("cluster") and sig not in build.verified:
+                declared = cluster.parameters(build.kernels[launch["kernel"]]["source"],
+                                              [(n, a.dtype, a.ndim) for n, a in zip(_passed_names(launch), ins)],
+                                              list(zip(launch["outputs"], out_dtypes)))
+                function = cluster.kernel_name(f"{launch['kernel']}_{key[:10]}", template)
+                outs = self._first_cluster_call(kernel, kwargs, function, declared)
+                build.verified.add(sig)
+            else:
+                outs = kernel(**kwargs)
             env.update(zip(launch["outputs"], outs, strict=True))
         return env
 
@@ -203,8 +265,7 @@ class MlxTarget:
         """The Metal source MLX generates for every launch, without a Metal device.
 
         Tracing the launches inside `mx.export_function` builds each kernel's full source (signature,
-        template instantiation) and `verbose=True` prints it, on the C++ side's stdout; fd 1 is pointed at a
-        file for the duration so the protocol stream stays clean.
+        template instantiation) and `verbose=True` prints it, on the C++ side's stdout (`_stdout_of`).
         """
         import os
         import tempfile
@@ -217,7 +278,7 @@ class MlxTarget:
             env = dict(zip(inputs, xs, strict=True))
             outs: list[Any] = []
             for launch in r.launches:
-                kernel = self._kernel(r.key, launch)
+                kernel, _ = self._kernel(r.key, launch)
                 ins = [env[n] for n in launch["inputs"]] + [self._scalar(int(s)) for s in launch.get("scalars") or []]
                 template = [(k, int(v)) for k, v in (launch.get("template") or {}).items()]
                 template += [(k, _mx_dtype(str(d))) for k, d in (launch.get("type_args") or {}).items()]
@@ -232,17 +293,7 @@ class MlxTarget:
 
         args = [m.zeros(tuple(r.shapes[n]), dtype=_mx_dtype(dtypes[n])) for n in inputs]
         with tempfile.TemporaryDirectory(prefix="ksearch-metal-") as tmp:
-            capture = os.path.join(tmp, "source.txt")
-            saved = os.dup(1)
-            fd = os.open(capture, os.O_WRONLY | os.O_CREAT)
-            try:
-                os.dup2(fd, 1)
-                m.export_function(os.path.join(tmp, "f.mlxfn"), traced, *args)
-            finally:
-                os.dup2(saved, 1)
-                os.close(saved)
-                os.close(fd)
-            text = open(capture).read()
+            _, text = _stdout_of(lambda: m.export_function(os.path.join(tmp, "f.mlxfn"), traced, *args))
         return [part.split("```")[0].strip() for part in text.split("```\n")[1::2]] or [text]
 
     def evaluate(self, r: Any, task: Any) -> dict[str, Any]:

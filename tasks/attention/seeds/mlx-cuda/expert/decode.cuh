@@ -1,13 +1,40 @@
-// attention, expert (MLX CUDA): decode (Tq == 1), split-K in two launches; plan.toml says why and how. This is
-// pass 1 (the splits); pass 2 (the merge) is decode_combine.cuh. Headers of their own, apart from the
-// prefill's attn.cuh: MLX copies and hashes a kernel's whole source at every launch.
+// attention, expert (MLX CUDA): decode (Tq == 1), split-K; plan.toml says why and how. Two ways to merge the
+// splits: in one launch, the splits of a KV head are the blocks of one thread-block cluster and meet in
+// distributed shared memory (decode_cluster); or in two, each split writes its partial to the `part` buffer
+// and a second launch merges them (decode_split here, then decode_combine.cuh). Headers of their own, apart
+// from the prefill's attn.cuh: MLX copies and hashes a kernel's whole source at every launch.
 namespace ksdec {
 
 constexpr float LOG2E = 1.4426950408889634f;
-// A split's partial is one row of the `part` buffer: D unnormalised outputs, then the max m and the sum l
-// (one buffer, not three: every MLX output costs an allocation and bookkeeping at each call); 4 floats of
-// room keep rows 16-byte aligned.
+// A split's partial: D unnormalised outputs, then the max m and the sum l (one row of the `part` buffer in
+// two launches, a row of the block's shared memory in a cluster); 4 floats of room keep rows 16-byte aligned.
 template <int D> __host__ __device__ constexpr int part_width() { return D + 4; }
+
+#if !defined(KSDEC_EMULATED_CLUSTER)  // tests/cuda_seeds_cpu runs blocks of a cluster at once and brings its own
+// Shared arrays of the block (a macro so that the CPU emulation can give each block its own).
+#define KSDEC_SHARED(type, name, n) __shared__ __align__(16) type name[n]
+// The cluster this block belongs to (compile-time dims, see decode_cluster): its size, this block's rank, a
+// barrier with release/acquire ordering of shared memory, and the address of `p` in block `rank`'s shared
+// memory (generic, so plain loads read it).
+__device__ __forceinline__ unsigned cluster_size() {
+  unsigned n;
+  asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(n));
+  return n;
+}
+__device__ __forceinline__ unsigned cluster_rank() {
+  unsigned r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+__device__ __forceinline__ const float* in_block(const float* p, unsigned rank) {
+  const float* r;
+  asm volatile("mapa.u64 %0, %1, %2;" : "=l"(r) : "l"(p), "r"(rank));
+  return r;
+}
+#endif
 
 __device__ __forceinline__ float neg_inf() { return -__int_as_float(0x7f800000); }
 // 2^(x - to), with 2^-inf = 0 (and no NaN when both are -inf).
@@ -41,6 +68,10 @@ __device__ __forceinline__ void lane8(const uint4* w, float* f, float) {
 __device__ __forceinline__ float to_f(float x) { return x; }
 __device__ __forceinline__ float to_f(__half x) { return __half2float(x); }
 __device__ __forceinline__ float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <typename T> __device__ __forceinline__ T from_f(float x);
+template <> __device__ __forceinline__ float from_f<float>(float x) { return x; }
+template <> __device__ __forceinline__ __half from_f<__half>(float x) { return __float2half_rn(x); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
 
 // One step's keys for a key group: U keys KG apart from `base`, each lane's 16-byte words of K and of V; keys
 // at or past `end` read as zeros (no load issued).
@@ -58,29 +89,30 @@ __device__ __forceinline__ void load_step(const T* kb, const T* vb, int base, in
   }
 }
 
-// Pass 1. Block (split, b * Hkv + kvh, head group): keys [split CH, split CH + CH) of one KV head for up to GH
-// of the query heads sharing it; key groups of LK = D / 8 lanes (16-byte loads) with their own online softmax,
-// U keys per step, merged in shared memory into the split's partial (m, l, unnormalised acc) per head.
+// A split. Block (split, b * Hkv + kvh, head group) reduces keys of one KV head in [key0, key1) for up to GH of
+// the query heads sharing it: steps of STEP keys (the block's width), step i of the range being this split's
+// when i % SPREAD == phase (SPREAD = 1: all of them; SPREAD > 1: splits interleaved step by step). Key groups
+// of LK = D / 8 lanes (16-byte loads) keep their own online softmax, U keys per step, merged in shared memory
+// into the split's partial (m, l, unnormalised acc) of each head, written to row(head, r) (head: the query
+// head's index in b * Hq + h; r: its slot in the group).
 // This is the float32 path (FMAs on every lane, 4-step shuffle reductions per key and head): on 16-bit T the
 // same work runs on tensor cores (decode_split_mma below), whose per-key cost is a fraction of this one's.
-template <typename T, int D, int NTD, int CH, int GH, int U, int Hq, int Hkv, int Tk>
+template <typename T, int D, int NTD, int GH, int U, int SPREAD, int Hq, int Hkv, int Tk, class Row>
 __device__ __forceinline__ void decode_split_fma(const T* __restrict__ q, const T* __restrict__ k,
-                                             const T* __restrict__ v, float* __restrict__ part) {
+                                                 const T* __restrict__ v, int key0, int key1, int phase, Row row) {
   constexpr int LK = D / 8;             // lanes per key
   constexpr int KG = NTD / LK;          // key groups
   constexpr int VEC = 16 / sizeof(T);   // elements per 16 bytes (8 for 16-bit T, 4 for float)
   constexpr int LW = 8 / VEC;           // 16-byte words per lane
   constexpr int G = Hq / Hkv;
   constexpr int NGROUPS = (G + GH - 1) / GH;
-  constexpr int NSPLIT = (Tk + CH - 1) / CH;
-  constexpr int PW = part_width<D>();
   static_assert(NTD % 32 == 0 && LK <= 32 && 32 % LK == 0, "whole warps; a key's lanes sit in one warp");
   static_assert(KG * GH * (D + 2) * 4 <= 48 * 1024, "static shared memory: NTD * GH too large");
-  __shared__ float red_m[KG][GH], red_l[KG][GH];
-  __shared__ __align__(16) float red_a[KG][GH][D];
+  KSDEC_SHARED(float, red_m, KG * GH);  // [key group][head]
+  KSDEC_SHARED(float, red_l, KG * GH);
+  KSDEC_SHARED(float, red_a, KG * GH * D);  // [key group][head][d]
 
   const int tid = threadIdx.x, lane = tid % LK, kgi = tid / LK;
-  const int split = blockIdx.x;
   const int bk = blockIdx.y / NGROUPS, gi = blockIdx.y % NGROUPS;  // bk = b * Hkv + kvh
   const int b = bk / Hkv, kvh = bk % Hkv;
   const float c = rsqrtf((float)D) * LOG2E;
@@ -96,7 +128,6 @@ __device__ __forceinline__ void decode_split_fma(const T* __restrict__ q, const 
   }
   const T* kb = k + (size_t)bk * Tk * D + lane * 8;
   const T* vb = v + (size_t)bk * Tk * D + lane * 8;
-  const int key0 = split * CH, key1 = min(Tk, key0 + CH);
 
   float m[GH], l[GH], acc[GH][8];
 #pragma unroll
@@ -108,7 +139,7 @@ __device__ __forceinline__ void decode_split_fma(const T* __restrict__ q, const 
   }
   constexpr int STEP = KG * U;
 #pragma unroll 1
-  for (int b0 = key0; b0 < key1; b0 += STEP) {  // same trip count in every lane (shuffles below)
+  for (int b0 = key0 + phase * STEP; b0 < key1; b0 += STEP * SPREAD) {  // same trip count in every lane (shuffles)
     const int base = b0 + kgi;
     uint4 kr[U][LW], vr[U][LW];
     load_step<T, D, U, KG, LW>(kb, vb, base, key1, kr, vr);
@@ -158,17 +189,17 @@ __device__ __forceinline__ void decode_split_fma(const T* __restrict__ q, const 
   if (lane == 0) {
 #pragma unroll
     for (int gg = 0; gg < GH; ++gg) {
-      red_m[kgi][gg] = m[gg];
-      red_l[kgi][gg] = l[gg];
+      red_m[kgi * GH + gg] = m[gg];
+      red_l[kgi * GH + gg] = l[gg];
     }
   }
   __syncthreads();
 #pragma unroll
   for (int gg = 0; gg < GH; ++gg) {
     float M = neg_inf();
-    for (int i = 0; i < KG; ++i) M = fmaxf(M, red_m[i][gg]);
+    for (int i = 0; i < KG; ++i) M = fmaxf(M, red_m[i * GH + gg]);
     const float f = rescale(m[gg], M);
-    float4* dst = reinterpret_cast<float4*>(&red_a[kgi][gg][lane * 8]);
+    float4* dst = reinterpret_cast<float4*>(&red_a[(kgi * GH + gg) * D + lane * 8]);
     dst[0] = make_float4(acc[gg][0] * f, acc[gg][1] * f, acc[gg][2] * f, acc[gg][3] * f);
     dst[1] = make_float4(acc[gg][4] * f, acc[gg][5] * f, acc[gg][6] * f, acc[gg][7] * f);
   }
@@ -177,16 +208,16 @@ __device__ __forceinline__ void decode_split_fma(const T* __restrict__ q, const 
     const int gg = i / D, d = i % D, hg = gi * GH + gg;
     if (hg >= G) continue;
     float M = neg_inf();
-    for (int r = 0; r < KG; ++r) M = fmaxf(M, red_m[r][gg]);
+    for (int r = 0; r < KG; ++r) M = fmaxf(M, red_m[r * GH + gg]);
     float a = 0.0f;
-    for (int r = 0; r < KG; ++r) a += red_a[r][gg][d];
-    const size_t row = ((size_t)b * Hq + kvh * G + hg) * NSPLIT + split;
-    part[row * PW + d] = a;
+    for (int r = 0; r < KG; ++r) a += red_a[(r * GH + gg) * D + d];
+    float* dst = row(b * Hq + kvh * G + hg, gg);
+    dst[d] = a;
     if (d == 0) {
       float L = 0.0f;
-      for (int r = 0; r < KG; ++r) L += red_l[r][gg] * rescale(red_m[r][gg], M);
-      part[row * PW + D] = M;
-      part[row * PW + D + 1] = L;
+      for (int r = 0; r < KG; ++r) L += red_l[r * GH + gg] * rescale(red_m[r * GH + gg], M);
+      dst[D] = M;
+      dst[D + 1] = L;
     }
   }
 }
@@ -231,8 +262,8 @@ __device__ __forceinline__ unsigned word(const uint4* w, int i) {  // 32-bit wor
   return (i & 3) == 0 ? x.x : (i & 3) == 1 ? x.y : (i & 3) == 2 ? x.z : x.w;
 }
 
-// Pass 1 for 16-bit T, on tensor cores. Block (split, b * Hkv + kvh, head group) as in the float32 path; its
-// NTD / 32 warps each stream their own steps of UC chunks of 16 keys (step i of the split goes to warp i % NW)
+// A split for 16-bit T, on tensor cores. Block and key range as in the float32 path (steps of 16 UC NW keys);
+// its NTD / 32 warps each stream their own UC chunks of 16 keys of every step
 // with no shared memory and no barrier in the loop; every load of a step is issued before its first use (a
 // decode is bound by the bytes in flight: UC = 2 doubles them per warp at the cost of occupancy). The GH
 // query heads of the group are the rows of one m16 tile (rows past them are zero), so S = Q K^T and
@@ -243,27 +274,26 @@ __device__ __forceinline__ unsigned word(const uint4* w, int i) {  // 32-bit wor
 // - For P V, output dim n * ND + j sits in column n of n8 tile j (ND = D / 8 tiles), so lane g needs the
 //   contiguous ND elements from g * ND of four keys' V rows; byte permutes pair them into B fragments.
 // Online softmax on the S accumulators (a row lives in the 4 lanes of a quad), exp2 with log2(e) / sqrt(D)
-// folded in; at the end the warps merge through shared memory into the split's partial (m, l, acc).
-template <typename T, int D, int NTD, int CH, int GH, int UC, int Hq, int Hkv, int Tk>
+// folded in; at the end the warps merge through shared memory into the split's partial (m, l, acc) of each
+// head, written to row(head, r) as in the float32 path.
+template <typename T, int D, int NTD, int GH, int UC, int SPREAD, int Hq, int Hkv, int Tk, class Row>
 __device__ __forceinline__ void decode_split_mma(const T* __restrict__ q, const T* __restrict__ k,
-                                                 const T* __restrict__ v, float* __restrict__ part) {
+                                                 const T* __restrict__ v, int key0, int key1, int phase, Row row) {
   constexpr int NW = NTD / 32, G = Hq / Hkv, NGROUPS = (G + GH - 1) / GH;
-  constexpr int NSPLIT = (Tk + CH - 1) / CH, PW = part_width<D>();
   constexpr int KD = D / 16;  // k-steps of S
   constexpr int ND = D / 8;   // n8 tiles of O
   constexpr int QW = D / 8;   // 32-bit words of a lane's share of a Q or K row (D / 4 elements)
   constexpr int VU = D / 64;  // 16-byte loads of a lane's share of a V row (ND elements)
   constexpr int SD = D + 1;   // row stride of the merge buffer (fewer bank conflicts)
   static_assert(NTD % 32 == 0 && GH <= 16 && D % 64 == 0, "whole warps, one m16 tile of heads, D of 64 or 128");
-  __shared__ float wm[NW][16], wl[NW][16];
-  __shared__ float sa[GH * SD];
+  KSDEC_SHARED(float, wm, NW * 16);  // [warp][row]
+  KSDEC_SHARED(float, wl, NW * 16);
+  KSDEC_SHARED(float, sa, GH * SD);
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3;
-  const int split = blockIdx.x;
   const int bk = blockIdx.y / NGROUPS, gi = blockIdx.y % NGROUPS;  // bk = b * Hkv + kvh
   const int b = bk / Hkv, kvh = bk % Hkv;
   const float c = rsqrtf((float)D) * LOG2E;
-  const int key0 = split * CH, key1 = min(Tk, key0 + CH);
 
   // Q rows g and g + 8 (heads gi * GH + row of this KV head; zero past GH or G): words t4 * QW + 2 kd (+1).
   unsigned qa[KD][4];
@@ -291,7 +321,7 @@ __device__ __forceinline__ void decode_split_mma(const T* __restrict__ q, const 
     for (int e = 0; e < 4; ++e) acc[j][e] = 0.0f;
 
 #pragma unroll 1
-  for (int n00 = key0 + 16 * UC * warp; n00 < key1; n00 += 16 * UC * NW) {
+  for (int n00 = key0 + 16 * UC * (warp + NW * phase); n00 < key1; n00 += 16 * UC * NW * SPREAD) {
     // K: keys n0 + g and n0 + 8 + g, the lane's QW words; V: keys n0 + 2 t4 + {0, 1, 8, 9}, ND elements from g ND.
     uint4 kw[UC][2][QW / 4], vw[UC][4][VU];
 #pragma unroll
@@ -376,8 +406,8 @@ __device__ __forceinline__ void decode_split_mma(const T* __restrict__ q, const 
     lrow[hr] += __shfl_xor_sync(0xffffffffu, lrow[hr], 1);
     lrow[hr] += __shfl_xor_sync(0xffffffffu, lrow[hr], 2);
     if (t4 == 0) {
-      wm[warp][g + 8 * hr] = mrow[hr] * c;  // scaled units, as the partials keep them (-inf stays -inf)
-      wl[warp][g + 8 * hr] = lrow[hr];
+      wm[warp * 16 + g + 8 * hr] = mrow[hr] * c;  // scaled units, as the partials keep them (-inf stays -inf)
+      wl[warp * 16 + g + 8 * hr] = lrow[hr];
     }
   }
   __syncthreads();
@@ -386,8 +416,8 @@ __device__ __forceinline__ void decode_split_mma(const T* __restrict__ q, const 
   for (int hr = 0; hr < 2; ++hr) {
     float M = neg_inf();
 #pragma unroll
-    for (int w = 0; w < NW; ++w) M = fmaxf(M, wm[w][g + 8 * hr]);
-    f[hr] = rescale(wm[warp][g + 8 * hr], M);
+    for (int w = 0; w < NW; ++w) M = fmaxf(M, wm[w * 16 + g + 8 * hr]);
+    f[hr] = rescale(wm[warp * 16 + g + 8 * hr], M);
   }
 #pragma unroll 1
   for (int w = 0; w < NW; ++w) {
@@ -410,29 +440,89 @@ __device__ __forceinline__ void decode_split_mma(const T* __restrict__ q, const 
   for (int i = threadIdx.x; i < GH * D; i += NTD) {
     const int r = i / D, d = i % D, hg = gi * GH + r;
     if (hg >= G) continue;
-    const size_t row = ((size_t)b * Hq + kvh * G + hg) * NSPLIT + split;
-    part[row * PW + d] = sa[r * SD + d];
+    float* dst = row(b * Hq + kvh * G + hg, r);
+    dst[d] = sa[r * SD + d];
     if (d == 0) {
       float M = neg_inf(), L = 0.0f;
-      for (int w = 0; w < NW; ++w) M = fmaxf(M, wm[w][r]);
-      for (int w = 0; w < NW; ++w) L += wl[w][r] * rescale(wm[w][r], M);
-      part[row * PW + D] = M;
-      part[row * PW + D + 1] = L;
+      for (int w = 0; w < NW; ++w) M = fmaxf(M, wm[w * 16 + r]);
+      for (int w = 0; w < NW; ++w) L += wl[w * 16 + r] * rescale(wm[w * 16 + r], M);
+      dst[D] = M;
+      dst[D + 1] = L;
     }
   }
 }
 #endif
 
-// Pass 1: tensor cores for 16-bit T, FMAs for float32.
+// A split, on tensor cores for 16-bit T, on FMAs for float32.
+template <typename T, int D, int NTD, int GH, int U, int UC, int SPREAD, int Hq, int Hkv, int Tk, class Row>
+__device__ __forceinline__ void split_pass(const T* __restrict__ q, const T* __restrict__ k,
+                                           const T* __restrict__ v, int key0, int key1, int phase, Row row) {
+#if defined(__CUDACC__) || defined(KSDEC_EMULATED_MMA)
+  if constexpr (sizeof(T) == 2)
+    decode_split_mma<T, D, NTD, GH, UC, SPREAD, Hq, Hkv, Tk>(q, k, v, key0, key1, phase, row);
+  else
+#endif
+    decode_split_fma<T, D, NTD, GH, U, SPREAD, Hq, Hkv, Tk>(q, k, v, key0, key1, phase, row);
+}
+
+// Two launches, pass 1: grid (NTD * NSPLIT, B * Hkv * head groups); split s of query head h is row
+// h * NSPLIT + s of `part` (pass 2: decode_combine.cuh).
 template <typename T, int D, int NTD, int CH, int GH, int U, int UC, int Hq, int Hkv, int Tk>
 __device__ __forceinline__ void decode_split(const T* __restrict__ q, const T* __restrict__ k,
                                              const T* __restrict__ v, float* __restrict__ part) {
-#if defined(__CUDACC__) || defined(KSDEC_EMULATED_MMA)
-  if constexpr (sizeof(T) == 2)
-    decode_split_mma<T, D, NTD, CH, GH, UC, Hq, Hkv, Tk>(q, k, v, part);
+  constexpr int NSPLIT = (Tk + CH - 1) / CH, PW = part_width<D>();
+  const int split = blockIdx.x;
+  split_pass<T, D, NTD, GH, U, UC, 1, Hq, Hkv, Tk>(q, k, v, split * CH, min(Tk, split * CH + CH), 0,
+                                                   [&](int head, int) { return part + ((size_t)head * NSPLIT + split) * PW; });
+}
+
+// One launch: grid (NTD * NC, B * Hkv * head groups) in clusters of (NC, 1, 1) blocks, so the NC splits of
+// a (KV head, head group) share a cluster; each split takes CH = ceil(Tk / NC) consecutive keys (rounded up to
+// 16), or with IL every NC-th step of the block's width (the cluster then streams one region of K and V
+// together rather than NC regions far apart), and keeps its partials in its own shared memory. After a cluster barrier, the cluster's GH * D outputs are
+// spread over its NC * NTD threads: each reads the NC maxima, sums and values of its element from the
+// blocks' shared memory (distributed shared memory), weighs them against the largest max and writes o; a
+// second barrier keeps every block's shared memory alive until the others have read it. No buffer, no
+// counter and no second launch: MLX charges every launch and output (see plan.toml). The cluster dims
+// are compile-time (`__cluster_dims__`, declared by the plan's `cluster` field): a launch that is not in
+// clusters of NC blocks traps rather than merge the wrong blocks.
+template <typename T, int D, int NTD, int NC, int IL, int GH, int U, int UC, int Hq, int Hkv, int Tk>
+__device__ __forceinline__ void decode_cluster(const T* __restrict__ q, const T* __restrict__ k,
+                                               const T* __restrict__ v, T* __restrict__ o) {
+  constexpr int CH = ((Tk + NC - 1) / NC + 15) / 16 * 16, PW = part_width<D>();
+  constexpr int G = Hq / Hkv, NGROUPS = (G + GH - 1) / GH;
+  static_assert(NC >= 1 && NC <= 8, "a portable cluster has at most 8 blocks");
+  KSDEC_SHARED(float, cp, GH * PW);  // this split's partial of each head of the group
+  if (cluster_size() != NC) __trap();
+  const int split = blockIdx.x;
+  auto mine = [&](int, int r) { return cp + r * PW; };
+  if constexpr (IL)
+    split_pass<T, D, NTD, GH, U, UC, NC, Hq, Hkv, Tk>(q, k, v, 0, Tk, split, mine);
   else
-#endif
-    decode_split_fma<T, D, NTD, CH, GH, U, Hq, Hkv, Tk>(q, k, v, part);
+    split_pass<T, D, NTD, GH, U, UC, 1, Hq, Hkv, Tk>(q, k, v, split * CH, min(Tk, split * CH + CH), 0, mine);
+  cluster_sync();
+  const int bk = blockIdx.y / NGROUPS, gi = blockIdx.y % NGROUPS;
+  const int b = bk / Hkv, kvh = bk % Hkv;
+  for (int i = cluster_rank() * NTD + threadIdx.x; i < GH * D; i += NC * NTD) {
+    const int r = i / D, d = i % D, hg = gi * GH + r;
+    if (hg >= G) continue;
+    float m[NC], M = neg_inf();
+#pragma unroll
+    for (int s = 0; s < NC; ++s) {
+      m[s] = in_block(cp + r * PW, s)[D];
+      M = fmaxf(M, m[s]);
+    }
+    float L = 0.0f, a = 0.0f;
+#pragma unroll
+    for (int s = 0; s < NC; ++s) {
+      const float* p = in_block(cp + r * PW, s);
+      const float w = rescale(m[s], M);
+      L = fmaf(w, p[D + 1], L);
+      a = fmaf(w, p[d], a);
+    }
+    o[((size_t)b * Hq + kvh * G + hg) * D + d] = from_f<T>(L > 0.0f ? a / L : 0.0f);
+  }
+  cluster_sync();
 }
 
 }  // namespace ksdec
