@@ -168,8 +168,10 @@ impl ResolvedLaunch {
     fn cluster_misfit(&self, workload: &str) -> Option<String> {
         let c = self.cluster.as_ref()?;
         let (grid, tg) = (self.grid.as_ref()?, self.threadgroup.as_ref()?);
-        let blocks = c.iter().product::<i64>();
-        if c.iter().any(|x| *x < 1) || blocks > MAX_CLUSTER_BLOCKS {
+        // Each extent bounded before multiplying, so the product cannot overflow.
+        if c.iter().any(|x| !(1..=MAX_CLUSTER_BLOCKS).contains(x))
+            || c.iter().product::<i64>() > MAX_CLUSTER_BLOCKS
+        {
             return Some(format!(
                 "launch of `{}`: cluster {c:?} in workload `{workload}`; each extent at least 1 and at most {MAX_CLUSTER_BLOCKS} blocks in all",
                 self.kernel
@@ -1045,12 +1047,16 @@ default = 2
         plan.launches[0].cluster = Some(vec![1, c_y, 1]);
         let err = plan.oversized_threadgroup("w").unwrap();
         assert!(err.contains("do not tile into clusters"), "{err}");
-        plan.launches[0].cluster = Some(vec![16, 1, 1]);
-        assert!(
-            plan.oversized_threadgroup("w")
-                .unwrap()
-                .contains("at most 8 blocks")
-        );
+        for c in [
+            vec![16, 1, 1],
+            vec![4, 4, 1],
+            vec![1 << 40, 1 << 40, 1 << 40],
+            vec![0, 1, 1],
+        ] {
+            plan.launches[0].cluster = Some(c);
+            let err = plan.oversized_threadgroup("w").unwrap();
+            assert!(err.contains("at most 8 blocks"), "{err}");
+        }
     }
 
     #[test]

@@ -6,8 +6,9 @@ mod common;
 use common::*;
 use std::process::Command;
 
-/// Exports `seed` of `task`, checks the function's signature line, runs the generated test.
-fn export_and_test(task: &str, seed: &str, module: &str, signature: &str) {
+/// Exports `seed` of `task`, checks the function's signature line, runs the generated test, then runs
+/// `then` (Python, in the module's folder) and returns its stdout.
+fn export_and_test(task: &str, seed: &str, module: &str, signature: &str, then: &str) -> String {
     let out_dir = tempfile::tempdir().unwrap();
     let store = tempfile::tempdir().unwrap();
     let seed = repo().join(seed);
@@ -54,15 +55,19 @@ fn export_and_test(task: &str, seed: &str, module: &str, signature: &str) {
         String::from_utf8_lossy(&t.stderr)
     );
     assert!(t.status.success() && log.contains("2 passed"), "{log}");
+    let p = run_py(&["-c", then]);
+    assert!(p.status.success(), "{}", String::from_utf8_lossy(&p.stderr));
+    String::from_utf8_lossy(&p.stdout).to_string()
 }
 
 #[test]
 fn the_exported_mamba_module_imports_and_matches_the_reference() {
-    export_and_test(
+    let _ = export_and_test(
         "mamba-scan",
         "tasks/mamba-scan/seeds/mlx-cuda/expert",
         "mamba_scan",
         "def mamba_scan(u, delta, A, Bm, Cm, Dskip, z, delta_bias):",
+        "",
     );
 }
 
@@ -70,10 +75,28 @@ fn the_exported_mamba_module_imports_and_matches_the_reference() {
 /// the workloads give it both values), passed through to the kernel's plan and to the baseline.
 #[test]
 fn the_exported_attention_module_takes_causal_as_a_keyword() {
-    export_and_test(
+    let probe = export_and_test(
         "attention",
         "tasks/attention/seeds/mlx-cuda/expert",
         "attention",
         "def attention(q, k, v, *, CAUSAL):",
+        // The decode in thread-block clusters (NC > 0) is only taken where clusters are safe: not under
+        // MLX's CUDA graphs unless the user opts in (ksearch_worker/cluster.py, embedded in the module).
+        "import os, attention as a, mlx.core as mx\n\
+         x = {'q': mx.zeros((1, 32, 1, 128), dtype=mx.float16), 'k': mx.zeros((1, 8, 64, 128), dtype=mx.float16)}\n\
+         x['v'] = x['k']\n\
+         d = {**a._dims(x), 'CAUSAL': 0}\n\
+         os.environ.pop('MLX_USE_CUDA_GRAPHS', None); os.environ.pop('KSEARCH_ALLOW_CLUSTERS', None)\n\
+         seen = [a._supported(x, d)]\n\
+         a._SPEC['params']['NC'] = 4\n\
+         seen.append(a._supported(x, d))\n\
+         os.environ['KSEARCH_ALLOW_CLUSTERS'] = '1'\n\
+         seen.append(a._supported(x, d))\n\
+         print(seen)",
+    );
+    assert_eq!(
+        probe.trim(),
+        "[True, False, True]",
+        "NC 0, NC 4 under graphs, NC 4 allowed"
     );
 }

@@ -8,20 +8,23 @@ declares an overload, and the attribute is silently lost), so it follows MLX's o
 (mlx/backend/cuda/custom_kernel.cpp: the kernel name with its template hash, then the parameters) and the
 worker compares it with the source MLX generates (`generated_parameters`) before the first launch.
 
-One hazard decides when a cluster launch may run at all (`refusal`): MLX's CUDA back-end records its
-launches in CUDA graphs and reuses a cached executable graph for a later graph of the same shape by
-updating it in place; its cache key tells kernels launched with *runtime* cluster dims apart, but a custom
-kernel is a plain kernel node whatever its compiled cluster dims. Measured on the H200 with MLX 0.32.4: after
-a kernel compiled with `__cluster_dims__(4, 1, 1)` had run, later kernels of the process (MLX's own dtype
-conversions, the attention prefill) ran as if in clusters of 4, so blocks past the last whole cluster never
-ran (a 6-block grid lost blocks 4 and 5; it passed when run alone). With MLX_USE_CUDA_GRAPHS=0 MLX launches
-each kernel directly, which that reuse cannot touch (not measured here).
+One hazard decides when a cluster launch may run at all (`refusal`). Seen on the H200 with MLX 0.32.4: once a
+kernel compiled with `__cluster_dims__(4, 1, 1)` had run, later kernels of the process behaved as if launched
+in clusters of 4, blocks past the last whole cluster not running (a 6-block attention prefill lost blocks 4
+and 5, which it never did without a cluster kernel before it; MLX's own float32-to-bfloat16 conversions of
+later inputs lost blocks too). The likely mechanism, not isolated yet (bench/mlx_cluster_carryover.py): MLX's
+CUDA back-end reuses a cached executable graph for a later graph of the same shape by updating it in place,
+and its cache key tells kernels apart by their runtime cluster dims only; a custom kernel is a plain kernel
+node whatever its compiled cluster dims. With MLX_USE_CUDA_GRAPHS=0 MLX launches each kernel directly, out of
+that reuse's reach (not measured).
 
 `ksearch export` embeds this file's code in the modules it writes: standard library only.
 """
 
 import os
-from collections.abc import Sequence
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
 
 # MLX's spelling of each dtype in a CUDA signature, and in the template hash of a kernel's name.
 _CUDA_TYPE = {"bool": "bool", "int8": "int8_t", "int16": "int16_t", "int32": "int32_t", "int64": "int64_t",
@@ -82,6 +85,22 @@ def generated_parameters(generated: str, function: str) -> list[str] | None:
     if j < 0:
         return None
     return [" ".join(p.split()) for p in generated[i + len(head):j].split(",")]
+
+
+def stdout_of(f: Callable[[], object]) -> tuple[object, str]:
+    """f()'s result and what it printed on fd 1 (MLX prints verbose kernel sources from C++): fd 1 points at a
+    file meanwhile, so whatever reads this process's stdout (the worker's protocol) never sees them."""
+    sys.stdout.flush()
+    with tempfile.TemporaryFile(mode="w+") as capture:
+        saved = os.dup(1)
+        try:
+            os.dup2(capture.fileno(), 1)
+            result = f()
+        finally:
+            os.dup2(saved, 1)
+            os.close(saved)
+        capture.seek(0)
+        return result, capture.read()
 
 
 def refusal() -> str | None:

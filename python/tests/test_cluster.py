@@ -68,20 +68,3 @@ def test_clusters_are_refused_under_cuda_graphs(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setenv("KSEARCH_ALLOW_CLUSTERS", "1")
     assert cluster.refusal() is None
 
-
-def test_the_worker_refuses_a_cluster_launch_before_building_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The refusal comes before any kernel object (this MLX has no CUDA back-end to build one) and is the
-    plan's configuration being invalid here, not a kernel failure."""
-    import mlx.core as mx
-
-    from ksearch_worker.targets.mlx import MlxTarget, _KernelFailure
-
-    monkeypatch.delenv("MLX_USE_CUDA_GRAPHS", raising=False)
-    monkeypatch.delenv("KSEARCH_ALLOW_CLUSTERS", raising=False)
-    t = MlxTarget("mlx-cuda")
-    t.compile_mlx("k" * 16, [{"name": "dec", "source": "o[0] = q[0];", "header": ""}])
-    launch = {"kernel": "dec", "inputs": ["q"], "outputs": ["o"], "grid": [256, 1, 1], "threadgroup": [64, 1, 1],
-              "template": {"NC": 4}, "type_args": {}, "cluster": [4, 1, 1]}
-    with pytest.raises(_KernelFailure) as failure:
-        t.launch_all("k" * 16, [launch], {"q": mx.zeros((4,))}, {"q": (4,), "o": (4,)}, {"q": "float32", "o": "float32"})
-    assert failure.value.status == "invalid" and "CUDA graphs" in str(failure.value)

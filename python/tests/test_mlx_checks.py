@@ -168,3 +168,39 @@ def test_bfloat16_arrays_are_refilled_in_place_through_their_bit_patterns() -> N
     buffer = target["x"]
     assert _refill(mx, target, fresh)
     assert target["x"] is buffer and bool(mx.all(mx.equal(buffer, fresh["x"])).item())
+
+
+class RealLaunches(MlxTarget):
+    """mlx-cuda with its own launch code, on a machine said to have the back-end."""
+
+    def __init__(self) -> None:
+        super().__init__("mlx-cuda")
+
+    def _available(self) -> bool:
+        return True
+
+
+def cluster_run(tmp_path: Path, target: MlxTarget) -> dict[str, Any]:
+    (tmp_path / "reference.py").write_text(ADD_REFERENCE)
+    (tmp_path / "baselines.py").write_text(ADD_BASELINES)
+    task = load_task(str(tmp_path), add_task(baselines=[]), "mlx-cuda")
+    target.compile_mlx("k1", [{"name": "add", "source": "C[0] = A[0];", "header": ""}])
+    req = add_run("k1", seeds=[1])
+    req["launches"][0].update(grid=[M * N, 1, 1], threadgroup=[64, 1, 1], cluster=[2, 1, 1])
+    return run_request(req, task, target)
+
+
+def test_a_cluster_launch_is_refused_under_cuda_graphs(tmp_path: Path, monkeypatch: Any) -> None:
+    """Refused before any kernel is built (this MLX could not build one), as the configuration being invalid
+    here: not the kernel's failure, and the worker stays (nothing ran)."""
+    monkeypatch.delenv("MLX_USE_CUDA_GRAPHS", raising=False)
+    monkeypatch.delenv("KSEARCH_ALLOW_CLUSTERS", raising=False)
+    r = cluster_run(tmp_path, RealLaunches())
+    assert r["status"] == "invalid" and "CUDA graphs" in r["message"], r
+    assert not r.get("restart_worker")
+
+
+def test_a_run_that_let_clusters_run_asks_for_a_fresh_worker(tmp_path: Path, monkeypatch: Any) -> None:
+    monkeypatch.setenv("KSEARCH_ALLOW_CLUSTERS", "1")
+    r = cluster_run(tmp_path, FakeDevice(correct))
+    assert r["status"] == "passed" and r["restart_worker"] is True, r

@@ -43,26 +43,6 @@ def _passed_names(launch: Mapping[str, Any]) -> list[str]:
     return list(launch["inputs"]) + list(launch.get("scalar_names") or [])
 
 
-def _stdout_of(f: Any) -> tuple[Any, str]:
-    """f()'s result and what it printed on fd 1 (MLX's verbose kernel sources come from C++'s stdout): fd 1
-    points at a file meanwhile, so the protocol stream stays clean."""
-    import os
-    import sys
-    import tempfile
-
-    sys.stdout.flush()
-    with tempfile.TemporaryFile(mode="w+") as capture:
-        saved = os.dup(1)
-        try:
-            os.dup2(capture.fileno(), 1)
-            result = f()
-        finally:
-            os.dup2(saved, 1)
-            os.close(saved)
-        capture.seek(0)
-        return result, capture.read()
-
-
 def _mx_dtype(name: str) -> Any:
     m = _mlx()
     table = {"float16": m.float16, "bfloat16": m.bfloat16, "float32": m.float32, "int32": m.int32,
@@ -198,7 +178,7 @@ class MlxTarget:
     def _first_cluster_call(self, kernel: Any, kwargs: dict[str, Any], function: str, declared: list[str]) -> Any:
         """A cluster kernel's first call, made verbose so that the source MLX generates can be compared with
         the declaration that carries the cluster dims: a mismatch would lose them without a word."""
-        outs, text = _stdout_of(lambda: kernel(**kwargs, verbose=True))
+        outs, text = cluster.stdout_of(lambda: kernel(**kwargs, verbose=True))
         generated = cluster.generated_parameters(text, function)
         if generated != declared:
             raise RuntimeError(
@@ -265,7 +245,7 @@ class MlxTarget:
         """The Metal source MLX generates for every launch, without a Metal device.
 
         Tracing the launches inside `mx.export_function` builds each kernel's full source (signature,
-        template instantiation) and `verbose=True` prints it, on the C++ side's stdout (`_stdout_of`).
+        template instantiation) and `verbose=True` prints it, on the C++ side's stdout (`cluster.stdout_of`).
         """
         import os
         import tempfile
@@ -293,11 +273,19 @@ class MlxTarget:
 
         args = [m.zeros(tuple(r.shapes[n]), dtype=_mx_dtype(dtypes[n])) for n in inputs]
         with tempfile.TemporaryDirectory(prefix="ksearch-metal-") as tmp:
-            _, text = _stdout_of(lambda: m.export_function(os.path.join(tmp, "f.mlxfn"), traced, *args))
+            _, text = cluster.stdout_of(lambda: m.export_function(os.path.join(tmp, "f.mlxfn"), traced, *args))
         return [part.split("```")[0].strip() for part in text.split("```\n")[1::2]] or [text]
 
     def evaluate(self, r: Any, task: Any) -> dict[str, Any]:
-        """Checks every seed on fresh inputs, then times the candidate next to the baselines."""
+        """Checks every seed on fresh inputs, then times the candidate next to the baselines. A run that let a
+        launch in thread-block clusters run asks for a fresh worker afterwards: under MLX's CUDA graphs the
+        cluster shape reaches later kernels of the process (cluster.py), which must not be blamed for it."""
+        result = self._evaluate(r, task)
+        if any(launch.get("cluster") for launch in r.launches) and cluster.refusal() is None:
+            result["restart_worker"] = True
+        return result
+
+    def _evaluate(self, r: Any, task: Any) -> dict[str, Any]:
         m = _mlx()
         if self.name == "mlx-metal" and not self._available():
             dtypes = dict(r.mx_dtypes)
@@ -329,7 +317,7 @@ class MlxTarget:
                         "timing": None, "baselines": {}}
             try:
                 timing, baselines, timed_sets = self._time(r, task, pristine_mx, dtypes)
-            except WorkerError:
+            except (WorkerError, _KernelFailure):
                 raise
             except Exception as exc:  # the candidate failed while being timed
                 raise _KernelFailure(str(exc)) from None
@@ -366,6 +354,8 @@ class MlxTarget:
             env = self.launch_all(r.key, r.launches, mx_inputs, r.shapes, dtypes)
             m.eval([env[n] for n in task.outputs])
             m.synchronize()
+        except _KernelFailure:
+            raise  # already says what happened (a launch refused before it ran)
         except Exception as exc:
             text = str(exc)
             if any(n in text for n in _LAUNCH_REFUSED):
