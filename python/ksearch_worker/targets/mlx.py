@@ -38,11 +38,6 @@ def _mlx() -> Any:
     return mx
 
 
-def _passed_names(launch: Mapping[str, Any]) -> list[str]:
-    """The names a launch's inputs are passed under: its tensors, then its scalars."""
-    return list(launch["inputs"]) + list(launch.get("scalar_names") or [])
-
-
 def _mx_dtype(name: str) -> Any:
     m = _mlx()
     table = {"float16": m.float16, "bfloat16": m.bfloat16, "float32": m.float32, "int32": m.int32,
@@ -146,11 +141,12 @@ class MlxTarget:
 
     # -- launching --------------------------------------------------------------------------------
     def _kernel(self, key: str, launch: Mapping[str, Any], ins: Sequence[Any] = (), out_dtypes: Sequence[Any] = (),
-                template: Sequence[tuple[str, Any]] = ()) -> tuple[Any, tuple[Any, ...]]:
-        """The MLX kernel object of one launch and its cache key (MLX keys its compiled code by name and
-        source). A launch in clusters gets its function declared with `__cluster_dims__` at the end of its
-        header (cluster.py): that declaration names the generated function, so it depends on the template
-        arguments and the dtypes (`ins`, `out_dtypes`, `template`: those of this call)."""
+                template: Sequence[tuple[str, Any]] = ()) -> tuple[Any, tuple[Any, ...], tuple[str, list[str]] | None]:
+        """The MLX kernel object of one launch, its cache key (MLX keys its compiled code by name and
+        source), and for a launch in clusters the function and parameters it declared. Such a launch gets its
+        function declared with `__cluster_dims__` at the end of its header (cluster.py): the declaration names
+        the generated function, so it depends on the template arguments and the dtypes (`ins`,
+        `out_dtypes`, `template`: those of this call)."""
         m = _mlx()
         build = self._builds[key]
         name = launch["kernel"]
@@ -160,10 +156,12 @@ class MlxTarget:
         mlx_name = f"{name}_{key[:10]}"
         header = spec["header"]
         sig: tuple[Any, ...] = (name, inputs, outputs, launch.get("shared_memory") or 0, bool(launch.get("atomic_outputs")))
+        declared = None
         if launch.get("cluster"):
-            header += cluster.declaration(mlx_name, spec["source"], [(n, a.dtype, a.ndim) for n, a in zip(inputs, ins)],
-                                          list(zip(outputs, out_dtypes)), template, launch["cluster"])
+            decl_ins, decl_outs = [(n, a.dtype, a.ndim) for n, a in zip(inputs, ins)], list(zip(outputs, out_dtypes))
+            header += cluster.declaration(mlx_name, spec["source"], decl_ins, decl_outs, template, launch["cluster"])
             sig += (header,)
+            declared = (cluster.kernel_name(mlx_name, template), cluster.parameters(spec["source"], decl_ins, decl_outs))
         if sig not in build.objects:
             if self.name == "mlx-metal":
                 build.objects[sig] = m.fast.metal_kernel(
@@ -173,7 +171,7 @@ class MlxTarget:
                 build.objects[sig] = m.fast.cuda_kernel(
                     name=mlx_name, input_names=list(inputs), output_names=list(outputs), source=spec["source"],
                     header=header, ensure_row_contiguous=True, shared_memory=int(launch.get("shared_memory") or 0))
-        return build.objects[sig], sig
+        return build.objects[sig], sig, declared
 
     def _first_cluster_call(self, kernel: Any, kwargs: dict[str, Any], function: str, declared: list[str]) -> Any:
         """A cluster kernel's first call, made verbose so that the source MLX generates can be compared with
@@ -202,7 +200,7 @@ class MlxTarget:
             out_dtypes = [_mx_dtype(dtypes[n]) for n in launch["outputs"]]
             if launch.get("cluster") and (why := cluster.refusal()):
                 raise _KernelFailure(why, status="invalid")
-            kernel, sig = self._kernel(key, launch, ins, out_dtypes, template)
+            kernel, sig, declared = self._kernel(key, launch, ins, out_dtypes, template)
             init = launch.get("init_value")
             kwargs = dict(
                 inputs=ins,
@@ -216,12 +214,8 @@ class MlxTarget:
                 stream=m.gpu,
             )
             build = self._builds[key]
-            if launch.get("cluster") and sig not in build.verified:
-                declared = cluster.parameters(build.kernels[launch["kernel"]]["source"],
-                                              [(n, a.dtype, a.ndim) for n, a in zip(_passed_names(launch), ins)],
-                                              list(zip(launch["outputs"], out_dtypes)))
-                function = cluster.kernel_name(f"{launch['kernel']}_{key[:10]}", template)
-                outs = self._first_cluster_call(kernel, kwargs, function, declared)
+            if declared is not None and sig not in build.verified:
+                outs = self._first_cluster_call(kernel, kwargs, *declared)
                 build.verified.add(sig)
             else:
                 outs = kernel(**kwargs)
@@ -258,7 +252,7 @@ class MlxTarget:
             env = dict(zip(inputs, xs, strict=True))
             outs: list[Any] = []
             for launch in r.launches:
-                kernel, _ = self._kernel(r.key, launch)
+                kernel, _, _ = self._kernel(r.key, launch)
                 ins = [env[n] for n in launch["inputs"]] + [self._scalar(int(s)) for s in launch.get("scalars") or []]
                 template = [(k, int(v)) for k, v in (launch.get("template") or {}).items()]
                 template += [(k, _mx_dtype(str(d))) for k, d in (launch.get("type_args") or {}).items()]
