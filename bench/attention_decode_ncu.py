@@ -1,6 +1,7 @@
 """Summarise an ncu CSV of bench/attention_decode_profile.py --ncu: the decode kernels' own GPU time per
-configuration (split_us: the one-launch cluster kernel, or the split pass of two launches, whose merge is
-combine_us) (median over its calls: 3 timed and 1 checked), MLX's SDPA beside them, the fastest configurations first.
+configuration (split_us: a one-launch kernel, in clusters or merged by its last block, or the split pass of
+two launches, whose merge is combine_us; MLX's own kernels, such as the fills of a launch's outputs, under
+other_kernels) (median over its calls: 3 timed and 1 checked), MLX's SDPA beside them, the fastest configurations first.
 
 Run: python3 bench/attention_decode_ncu.py NCU.csv RUN.json OUT.json TOP > CONFIGS.txt
 OUT.json gets every configuration; CONFIGS.txt the TOP fastest as "--set A=1 --set B=2" lines
@@ -51,6 +52,9 @@ def main() -> None:
         if t.get("NC", 0) > 0:  # one launch in clusters
             split_us, split_bytes = kernel_us("attn_decode", [t[n] for n in order["attn_decode"]])
             combine_us = 0.0
+        elif t.get("LM", 0) > 0:  # one launch, the last block merging (MLX's fills of its outputs: other_kernels)
+            split_us, split_bytes = kernel_us("attn_decode_last", [t[n] for n in order["attn_decode_last"]])
+            combine_us = 0.0
         else:
             split_us, split_bytes = kernel_us("attn_decode_split", [t[n] for n in order["attn_decode_split"]])
             combine_us, _ = kernel_us("attn_decode_combine", [t[n] for n in order["attn_decode_combine"]])
@@ -64,8 +68,12 @@ def main() -> None:
     calls = run["sdpa_calls"]
     ok = sorted((c for c in configs if c["total_us"] is not None and c["path"] == "kernel"),
                 key=lambda c: c["total_us"])
+    # Everything else ncu saw (MLX's own kernels: the fills of a launch with init_value, copies), median µs.
+    other = {n: statistics.median(v) for n, v in times.items()
+             if "custom_kernel_" not in n and n not in sdpa_names}
     json.dump({"run": {k: v for k, v in run.items() if k != "configurations"},
                "sdpa_kernels_us_per_call": sum(sdpa) / calls if sdpa else None, "sdpa_kernels": sdpa_names,
+               "other_kernels": other,
                "configurations": ok + [c for c in configs if c not in ok]}, open(out_path, "w"), indent=1)
     for c in ok[: int(top)]:
         print(" ".join(f"--set {k}={c[k]}" for k in sorted(c) if k.isupper()))

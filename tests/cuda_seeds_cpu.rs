@@ -46,13 +46,19 @@ fn attention_expert_decode_matches_softmax() {
                 s(&["o"])
             ),
             (
-                "Tq == 1 and NC == 0".to_string(),
+                "Tq == 1 and NC == 0 and LM == 1".to_string(),
+                "attn_decode_last",
+                s(&["D", "NTD", "CH", "GH", "U", "UC", "Hq", "Hkv", "Tk"]),
+                s(&["o", "part"])
+            ),
+            (
+                "Tq == 1 and NC == 0 and LM == 0".to_string(),
                 "attn_decode_split",
                 s(&["D", "NTD", "CH", "GH", "U", "UC", "Hq", "Hkv", "Tk"]),
                 s(&["part"])
             ),
             (
-                "Tq == 1 and NC == 0".to_string(),
+                "Tq == 1 and NC == 0 and LM == 0".to_string(),
                 "attn_decode_combine",
                 s(&["D", "CH", "Tk"]),
                 s(&["o"])
@@ -63,9 +69,9 @@ fn attention_expert_decode_matches_softmax() {
     let p = c.params();
     assert_eq!(
         [
-            p["NTD"], p["NC"], p["IL"], p["CH"], p["GH"], p["U"], p["UC"]
+            p["NTD"], p["NC"], p["IL"], p["LM"], p["CH"], p["GH"], p["U"], p["UC"]
         ],
-        [128, 0, 1, 256, 4, 4, 2],
+        [128, 0, 1, 1, 512, 4, 4, 1],
         "update the defaults case of tests/cuda_seeds_cpu/attention_decode.cpp"
     );
     // The driver launches with these grids, threadgroups (in threads, as MLX takes them) and clusters.
@@ -79,7 +85,7 @@ fn attention_expert_decode_matches_softmax() {
         .collect();
     assert_eq!(
         clusters,
-        [Some(vec!["NC", "1", "1"]), None, None],
+        [Some(vec!["NC", "1", "1"]), None, None, None],
         "update the launches in tests/cuda_seeds_cpu/attention_decode.cpp"
     );
     let dims: Vec<(Vec<&str>, Vec<&str>)> = decode
@@ -111,6 +117,14 @@ fn attention_expert_decode_matches_softmax() {
                 ],
                 vec!["NTD", "1", "1"]
             ),
+            (
+                vec![
+                    "NTD * ((Tk + CH - 1) // CH)",
+                    "B * Hkv * ((Hq // Hkv + GH - 1) // GH)",
+                    "1"
+                ],
+                vec!["NTD", "1", "1"]
+            ),
             (vec!["256 * B * Hq", "1", "1"], vec!["256", "1", "1"]),
         ],
         "update the launches in tests/cuda_seeds_cpu/attention_decode.cpp"
@@ -120,6 +134,17 @@ fn attention_expert_decode_matches_softmax() {
     let out = common::run_cuda_cpu_driver(&driver, &seed, tmp.path());
     println!("{out}");
     assert!(out.contains("decode agrees with the reference"), "{out}");
-    assert_eq!(out.matches("worst error").count(), 23, "{out}");
+    assert_eq!(out.matches("worst error").count(), 29, "{out}");
     assert_eq!(out.matches("(a cluster").count(), 10, "{out}");
+    assert_eq!(
+        out.matches("(signed, last block merges)").count(),
+        6,
+        "{out}"
+    );
+    // The one-launch merge needs no zeroed memory (MLX's init_value would fill every output with a kernel each).
+    let last = decode
+        .iter()
+        .find(|l| l.kernel == "attn_decode_last")
+        .unwrap();
+    assert_eq!(last.init_value, None);
 }

@@ -8,15 +8,15 @@ declares an overload, and the attribute is silently lost), so it follows MLX's o
 (mlx/backend/cuda/custom_kernel.cpp: the kernel name with its template hash, then the parameters) and the
 worker compares it with the source MLX generates (`generated_parameters`) before the first launch.
 
-One hazard decides when a cluster launch may run at all (`refusal`). Seen on the H200 with MLX 0.32.4: once a
-kernel compiled with `__cluster_dims__(4, 1, 1)` had run, later kernels of the process behaved as if launched
-in clusters of 4, blocks past the last whole cluster not running (a 6-block attention prefill lost blocks 4
-and 5, which it never did without a cluster kernel before it; MLX's own float32-to-bfloat16 conversions of
-later inputs lost blocks too). The likely mechanism, not isolated yet (bench/mlx_cluster_carryover.py): MLX's
-CUDA back-end reuses a cached executable graph for a later graph of the same shape by updating it in place,
-and its cache key tells kernels apart by their runtime cluster dims only; a custom kernel is a plain kernel
-node whatever its compiled cluster dims. With MLX_USE_CUDA_GRAPHS=0 MLX launches each kernel directly, out of
-that reuse's reach (not measured).
+One hazard decides when a cluster launch may run at all (`refusal`). Measured on the H200 with MLX 0.32.4
+(bench/mlx_cluster_carryover.py): once a kernel compiled with `__cluster_dims__(4, 1, 1)` had run, a plain
+6-block kernel of the same process ran blocks 0-3 only, three times out of three; before it, or in one
+evaluation with it, all 6 ran; with MLX_USE_CUDA_GRAPHS=0, all 6 every time. In the attention task a 6-block
+prefill lost heads that way, and MLX's own float32-to-bfloat16 conversions of later inputs lost blocks too.
+MLX's CUDA back-end reuses a cached executable graph for a later graph of the same shape by updating it in
+place, and its cache key names a kernel node "K" whatever the function's compiled cluster dims (it guards
+runtime cluster shapes of child graphs only), so the cluster shape stays on the node. Without graphs the
+decode in clusters was slower than MLX's SDPA, so MLX_USE_CUDA_GRAPHS=0 is a way to run it, not to win.
 
 `ksearch export` embeds this file's code in the modules it writes: standard library only.
 """

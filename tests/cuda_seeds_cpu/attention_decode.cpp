@@ -21,9 +21,16 @@ inline int min(int a, int b) { return a < b ? a : b; }
 inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
 inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return {x, y, z, w}; }
 template <class T> T __ldg(const T* p) { return *p; }
+template <class T> T __ldcg(const T* p) { return *p; }
+template <class T> void __stcg(T* p, T v) { *p = v; }
+inline void __threadfence() {}  // blocks run one after another here: every write is seen
 inline float __shfl_xor_sync(unsigned m, float v, int lane_mask) {
   int r = __shfl_sync(m, __float_as_int(v), (int)(cpu_lin() % 32) ^ lane_mask);
   return __int_as_float(r);
+}
+inline unsigned long long __shfl_sync(unsigned m, unsigned long long v, int src) {
+  const unsigned lo = (unsigned)__shfl_sync(m, (int)(unsigned)v, src), hi = (unsigned)__shfl_sync(m, (int)(v >> 32), src);
+  return (unsigned long long)hi << 32 | lo;
 }
 struct __nv_bfloat162 { __nv_bfloat16 x, y; };
 inline float2 __half22float2(__half2) { return {0, 0}; }              // 16-bit paths: compiled, not run here
@@ -95,6 +102,12 @@ void attn_decode_split(const T_* q, const T_* k, const T_* v, float* part) {
   constexpr int D = D_, NTD = NTD_, CH = CH_, GH = GH_, U = U_, UC = UC_, Hq = Hq_, Hkv = Hkv_, Tk = Tk_;
 #include "decode_split.cu"
 }
+template <typename T_, int D_, int NTD_, int CH_, int GH_, int U_, int UC_, int Hq_, int Hkv_, int Tk_>
+void attn_decode_last(const T_* q, const T_* k, const T_* v, T_* o, float* part) {
+  using T = T_;
+  constexpr int D = D_, NTD = NTD_, CH = CH_, GH = GH_, U = U_, UC = UC_, Hq = Hq_, Hkv = Hkv_, Tk = Tk_;
+#include "decode_last.cu"
+}
 template <typename T_, int D_, int CH_, int Tk_>
 void attn_decode_combine(const float* part, T_* o) {
   using T = T_;
@@ -107,9 +120,10 @@ static std::mt19937 rng(7);
 
 // One shape and setting: T the element type (float: the FMA path; __half, __nv_bfloat16: tensor cores), with
 // the task's tolerance for T against a double softmax of the same (rounded) inputs.
-// NC > 0: one launch in clusters of NC blocks (CH unused), IL interleaving their keys; NC = 0: two launches,
-// splits of CH keys.
-template <typename T, int D, int NTD, int NC, int IL, int CH, int GH, int U, int UC, int B, int Hq, int Hkv, int Tk>
+// NC > 0: one launch in clusters of NC blocks (CH unused), IL interleaving their keys; NC = 0: splits of CH
+// keys, in two launches, or with LM in one whose blocks sign their partials, the block that sees every signature
+// of its head group merging (blocks run one after another here: the last one).
+template <typename T, int D, int NTD, int NC, int IL, int LM, int CH, int GH, int U, int UC, int B, int Hq, int Hkv, int Tk>
 int check(const char* what) {
   constexpr int G = Hq / Hkv, NSPLIT = NC > 0 ? NC : (Tk + CH - 1) / CH, NGROUPS = (G + GH - 1) / GH;
   const double atol = sizeof(T) == 4 ? 1e-4 : std::is_same_v<T, __half> ? 2e-3 : 1e-2;
@@ -128,6 +142,26 @@ int check(const char* what) {
       cpu_launch({(unsigned)(NTD * NC), (unsigned)(B * Hkv * NGROUPS), 1}, {NTD, 1, 1}, [&] {
         mlx::core::cu::attn_decode<T, D, NTD, NC, IL, GH, U, UC, Hq, Hkv, Tk>(qt.data(), kt.data(), vt.data(), o.data());
       }, NC);
+    } else if constexpr (LM) {
+      // Two calls on one `part` buffer, as MLX's allocator hands a freed buffer to the next call: first on other
+      // queries, then on q, whose early blocks meet the first call's partials. The first call's signatures were
+      // wiped by its merge: the second call, run without its last split, must merge nothing.
+      std::vector<float> part((size_t)B * Hq * NSPLIT * (D + 4), NAN);
+      const auto other = as_t(rnd((size_t)B * Hq * D));
+      std::vector<T> o_other((size_t)B * Hq * D, T(NAN));
+      auto call = [&](const std::vector<T>& qs, std::vector<T>& out, int splits) {
+        cpu_launch({(unsigned)(NTD * splits), (unsigned)(B * Hkv * NGROUPS), 1}, {NTD, 1, 1}, [&] {
+          mlx::core::cu::attn_decode_last<T, D, NTD, CH, GH, U, UC, Hq, Hkv, Tk>(qs.data(), kt.data(), vt.data(),
+                                                                              out.data(), part.data());
+        });
+      };
+      call(other, o_other, NSPLIT);
+      if (NSPLIT > 1) {
+        call(qt, o, NSPLIT - 1);
+        for (const T& x : o)
+          if (!std::isnan(float(x))) ++bad;
+      }
+      call(qt, o, NSPLIT);
     } else {
       std::vector<float> part((size_t)B * Hq * NSPLIT * (D + 4), NAN);
       cpu_launch({(unsigned)(NTD * NSPLIT), (unsigned)(B * Hkv * NGROUPS), 1}, {NTD, 1, 1}, [&] {
@@ -163,7 +197,7 @@ int check(const char* what) {
         }
       }
     printf("%-44s %d splits%s, worst error %.3g of tolerance\n", what, NSPLIT,
-           NC > 0 ? (IL ? " (a cluster, interleaved)" : " (a cluster)") : "", worst);
+           NC > 0 ? (IL ? " (a cluster, interleaved)" : " (a cluster)") : LM ? " (signed, last block merges)" : "", worst);
   }
   return bad;
 }
@@ -171,31 +205,38 @@ int check(const char* what) {
 int main() {
   int bad = 0;
   // Two launches (NC = 0).
-  //                D    NTD  NC IL CH   GH U  UC B  Hq Hkv Tk
-  bad += check<float, 128, 128, 0, 0, 64, 2, 2, 1, 2, 6, 2, 300>("GQA 3, half-empty head group");
-  bad += check<float, 128, 128, 0, 0, 128, 4, 4, 1, 1, 4, 1, 257>("GQA 4, one head group");
-  bad += check<float, 128, 128, 0, 0, 64, 8, 2, 1, 1, 8, 1, 150>("GQA 8, GH 8");
-  bad += check<float, 64, 256, 0, 0, 32, 1, 8, 1, 1, 2, 2, 100>("MHA, D 64, 256 threads");
-  bad += check<float, 128, 128, 0, 0, 512, 4, 2, 1, 1, 4, 1, 77>("one split");
-  bad += check<float, 128, 64, 0, 0, 256, 4, 8, 1, 1, 8, 2, 1100>("64 threads, U 8, short last split");
-  bad += check<float, 128, 128, 0, 0, 256, 4, 4, 2, 1, 8, 2, 1100>("NTD 128, CH 256");
-  bad += check<float, 64, 128, 0, 0, 64, 4, 2, 1, 2, 4, 2, 130>("GH 4 > G 2");
-  bad += check<__half, 128, 128, 0, 0, 256, 4, 4, 2, 1, 8, 2, 520>("fp16, the seed's defaults");
-  bad += check<__nv_bfloat16, 128, 64, 0, 0, 64, 4, 4, 2, 1, 8, 2, 140>("bf16, 2 warps, an empty chunk and warp");
-  bad += check<__half, 64, 128, 0, 0, 128, 2, 4, 1, 2, 6, 2, 300>("fp16 D 64, GQA 3 in heads of 2");
-  bad += check<__nv_bfloat16, 64, 64, 0, 0, 32, 8, 4, 2, 1, 8, 1, 100>("bf16 D 64, GH 8, one step per split");
-  bad += check<__half, 128, 256, 0, 0, 512, 1, 4, 1, 1, 2, 2, 700>("fp16 MHA, GH 1, 8 warps");
+  //                D    NTD  NC IL LM CH   GH U  UC B  Hq Hkv Tk
+  bad += check<float, 128, 128, 0, 0, 0, 64, 2, 2, 1, 2, 6, 2, 300>("GQA 3, half-empty head group");
+  bad += check<float, 128, 128, 0, 0, 0, 128, 4, 4, 1, 1, 4, 1, 257>("GQA 4, one head group");
+  bad += check<float, 128, 128, 0, 0, 0, 64, 8, 2, 1, 1, 8, 1, 150>("GQA 8, GH 8");
+  bad += check<float, 64, 256, 0, 0, 0, 32, 1, 8, 1, 1, 2, 2, 100>("MHA, D 64, 256 threads");
+  bad += check<float, 128, 128, 0, 0, 0, 512, 4, 2, 1, 1, 4, 1, 77>("one split");
+  bad += check<float, 128, 64, 0, 0, 0, 256, 4, 8, 1, 1, 8, 2, 1100>("64 threads, U 8, short last split");
+  bad += check<float, 128, 128, 0, 0, 0, 256, 4, 4, 2, 1, 8, 2, 1100>("NTD 128, CH 256");
+  bad += check<float, 64, 128, 0, 0, 0, 64, 4, 2, 1, 2, 4, 2, 130>("GH 4 > G 2");
+  bad += check<__half, 128, 128, 0, 0, 0, 256, 4, 4, 2, 1, 8, 2, 520>("fp16, two launches, CH 256, UC 2");
+  bad += check<__nv_bfloat16, 128, 64, 0, 0, 0, 64, 4, 4, 2, 1, 8, 2, 140>("bf16, 2 warps, an empty chunk and warp");
+  bad += check<__half, 64, 128, 0, 0, 0, 128, 2, 4, 1, 2, 6, 2, 300>("fp16 D 64, GQA 3 in heads of 2");
+  bad += check<__nv_bfloat16, 64, 64, 0, 0, 0, 32, 8, 4, 2, 1, 8, 1, 100>("bf16 D 64, GH 8, one step per split");
+  bad += check<__half, 128, 256, 0, 0, 0, 512, 1, 4, 1, 1, 2, 2, 700>("fp16 MHA, GH 1, 8 warps");
+  // One launch whose last block per head group merges (LM 1): slots of D / 4 lanes per head, rounds of them.
+  bad += check<__half, 128, 128, 0, 1, 1, 512, 4, 4, 1, 1, 8, 2, 1100>("fp16 last block merges, defaults");
+  bad += check<float, 128, 128, 0, 1, 1, 64, 2, 2, 1, 2, 6, 2, 300>("float32 last merges, half-empty group");
+  bad += check<__nv_bfloat16, 64, 64, 0, 1, 1, 32, 8, 4, 2, 1, 8, 1, 140>("bf16 D 64 last merges, GH 8, 2 rounds");
+  bad += check<__half, 128, 128, 0, 1, 1, 512, 4, 4, 2, 1, 8, 2, 77>("fp16 last merges, one split");
+  bad += check<float, 64, 128, 0, 1, 1, 64, 4, 2, 1, 2, 4, 2, 130>("float32 D 64 last merges, GH 4 > G 2");
+  bad += check<__half, 128, 256, 0, 1, 1, 128, 1, 4, 1, 1, 2, 2, 700>("fp16 MHA last merges, GH 1, 8 warps");
   // One launch in clusters (NC > 0; CH unused), keys interleaved (IL 1) or in consecutive ranges.
-  bad += check<__half, 128, 128, 8, 1, 0, 4, 4, 2, 1, 8, 2, 1000>("fp16 cluster of 8, interleaved");
-  bad += check<__half, 128, 128, 8, 0, 0, 4, 4, 2, 1, 8, 2, 1000>("fp16 cluster, consecutive keys");
-  bad += check<__half, 128, 128, 4, 1, 0, 4, 4, 2, 1, 8, 2, 1000>("fp16 cluster of 4, interleaved (H200's best)");
-  bad += check<__nv_bfloat16, 64, 64, 4, 0, 0, 2, 4, 1, 2, 6, 2, 203>("bf16 cluster of 4, GQA 3 in heads of 2");
-  bad += check<__half, 128, 64, 8, 0, 0, 8, 4, 2, 1, 8, 1, 40>("fp16 cluster, blocks without keys");
-  bad += check<float, 128, 128, 2, 0, 0, 4, 4, 1, 1, 8, 2, 300>("float32 cluster of 2");
-  bad += check<float, 64, 64, 8, 0, 0, 1, 2, 1, 2, 2, 2, 77>("float32 cluster, MHA, empty blocks");
-  bad += check<float, 128, 64, 4, 1, 0, 4, 4, 1, 1, 8, 2, 700>("float32 cluster of 4, interleaved");
-  bad += check<__nv_bfloat16, 64, 64, 8, 1, 0, 4, 4, 1, 2, 4, 2, 300>("bf16 cluster, interleaved, B 2, GH 4 > G 2");
-  bad += check<__half, 128, 64, 8, 1, 0, 4, 4, 2, 1, 8, 2, 40>("fp16 cluster, interleaved, splits without keys");
+  bad += check<__half, 128, 128, 8, 1, 0, 0, 4, 4, 2, 1, 8, 2, 1000>("fp16 cluster of 8, interleaved");
+  bad += check<__half, 128, 128, 8, 0, 0, 0, 4, 4, 2, 1, 8, 2, 1000>("fp16 cluster, consecutive keys");
+  bad += check<__half, 128, 128, 4, 1, 0, 0, 4, 4, 2, 1, 8, 2, 1000>("fp16 cluster of 4, interleaved (H200's best)");
+  bad += check<__nv_bfloat16, 64, 64, 4, 0, 0, 0, 2, 4, 1, 2, 6, 2, 203>("bf16 cluster of 4, GQA 3 in heads of 2");
+  bad += check<__half, 128, 64, 8, 0, 0, 0, 8, 4, 2, 1, 8, 1, 40>("fp16 cluster, blocks without keys");
+  bad += check<float, 128, 128, 2, 0, 0, 0, 4, 4, 1, 1, 8, 2, 300>("float32 cluster of 2");
+  bad += check<float, 64, 64, 8, 0, 0, 0, 1, 2, 1, 2, 2, 2, 77>("float32 cluster, MHA, empty blocks");
+  bad += check<float, 128, 64, 4, 1, 0, 0, 4, 4, 1, 1, 8, 2, 700>("float32 cluster of 4, interleaved");
+  bad += check<__nv_bfloat16, 64, 64, 8, 1, 0, 0, 4, 4, 1, 2, 4, 2, 300>("bf16 cluster, interleaved, B 2, GH 4 > G 2");
+  bad += check<__half, 128, 64, 8, 1, 0, 0, 4, 4, 2, 1, 8, 2, 40>("fp16 cluster, interleaved, splits without keys");
   printf(bad ? "decode FAILED: %d bad\n" : "decode agrees with the reference\n", bad);
   return bad != 0;
 }

@@ -1,11 +1,14 @@
-// attention, expert (MLX CUDA): decode (Tq == 1), split-K; plan.toml says why and how. Two ways to merge the
-// splits: in one launch, the splits of a KV head are the blocks of one thread-block cluster and meet in
-// distributed shared memory (decode_cluster); or in two, each split writes its partial to the `part` buffer
-// and a second launch merges them (decode_split here, then decode_combine.cuh). Headers of their own, apart
-// from the prefill's attn.cuh: MLX copies and hashes a kernel's whole source at every launch.
+// attention, expert (MLX CUDA): decode (Tq == 1), split-K; plan.toml says why and how. Three ways to merge
+// the splits: in two launches, each split writes its partial to the `part` buffer and a second launch merges
+// them (decode_split here, then decode_combine.cuh); in one launch, the last split block of a KV head to
+// finish merges them (decode_last), or the splits of a KV head are the blocks of one thread-block cluster and
+// meet in distributed shared memory (decode_cluster). Headers of their own, apart from the prefill's
+// attn.cuh: MLX copies and hashes a kernel's whole source at every launch.
 namespace ksdec {
 
 constexpr float LOG2E = 1.4426950408889634f;
+// A split's signature in the one-launch merge (decode_last): two NaNs with payloads no arithmetic produces.
+constexpr unsigned long long TAG = 0x7ff1a5c37fb2d4e6ull;
 // A split's partial: D unnormalised outputs, then the max m and the sum l (one row of the `part` buffer in
 // two launches, a row of the block's shared memory in a cluster); 4 floats of room keep rows 16-byte aligned.
 template <int D> __host__ __device__ constexpr int part_width() { return D + 4; }
@@ -474,6 +477,80 @@ __device__ __forceinline__ void decode_split(const T* __restrict__ q, const T* _
   const int split = blockIdx.x;
   split_pass<T, D, NTD, GH, U, UC, 1, Hq, Hkv, Tk>(q, k, v, split * CH, min(Tk, split * CH + CH), 0,
                                                    [&](int head, int) { return part + ((size_t)head * NSPLIT + split) * PW; });
+}
+
+// One launch without clusters (LM = 1): the split pass above, then each block signs its partial (TAG, in the
+// padding of its first head's row, after the partials) and reads the other splits' signatures; a block that
+// sees all NSPLIT of its (KV head, head group) wipes them and merges the partials into o. No counters: MLX runs
+// independent calls at once, so counters in module globals were shared between calls and lost outputs, and
+// counters in an output need zeroing, which MLX's init_value does for every output of the launch with a kernel
+// each (measured slower than a second launch). Signatures are wiped as soon as they have all been seen, so
+// memory handed on to a later call never carries them; another kernel's data matches TAG with negligible
+// odds (two NaN payloads no arithmetic produces). (A per-call random tag from the host was tried: MLX keeps
+// host-made arrays in managed memory, and reading one cost each launch ~15 µs on the H200.)
+// Each block stores its signature, fences (fence.sc) and then reads the others': of any two blocks, the one
+// that fences second sees the other's, so the last to sign sees all of them; a block before it may see them
+// all too, and merges the same partials in the same order, writing the same bits. Partials go out before the
+// signature and are read after it through L2 (__ldcg), L1 not being coherent between blocks. The merge:
+// D / 4 float4 lanes per head, every split's term an independent load (unrolled).
+template <typename T, int D, int NTD, int CH, int GH, int U, int UC, int Hq, int Hkv, int Tk>
+__device__ __forceinline__ void decode_last(const T* __restrict__ q, const T* __restrict__ k,
+                                            const T* __restrict__ v, T* __restrict__ o,
+                                            float* __restrict__ part) {
+  constexpr int NSPLIT = (Tk + CH - 1) / CH, PW = part_width<D>();
+  constexpr int G = Hq / Hkv, NGROUPS = (G + GH - 1) / GH;
+  constexpr int L4 = D / 4, SLOTS = NTD / L4;  // lanes per head, heads merged at once
+  static_assert(NTD % L4 == 0 && L4 <= 32 && 32 % L4 == 0, "whole heads per warp");
+  decode_split<T, D, NTD, CH, GH, U, UC, Hq, Hkv, Tk>(q, k, v, part);
+  KSDEC_SHARED(unsigned, all, 1);
+  const int bk = blockIdx.y / NGROUPS, gi = blockIdx.y % NGROUPS;
+  const int b = bk / Hkv, kvh = bk % Hkv;
+  // The signature of split s sits at D + 2 of row (first head of the group, s): 8-byte aligned (rows are 16).
+  unsigned long long* tags = reinterpret_cast<unsigned long long*>(
+      part + ((size_t)b * Hq + kvh * G + gi * GH) * NSPLIT * PW + D + 2);
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    if (threadIdx.x == 0) __stcg(tags + (size_t)blockIdx.x * (PW / 2), TAG);
+    __threadfence();
+    __syncwarp();  // lane 0's store and fence come before any lane's reads
+    bool seen = true;
+    for (int s = threadIdx.x; s < NSPLIT; s += 32) seen &= __ldcg(tags + (size_t)s * (PW / 2)) == TAG;
+    seen = __all_sync(0xffffffffu, seen);
+    if (seen)  // every split has signed: wipe the signatures, so that no later user of the memory meets them
+      for (int s = threadIdx.x; s < NSPLIT; s += 32) __stcg(tags + (size_t)s * (PW / 2), 0ull);
+    if (threadIdx.x == 0) all[0] = seen;
+  }
+  __syncthreads();
+  if (!all[0]) return;
+  __threadfence();
+  const int slot = threadIdx.x / L4, d4 = threadIdx.x % L4;
+  for (int r0 = 0; r0 < GH; r0 += SLOTS) {  // the same trip count in every lane (shuffles below)
+    const int r = r0 + slot, hg = gi * GH + r;
+    const bool active = r < GH && hg < G;
+    const float* hp = part + ((size_t)b * Hq + kvh * G + (active ? hg : 0)) * NSPLIT * PW;
+    float M = neg_inf();
+    if (active)
+      for (int s = d4; s < NSPLIT; s += L4) M = fmaxf(M, __ldcg(hp + s * PW + D));
+#pragma unroll
+    for (int sh = L4 / 2; sh > 0; sh >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, sh));
+    if (!active) continue;
+    float l = 0.0f;
+    float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 8
+    for (int s = 0; s < NSPLIT; ++s) {
+      const float w = rescale(__ldcg(hp + s * PW + D), M);
+      const float4 x = __ldcg(reinterpret_cast<const float4*>(hp + s * PW) + d4);
+      l = fmaf(w, __ldcg(hp + s * PW + D + 1), l);
+      a = make_float4(fmaf(w, x.x, a.x), fmaf(w, x.y, a.y), fmaf(w, x.z, a.z), fmaf(w, x.w, a.w));
+    }
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    T* dst = o + ((size_t)b * Hq + kvh * G + hg) * D + 4 * d4;
+    dst[0] = from_f<T>(a.x * inv);
+    dst[1] = from_f<T>(a.y * inv);
+    dst[2] = from_f<T>(a.z * inv);
+    dst[3] = from_f<T>(a.w * inv);
+  }
 }
 
 // One launch: grid (NTD * NC, B * Hkv * head groups) in clusters of (NC, 1, 1) blocks, so the NC splits of
