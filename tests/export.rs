@@ -88,7 +88,7 @@ fn the_exported_attention_module_takes_causal_as_a_keyword() {
          d = {**a._dims(x), 'CAUSAL': 0}\n\
          os.environ.pop('MLX_USE_CUDA_GRAPHS', None); os.environ.pop('KSEARCH_ALLOW_CLUSTERS', None)\n\
          seen = [a._supported(x, d)]\n\
-         a._SPEC['params'].update(NC=4, CH=256)  # CH is fixed at 256 where unused\n\
+         a._SPEC['params']['NC'] = 4\n\
          seen.append(a._supported(x, d))\n\
          os.environ['KSEARCH_ALLOW_CLUSTERS'] = '1'\n\
          seen.append(a._supported(x, d))\n\

@@ -13,10 +13,12 @@ One hazard decides when a cluster launch may run at all (`refusal`). Measured on
 6-block kernel of the same process ran blocks 0-3 only, three times out of three; before it, or in one
 evaluation with it, all 6 ran; with MLX_USE_CUDA_GRAPHS=0, all 6 every time. In the attention task a 6-block
 prefill lost heads that way, and MLX's own float32-to-bfloat16 conversions of later inputs lost blocks too.
-MLX's CUDA back-end reuses a cached executable graph for a later graph of the same shape by updating it in
-place, and its cache key names a kernel node "K" whatever the function's compiled cluster dims (it guards
-runtime cluster shapes of child graphs only), so the cluster shape stays on the node. Without graphs the
-decode in clusters was slower than MLX's SDPA, so MLX_USE_CUDA_GRAPHS=0 is a way to run it, not to win.
+The mechanism, read from MLX's source rather than shown by an experiment: its CUDA back-end reuses a cached
+executable graph for a later graph of the same shape by updating it in place, and its cache key names a
+kernel node "K" whatever the function's compiled cluster dims (it guards runtime cluster shapes of child
+graphs only), so the cluster shape stays on the node. Without graphs the decode in clusters was slower than
+the two-launch decode on every decode workload (and than MLX's SDPA at the 8k and 16k shapes), so
+MLX_USE_CUDA_GRAPHS=0 is a way to run it, not to win.
 
 `ksearch export` embeds this file's code in the modules it writes: standard library only.
 """

@@ -1,10 +1,13 @@
 // The shipped CUDA expert decode of attention (tasks/attention/seeds/mlx-cuda/expert: decode.cuh, launched as
-// decode.cu in clusters of NC blocks, or for NC = 0 as decode_split.cu then decode_combine.cu with
-// decode_combine.cuh) on the CPU emulation of tests/back_translate_cpu/cuda_cpu.h (one block or one cluster
-// after another, one std::thread per CUDA thread): it must match softmax(q k^T / sqrt(D)) v computed here in
-// double. The cluster primitives (rank, size, barrier, distributed shared memory) and per-block shared
-// arrays come from the emulation; what it cannot show: a missing second cluster barrier (a block's arena
-// outlives its threads here), `.aligned` barriers reached divergently, the trap outside a cluster. float32 runs the FMA path; fp16 and bf16 run the
+// decode.cu in clusters of NC blocks, for NC = 0 as decode_last.cu in one launch, or as decode_split.cu then
+// decode_combine.cu with decode_combine.cuh) on the CPU emulation of tests/back_translate_cpu/cuda_cpu.h
+// (one std::thread per CUDA thread): it must match softmax(q k^T / sqrt(D)) v computed here in double. The
+// blocks of a cluster run at once, and so do all the split blocks of a one-launch decode (their signatures
+// are std::atomic_ref accesses between seq_cst fences, so several blocks may see every signature, merge and
+// wipe); other launches run block after block. The cluster primitives (rank, size, barrier, distributed
+// shared memory) and per-block shared arrays come from the emulation; what it cannot show: a missing second
+// cluster barrier (a block's arena outlives its threads here), `.aligned` barriers reached divergently, the
+// trap outside a cluster, orderings weaker than x86's that a GPU allows. float32 runs the FMA path; fp16 and bf16 run the
 // tensor-core path, whose three PTX primitives (mma.sync m16n8k16, the pair packing, ex2) are emulated below
 // with mma.sync's fragment layout. Shapes reach every path: GQA factors 1 to 8, a head group with an empty
 // slot, GH above G and below it, a last split shorter than CH, a chunk and a warp with no keys, one split,
@@ -13,6 +16,7 @@
 #include "cuda_cpu.h"
 #include <cstdio>
 #include <array>
+#include <atomic>
 #include <random>
 // The few CUDA names the decode uses that cuda_cpu.h leaves out.
 #define __forceinline__ inline
@@ -22,15 +26,10 @@ inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z,
 inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return {x, y, z, w}; }
 template <class T> T __ldg(const T* p) { return *p; }
 template <class T> T __ldcg(const T* p) { return *p; }
-template <class T> void __stcg(T* p, T v) { *p = v; }
-inline void __threadfence() {}  // blocks run one after another here: every write is seen
+inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 inline float __shfl_xor_sync(unsigned m, float v, int lane_mask) {
   int r = __shfl_sync(m, __float_as_int(v), (int)(cpu_lin() % 32) ^ lane_mask);
   return __int_as_float(r);
-}
-inline unsigned long long __shfl_sync(unsigned m, unsigned long long v, int src) {
-  const unsigned lo = (unsigned)__shfl_sync(m, (int)(unsigned)v, src), hi = (unsigned)__shfl_sync(m, (int)(v >> 32), src);
-  return (unsigned long long)hi << 32 | lo;
 }
 struct __nv_bfloat162 { __nv_bfloat16 x, y; };
 inline float2 __half22float2(__half2) { return {0, 0}; }              // 16-bit paths: compiled, not run here
@@ -39,20 +38,28 @@ inline __half __float2half_rn(float f) { return __half(f); }
 inline __nv_bfloat16 __float2bfloat16_rn(float f) { return __nv_bfloat16(f); }
 inline void __trap() { std::abort(); }
 
-// Clusters and shared arrays, from the emulation (each block of a running cluster has its own arena).
-#define KSDEC_EMULATED_CLUSTER
+// Clusters, shared arrays and the one-launch merge's signatures, from the emulation (each block of a running
+// cluster has its own arena).
+#define KSDEC_EMULATED
 #define KSDEC_SHARED(type, name, n) type* name = static_cast<type*>(cpu_block_shared(sizeof(type) * (n)))
 namespace ksdec {
 inline unsigned cluster_size() { return cpu_cluster_size(); }
 inline unsigned cluster_rank() { return cpu_cluster_rank(); }
 inline void cluster_sync() { cpu_cluster_sync(); }
 inline const float* in_block(const float* p, unsigned rank) { return cpu_in_block(p, rank); }
+inline unsigned long long sig_load(const unsigned long long* p) {
+  return std::atomic_ref<const unsigned long long>(*p).load(std::memory_order_relaxed);
+}
+inline void sig_store(unsigned long long* p, unsigned long long v) {
+  std::atomic_ref<unsigned long long>(*p).store(v, std::memory_order_relaxed);
+}
 }  // namespace ksdec
 
 
 // The tensor-core path (16-bit T) runs here too: the seed leaves its three PTX primitives to us.
 #define KSDEC_EMULATED_MMA
-static std::vector<std::array<unsigned, 6>> g_frag(8 * 1024);  // each thread's MMA fragments, as posted
+constexpr unsigned MAX_AT_ONCE = 64;  // blocks running at once (a cluster, or a one-launch decode's splits)
+static std::vector<std::array<unsigned, 6>> g_frag(MAX_AT_ONCE * 1024);  // each thread's MMA fragments, as posted
 namespace ksdec {
 template <typename T> struct Mma16 {
   // c += a (16x16, row-major) * b (16x8, col-major), warp-wide, with mma.sync's fragment layout: lane (g, t4)
@@ -121,8 +128,8 @@ static std::mt19937 rng(7);
 // One shape and setting: T the element type (float: the FMA path; __half, __nv_bfloat16: tensor cores), with
 // the task's tolerance for T against a double softmax of the same (rounded) inputs.
 // NC > 0: one launch in clusters of NC blocks (CH unused), IL interleaving their keys; NC = 0: splits of CH
-// keys, in two launches, or with LM in one whose blocks sign their partials, the block that sees every signature
-// of its head group merging (blocks run one after another here: the last one).
+// keys, in two launches, or with LM in one whose blocks sign their partials, the blocks that see every signature
+// of their head group merging.
 template <typename T, int D, int NTD, int NC, int IL, int LM, int CH, int GH, int U, int UC, int B, int Hq, int Hkv, int Tk>
 int check(const char* what) {
   constexpr int G = Hq / Hkv, NSPLIT = NC > 0 ? NC : (Tk + CH - 1) / CH, NGROUPS = (G + GH - 1) / GH;
@@ -149,11 +156,12 @@ int check(const char* what) {
       std::vector<float> part((size_t)B * Hq * NSPLIT * (D + 4), NAN);
       const auto other = as_t(rnd((size_t)B * Hq * D));
       std::vector<T> o_other((size_t)B * Hq * D, T(NAN));
-      auto call = [&](const std::vector<T>& qs, std::vector<T>& out, int splits) {
+      static_assert(NSPLIT <= MAX_AT_ONCE, "the emulation runs every split block at once");
+      auto call = [&](const std::vector<T>& qs, std::vector<T>& out, int splits) {  // a head group's splits at once
         cpu_launch({(unsigned)(NTD * splits), (unsigned)(B * Hkv * NGROUPS), 1}, {NTD, 1, 1}, [&] {
           mlx::core::cu::attn_decode_last<T, D, NTD, CH, GH, U, UC, Hq, Hkv, Tk>(qs.data(), kt.data(), vt.data(),
                                                                               out.data(), part.data());
-        });
+        }, (unsigned)splits);
       };
       call(other, o_other, NSPLIT);
       if (NSPLIT > 1) {
@@ -197,7 +205,7 @@ int check(const char* what) {
         }
       }
     printf("%-44s %d splits%s, worst error %.3g of tolerance\n", what, NSPLIT,
-           NC > 0 ? (IL ? " (a cluster, interleaved)" : " (a cluster)") : LM ? " (signed, last block merges)" : "", worst);
+           NC > 0 ? (IL ? " (a cluster, interleaved)" : " (a cluster)") : LM ? " (one launch, signed)" : "", worst);
   }
   return bad;
 }
@@ -220,12 +228,13 @@ int main() {
   bad += check<__nv_bfloat16, 64, 64, 0, 0, 0, 32, 8, 4, 2, 1, 8, 1, 100>("bf16 D 64, GH 8, one step per split");
   bad += check<__half, 128, 256, 0, 0, 0, 512, 1, 4, 1, 1, 2, 2, 700>("fp16 MHA, GH 1, 8 warps");
   // One launch whose last block per head group merges (LM 1): slots of D / 4 lanes per head, rounds of them.
-  bad += check<__half, 128, 128, 0, 1, 1, 512, 4, 4, 1, 1, 8, 2, 1100>("fp16 last block merges, defaults");
-  bad += check<float, 128, 128, 0, 1, 1, 64, 2, 2, 1, 2, 6, 2, 300>("float32 last merges, half-empty group");
-  bad += check<__nv_bfloat16, 64, 64, 0, 1, 1, 32, 8, 4, 2, 1, 8, 1, 140>("bf16 D 64 last merges, GH 8, 2 rounds");
-  bad += check<__half, 128, 128, 0, 1, 1, 512, 4, 4, 2, 1, 8, 2, 77>("fp16 last merges, one split");
-  bad += check<float, 64, 128, 0, 1, 1, 64, 4, 2, 1, 2, 4, 2, 130>("float32 D 64 last merges, GH 4 > G 2");
-  bad += check<__half, 128, 256, 0, 1, 1, 128, 1, 4, 1, 1, 2, 2, 700>("fp16 MHA last merges, GH 1, 8 warps");
+  bad += check<__half, 128, 128, 0, 1, 1, 512, 4, 4, 1, 1, 8, 2, 1100>("fp16 one launch, defaults");
+  bad += check<float, 128, 128, 0, 1, 1, 64, 2, 2, 1, 2, 6, 2, 300>("float32 one launch, half-empty group");
+  bad += check<__nv_bfloat16, 64, 64, 0, 1, 1, 32, 8, 4, 2, 1, 8, 1, 140>("bf16 D 64 one launch, GH 8, 2 rounds");
+  bad += check<__half, 128, 128, 0, 1, 1, 512, 4, 4, 2, 1, 8, 2, 77>("fp16 one launch, one split");
+  bad += check<float, 64, 128, 0, 1, 1, 64, 4, 2, 1, 2, 4, 2, 130>("float32 D 64 one launch, GH 4 > G 2");
+  bad += check<__half, 128, 256, 0, 1, 1, 128, 1, 4, 1, 1, 2, 2, 700>("fp16 MHA one launch, GH 1, 8 warps");
+  bad += check<__nv_bfloat16, 128, 64, 0, 1, 1, 64, 4, 4, 1, 1, 8, 2, 2100>("bf16 one launch, 33 splits");
   // One launch in clusters (NC > 0; CH unused), keys interleaved (IL 1) or in consecutive ranges.
   bad += check<__half, 128, 128, 8, 1, 0, 0, 4, 4, 2, 1, 8, 2, 1000>("fp16 cluster of 8, interleaved");
   bad += check<__half, 128, 128, 8, 0, 0, 0, 4, 4, 2, 1, 8, 2, 1000>("fp16 cluster, consecutive keys");

@@ -13,7 +13,7 @@ constexpr unsigned long long TAG = 0x7ff1a5c37fb2d4e6ull;
 // two launches, a row of the block's shared memory in a cluster); 4 floats of room keep rows 16-byte aligned.
 template <int D> __host__ __device__ constexpr int part_width() { return D + 4; }
 
-#if !defined(KSDEC_EMULATED_CLUSTER)  // tests/cuda_seeds_cpu runs blocks of a cluster at once and brings its own
+#if !defined(KSDEC_EMULATED)  // tests/cuda_seeds_cpu runs blocks at once on CPU threads and brings its own
 // Shared arrays of the block (a macro so that the CPU emulation can give each block its own).
 #define KSDEC_SHARED(type, name, n) __shared__ __align__(16) type name[n]
 // The cluster this block belongs to (compile-time dims, see decode_cluster): its size, this block's rank, a
@@ -36,6 +36,16 @@ __device__ __forceinline__ const float* in_block(const float* p, unsigned rank) 
   const float* r;
   asm volatile("mapa.u64 %0, %1, %2;" : "=l"(r) : "l"(p), "r"(rank));
   return r;
+}
+// A signature of the one-launch merge (decode_last), read and written by several blocks: relaxed, device-wide
+// accesses (ordered by the fences around them), which other blocks see without tearing.
+__device__ __forceinline__ unsigned long long sig_load(const unsigned long long* p) {
+  unsigned long long v;
+  asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void sig_store(unsigned long long* p, unsigned long long v) {
+  asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
 #endif
 
@@ -484,15 +494,18 @@ __device__ __forceinline__ void decode_split(const T* __restrict__ q, const T* _
 // sees all NSPLIT of its (KV head, head group) wipes them and merges the partials into o. No counters: MLX runs
 // independent calls at once, so counters in module globals were shared between calls and lost outputs, and
 // counters in an output need zeroing, which MLX's init_value does for every output of the launch with a kernel
-// each (measured slower than a second launch). Signatures are wiped as soon as they have all been seen, so
-// memory handed on to a later call never carries them; another kernel's data matches TAG with negligible
-// odds (two NaN payloads no arithmetic produces). (A per-call random tag from the host was tried: MLX keeps
-// host-made arrays in managed memory, and reading one cost each launch ~15 µs on the H200.)
-// Each block stores its signature, fences (fence.sc) and then reads the others': of any two blocks, the one
-// that fences second sees the other's, so the last to sign sees all of them; a block before it may see them
-// all too, and merges the same partials in the same order, writing the same bits. Partials go out before the
-// signature and are read after it through L2 (__ldcg), L1 not being coherent between blocks. The merge:
-// D / 4 float4 lanes per head, every split's term an independent load (unrolled).
+// each (measured slower than a second launch). (A per-call random tag from the host was tried: MLX keeps
+// host-made arrays in managed memory, and reading one added about 14 µs to the kernel under ncu.)
+// Order: the block's threads write their partials; a barrier; lane 0 fences (fence.sc: a release of what the
+// barrier showed it), signs, fences again; warp 0 reads the signatures, and a block that saw them all fences
+// (acquire) before its threads read the partials, through L2 (__ldcg; L1 is not coherent between blocks). Of
+// any two blocks the one whose second fence comes later sees the other's signature, so the last to sign sees
+// them all; a block that read a wiped signature missed it only because another block saw them all and merges.
+// Blocks that both merge write the same bits (the same partials in the same order).
+// What the signature assumes: that a call runs all its splits (a kernel that stops midway ends the process's
+// CUDA context with it), and that no other data holds exactly TAG where a split's signature lies: two NaN
+// payloads that no arithmetic produces, so only data written with that bit pattern on purpose (or random bits,
+// at odds of 2^-64 per signature) could.
 template <typename T, int D, int NTD, int CH, int GH, int U, int UC, int Hq, int Hkv, int Tk>
 __device__ __forceinline__ void decode_last(const T* __restrict__ q, const T* __restrict__ k,
                                             const T* __restrict__ v, T* __restrict__ o,
@@ -508,22 +521,25 @@ __device__ __forceinline__ void decode_last(const T* __restrict__ q, const T* __
   // The signature of split s sits at D + 2 of row (first head of the group, s): 8-byte aligned (rows are 16).
   unsigned long long* tags = reinterpret_cast<unsigned long long*>(
       part + ((size_t)b * Hq + kvh * G + gi * GH) * NSPLIT * PW + D + 2);
-  __threadfence();
   __syncthreads();
   if (threadIdx.x < 32) {
-    if (threadIdx.x == 0) __stcg(tags + (size_t)blockIdx.x * (PW / 2), TAG);
-    __threadfence();
-    __syncwarp();  // lane 0's store and fence come before any lane's reads
+    if (threadIdx.x == 0) {
+      __threadfence();
+      sig_store(tags + (size_t)blockIdx.x * (PW / 2), TAG);
+      __threadfence();
+    }
+    __syncwarp();  // lane 0's store and fences come before any lane's reads
     bool seen = true;
-    for (int s = threadIdx.x; s < NSPLIT; s += 32) seen &= __ldcg(tags + (size_t)s * (PW / 2)) == TAG;
+    for (int s = threadIdx.x; s < NSPLIT; s += 32) seen &= sig_load(tags + (size_t)s * (PW / 2)) == TAG;
     seen = __all_sync(0xffffffffu, seen);
-    if (seen)  // every split has signed: wipe the signatures, so that no later user of the memory meets them
-      for (int s = threadIdx.x; s < NSPLIT; s += 32) __stcg(tags + (size_t)s * (PW / 2), 0ull);
+    if (seen) {  // every split has signed: wipe the signatures, so that no later user of the memory meets them
+      for (int s = threadIdx.x; s < NSPLIT; s += 32) sig_store(tags + (size_t)s * (PW / 2), 0ull);
+      __threadfence();
+    }
     if (threadIdx.x == 0) all[0] = seen;
   }
   __syncthreads();
   if (!all[0]) return;
-  __threadfence();
   const int slot = threadIdx.x / L4, d4 = threadIdx.x % L4;
   for (int r0 = 0; r0 < GH; r0 += SLOTS) {  // the same trip count in every lane (shuffles below)
     const int r = r0 + slot, hg = gi * GH + r;
