@@ -1,8 +1,8 @@
 // attention, expert (MLX CUDA): decode (Tq == 1), split-K; plan.toml says why and how. Three ways to merge
 // the splits: in two launches, each split writes its partial to the `part` buffer and a second launch merges
-// them (decode_split here, then decode_combine.cuh); in one launch, the last split block of a KV head to
-// finish merges them (decode_last), or the splits of a KV head are the blocks of one thread-block cluster and
-// meet in distributed shared memory (decode_cluster). Headers of their own, apart from the prefill's
+// them (decode_split here, then decode_combine.cuh); in one launch, a split block that sees every split of its
+// KV head signed merges them (decode_last), or the splits of a KV head are the blocks of one thread-block
+// cluster and meet in distributed shared memory (decode_cluster). Headers of their own, apart from the prefill's
 // attn.cuh: MLX copies and hashes a kernel's whole source at every launch.
 namespace ksdec {
 
