@@ -1,7 +1,7 @@
 """Summarise an ncu CSV of bench/attention_decode_profile.py --ncu: the decode kernels' own GPU time per
-configuration (split_us: a one-launch kernel, in clusters or merged by its last block, or the split pass of
-two launches, whose merge is combine_us; MLX's own kernels, such as the fills of a launch's outputs, under
-other_kernels) (median over its calls: 3 timed and 1 checked), MLX's SDPA beside them, the fastest configurations first.
+configuration (split_us: a one-launch kernel, in clusters or merged by the block that sees every split's
+signature, or the split pass of two launches, whose merge is combine_us; MLX's own kernels, such as copies or
+the fills of a launch with init_value, under other_kernels) (median over its calls: 3 timed and 1 checked), MLX's SDPA beside them, the fastest configurations first.
 
 Run: python3 bench/attention_decode_ncu.py NCU.csv RUN.json OUT.json TOP > CONFIGS.txt
 OUT.json gets every configuration; CONFIGS.txt the TOP fastest as "--set A=1 --set B=2" lines
@@ -52,7 +52,7 @@ def main() -> None:
         if t.get("NC", 0) > 0:  # one launch in clusters
             split_us, split_bytes = kernel_us("attn_decode", [t[n] for n in order["attn_decode"]])
             combine_us = 0.0
-        elif t.get("LM", 0) > 0:  # one launch, the last block merging (MLX's fills of its outputs: other_kernels)
+        elif t.get("LM", 0) > 0:  # one launch, merged by the block that sees every split's signature
             split_us, split_bytes = kernel_us("attn_decode_last", [t[n] for n in order["attn_decode_last"]])
             combine_us = 0.0
         else:
