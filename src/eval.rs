@@ -255,7 +255,7 @@ impl Evaluator {
                 .iter()
                 .map(|k| {
                     json!({"name": k.name, "source": cand.mlx_source(k),
-                           "header": cand.mlx_header(k)})
+                           "header": cand.mlx_header(k), "header_name": k.header})
                 })
                 .collect();
             return match self.worker.request(

@@ -16,6 +16,8 @@ const MODULE: &str = include_str!("../templates/mlx_module.py.j2");
 const TEST: &str = include_str!("../templates/mlx_module_test.py.j2");
 /// The worker's declaration of cluster kernels, embedded in modules whose plan launches in clusters.
 const CLUSTER_PY: &str = include_str!("../python/ksearch_worker/cluster.py");
+/// The worker's headers-as-files (MLX hashes a kernel's whole source at every call), embedded in CUDA modules.
+const HEADER_FILE_PY: &str = include_str!("../python/ksearch_worker/header_file.py");
 
 /// The Python identifier the function gets: the task's name with `-` as `_`.
 pub fn function_name(task: &Task) -> String {
@@ -85,7 +87,7 @@ fn spec(task: &Task, c: &Candidate) -> Result<Value> {
         .map(|k| {
             (
                 k.name.clone(),
-                json!({"source": c.mlx_source(k), "header": c.mlx_header(k)}),
+                json!({"source": c.mlx_source(k), "header": c.mlx_header(k), "header_name": k.header}),
             )
         })
         .collect();
@@ -181,6 +183,7 @@ pub fn mlx_python(task: &Task, c: &Candidate, out: &Path) -> Result<(PathBuf, Pa
         "backend": backend, "inputs": spec["inputs"], "options": spec["options"], "outputs": spec["outputs"], "baseline": spec["baseline"],
         "description": task.toml.description.replace('"', "'"), "spec_literal": literal,
         "cluster_py": if c.plan.launch.iter().any(|l| l.cluster.is_some()) { CLUSTER_PY } else { "" },
+        "header_file_py": if c.plan.target == Target::MlxCuda { HEADER_FILE_PY } else { "" },
     });
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     let module = out.join(format!("{function}.py"));

@@ -92,11 +92,19 @@ fn the_exported_attention_module_takes_causal_as_a_keyword() {
          seen.append(a._supported(x, d))\n\
          os.environ['KSEARCH_ALLOW_CLUSTERS'] = '1'\n\
          seen.append(a._supported(x, d))\n\
-         print(seen)",
+         print(seen)\n\
+         import inspect, tempfile\n\
+         h = a._SPEC['kernels']['attn_decode_last']['header']\n\
+         line = a.by_include(h, tempfile.mkdtemp())\n\
+         print(len(h) > 10000, line.startswith('#include \"') and open(line[10:-2]).read() == h,\n\
+               'by_include(k[\"header\"])' in inspect.getsource(a._kernel))",
     );
+    let lines: Vec<&str> = probe.trim().lines().collect();
     assert_eq!(
-        probe.trim(),
-        "[True, False, True]",
+        lines[0], "[True, False, True]",
         "NC 0, NC 4 under graphs, NC 4 allowed"
     );
+    // On CUDA the module hands MLX each header as an #include of a file holding it (header_file.py, embedded):
+    // MLX hashes a kernel's whole source at every call.
+    assert_eq!(lines[1], "True True True", "{probe}");
 }

@@ -49,6 +49,17 @@ def copies_for(working_set_bytes: int, cache_bytes: int) -> int:
 
 
 MAX_CALLS_PER_EVAL = 64
+# A call whose own cost reaches this is timed alone (one call per evaluation).
+LONG_CALL_S = 1e-3
+# Evaluations of one call longer than this are not probed with eight (a slow baseline would take seconds):
+# their calls count as long.
+PROBE_EIGHT_UNDER_S = 0.05
+
+
+def own_cost(one_s: float, eight_s: float) -> float:
+    """A call's own cost: the marginal time of one more call in an evaluation (noise that makes eight calls
+    look cheaper than one is bounded below)."""
+    return max((eight_s - one_s) / 7, one_s / 100, 1e-9)
 
 
 def calls_per_eval(one_s: float, eight_s: float, share: float = 0.05) -> int:
@@ -57,11 +68,13 @@ def calls_per_eval(one_s: float, eight_s: float, share: float = 0.05) -> int:
 
     In a real program a kernel is one of many operations in an evaluation, so that cost is not the kernel's:
     enough calls share one evaluation that it falls under `share` of a call's own cost (at most
-    MAX_CALLS_PER_EVAL). A call of a millisecond or more is timed alone.
+    MAX_CALLS_PER_EVAL). A call whose own cost is a millisecond or more is timed alone. Its own cost, not
+    the evaluation of one call: on the H200 MLX's cost per evaluation of one call sometimes exceeded a
+    millisecond by itself, which once timed a 78 µs kernel alone at 234 µs.
     """
-    if one_s >= 1e-3:
+    own = own_cost(one_s, eight_s)
+    if own >= LONG_CALL_S:
         return 1
-    own = max((eight_s - one_s) / 7, one_s / 100, 1e-9)  # marginal cost of one call
     fixed = max(one_s - own, 0.0)
     return max(1, min(MAX_CALLS_PER_EVAL, math.ceil(fixed / (share * own))))
 
@@ -69,14 +82,14 @@ def calls_per_eval(one_s: float, eight_s: float, share: float = 0.05) -> int:
 def shared_calls_per_eval(probes: Sequence[tuple[float, float]]) -> list[int]:
     """Calls per evaluation for each entry of one workload, from each entry's (1 call, 8 calls) times.
 
-    Entries under a millisecond share one count, the largest any of them needs: MLX may overlap the
+    Entries whose calls are short share one count, the largest any of them needs: MLX may overlap the
     independent calls of an evaluation on the device, so the candidate and a baseline are compared at the
-    same number of calls in flight, not each at its own. Longer entries are timed one call at a time.
+    same number of calls in flight, not each at its own. Entries of long calls are timed one call at a time.
     """
     wanted = [calls_per_eval(one, eight) for one, eight in probes]
-    short = [k for k, (one, _) in zip(wanted, probes, strict=True) if one < 1e-3]
-    shared = max(short, default=1)
-    return [shared if one < 1e-3 else 1 for one, _ in probes]
+    short = [own_cost(*p) < LONG_CALL_S for p in probes]
+    shared = max((k for k, s in zip(wanted, short, strict=True) if s), default=1)
+    return [shared if s else 1 for s in short]
 
 
 def _stats(samples: list[float], reps: int, copies: int) -> dict[str, Any]:

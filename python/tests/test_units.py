@@ -113,8 +113,11 @@ def test_calls_per_eval_amortise_a_fixed_cost_per_evaluation() -> None:
     assert calls_per_eval(430e-6, 3230e-6) == 2
     # No fixed cost (eight calls cost eight times one): one call per evaluation.
     assert calls_per_eval(100e-6, 800e-6) == 1
-    # A millisecond or more: alone.
+    # A millisecond or more of its own: alone.
     assert calls_per_eval(1.5e-3, 12e-3) == 1
+    # An evaluation of one call that takes over a millisecond by MLX's fixed cost, of a call that costs 80 µs
+    # of its own: shared with others, not timed alone with that cost.
+    assert calls_per_eval(1.05e-3, 1.61e-3) == MAX_CALLS_PER_EVAL
     # Noise that makes eight calls look cheaper than one must not blow up.
     assert 1 <= calls_per_eval(60e-6, 30e-6) <= MAX_CALLS_PER_EVAL
 
@@ -126,6 +129,10 @@ def test_short_entries_of_a_workload_share_one_count() -> None:
     assert [calls_per_eval(*p) for p in probes] == [MAX_CALLS_PER_EVAL, 2, 1]
     assert shared_calls_per_eval(probes) == [MAX_CALLS_PER_EVAL, MAX_CALLS_PER_EVAL, 1]
     assert shared_calls_per_eval([(2e-3, 16e-3)]) == [1]
+    # The candidate's evaluation of one call over a millisecond, its calls short: it shares the count.
+    assert shared_calls_per_eval([(1.05e-3, 1.61e-3), (70e-6, 560e-6)]) == [MAX_CALLS_PER_EVAL, MAX_CALLS_PER_EVAL]
+    # A baseline too slow to probe with eight calls (PROBE_EIGHT_UNDER_S) counts as long.
+    assert shared_calls_per_eval([(50e-6, 120e-6), (0.3, 8 * 0.3)]) == [MAX_CALLS_PER_EVAL, 1]
 
 
 def test_measure_interleaves_and_respects_sample_bounds() -> None:

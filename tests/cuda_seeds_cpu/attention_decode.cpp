@@ -97,22 +97,22 @@ inline float ex2(float x) { return exp2f(x); }
 
 namespace mlx { namespace core { namespace cu {
 // As MLX generates it: template values as constexpr locals, then the body.
-template <typename T_, int D_, int NTD_, int NC_, int IL_, int GH_, int U_, int UC_, int Hq_, int Hkv_, int Tk_>
+template <typename T_, int D_, int NTD_, int NC_, int IL_, int GH_, int U_, int UC_, int PF_, int Hq_, int Hkv_, int Tk_>
 void attn_decode(const T_* q, const T_* k, const T_* v, T_* o) {
   using T = T_;
-  constexpr int D = D_, NTD = NTD_, NC = NC_, IL = IL_, GH = GH_, U = U_, UC = UC_, Hq = Hq_, Hkv = Hkv_, Tk = Tk_;
+  constexpr int D = D_, NTD = NTD_, NC = NC_, IL = IL_, GH = GH_, U = U_, UC = UC_, PF = PF_, Hq = Hq_, Hkv = Hkv_, Tk = Tk_;
 #include "decode.cu"
 }
-template <typename T_, int D_, int NTD_, int CH_, int GH_, int U_, int UC_, int Hq_, int Hkv_, int Tk_>
+template <typename T_, int D_, int NTD_, int CH_, int GH_, int U_, int UC_, int PF_, int Hq_, int Hkv_, int Tk_>
 void attn_decode_split(const T_* q, const T_* k, const T_* v, float* part) {
   using T = T_;
-  constexpr int D = D_, NTD = NTD_, CH = CH_, GH = GH_, U = U_, UC = UC_, Hq = Hq_, Hkv = Hkv_, Tk = Tk_;
+  constexpr int D = D_, NTD = NTD_, CH = CH_, GH = GH_, U = U_, UC = UC_, PF = PF_, Hq = Hq_, Hkv = Hkv_, Tk = Tk_;
 #include "decode_split.cu"
 }
-template <typename T_, int D_, int NTD_, int CH_, int GH_, int U_, int UC_, int Hq_, int Hkv_, int Tk_>
+template <typename T_, int D_, int NTD_, int CH_, int GH_, int U_, int UC_, int PF_, int Hq_, int Hkv_, int Tk_>
 void attn_decode_last(const T_* q, const T_* k, const T_* v, T_* o, float* part) {
   using T = T_;
-  constexpr int D = D_, NTD = NTD_, CH = CH_, GH = GH_, U = U_, UC = UC_, Hq = Hq_, Hkv = Hkv_, Tk = Tk_;
+  constexpr int D = D_, NTD = NTD_, CH = CH_, GH = GH_, U = U_, UC = UC_, PF = PF_, Hq = Hq_, Hkv = Hkv_, Tk = Tk_;
 #include "decode_last.cu"
 }
 template <typename T_, int D_, int CH_, int Tk_>
@@ -130,7 +130,7 @@ static std::mt19937 rng(7);
 // NC > 0: one launch in clusters of NC blocks (CH unused), IL interleaving their keys; NC = 0: splits of CH
 // keys, in two launches, or with LM in one whose blocks sign their partials, the blocks that see every signature
 // of their head group merging.
-template <typename T, int D, int NTD, int NC, int IL, int LM, int CH, int GH, int U, int UC, int B, int Hq, int Hkv, int Tk>
+template <typename T, int D, int NTD, int NC, int IL, int LM, int CH, int GH, int U, int UC, int PF, int B, int Hq, int Hkv, int Tk>
 int check(const char* what) {
   constexpr int G = Hq / Hkv, NSPLIT = NC > 0 ? NC : (Tk + CH - 1) / CH, NGROUPS = (G + GH - 1) / GH;
   const double atol = sizeof(T) == 4 ? 1e-4 : std::is_same_v<T, __half> ? 2e-3 : 1e-2;
@@ -147,7 +147,7 @@ int check(const char* what) {
     std::vector<T> o((size_t)B * Hq * D, T(NAN));
     if constexpr (NC > 0) {
       cpu_launch({(unsigned)(NTD * NC), (unsigned)(B * Hkv * NGROUPS), 1}, {NTD, 1, 1}, [&] {
-        mlx::core::cu::attn_decode<T, D, NTD, NC, IL, GH, U, UC, Hq, Hkv, Tk>(qt.data(), kt.data(), vt.data(), o.data());
+        mlx::core::cu::attn_decode<T, D, NTD, NC, IL, GH, U, UC, PF, Hq, Hkv, Tk>(qt.data(), kt.data(), vt.data(), o.data());
       }, NC);
     } else if constexpr (LM) {
       // Two calls on one `part` buffer, as MLX's allocator hands a freed buffer to the next call: first on other
@@ -159,7 +159,7 @@ int check(const char* what) {
       static_assert(NSPLIT <= MAX_AT_ONCE, "the emulation runs every split block at once");
       auto call = [&](const std::vector<T>& qs, std::vector<T>& out, int splits) {  // a head group's splits at once
         cpu_launch({(unsigned)(NTD * splits), (unsigned)(B * Hkv * NGROUPS), 1}, {NTD, 1, 1}, [&] {
-          mlx::core::cu::attn_decode_last<T, D, NTD, CH, GH, U, UC, Hq, Hkv, Tk>(qs.data(), kt.data(), vt.data(),
+          mlx::core::cu::attn_decode_last<T, D, NTD, CH, GH, U, UC, PF, Hq, Hkv, Tk>(qs.data(), kt.data(), vt.data(),
                                                                               out.data(), part.data());
         }, (unsigned)splits);
       };
@@ -173,7 +173,7 @@ int check(const char* what) {
     } else {
       std::vector<float> part((size_t)B * Hq * NSPLIT * (D + 4), NAN);
       cpu_launch({(unsigned)(NTD * NSPLIT), (unsigned)(B * Hkv * NGROUPS), 1}, {NTD, 1, 1}, [&] {
-        mlx::core::cu::attn_decode_split<T, D, NTD, CH, GH, U, UC, Hq, Hkv, Tk>(qt.data(), kt.data(), vt.data(),
+        mlx::core::cu::attn_decode_split<T, D, NTD, CH, GH, U, UC, PF, Hq, Hkv, Tk>(qt.data(), kt.data(), vt.data(),
                                                                                part.data());
       });
       cpu_launch({(unsigned)(256 * B * Hq), 1, 1}, {256, 1, 1}, [&] {
@@ -214,38 +214,44 @@ int main() {
   int bad = 0;
   // Two launches (NC = 0).
   //                D    NTD  NC IL LM CH   GH U  UC B  Hq Hkv Tk
-  bad += check<float, 128, 128, 0, 0, 0, 64, 2, 2, 1, 2, 6, 2, 300>("GQA 3, half-empty head group");
-  bad += check<float, 128, 128, 0, 0, 0, 128, 4, 4, 1, 1, 4, 1, 257>("GQA 4, one head group");
-  bad += check<float, 128, 128, 0, 0, 0, 64, 8, 2, 1, 1, 8, 1, 150>("GQA 8, GH 8");
-  bad += check<float, 64, 256, 0, 0, 0, 32, 1, 8, 1, 1, 2, 2, 100>("MHA, D 64, 256 threads");
-  bad += check<float, 128, 128, 0, 0, 0, 512, 4, 2, 1, 1, 4, 1, 77>("one split");
-  bad += check<float, 128, 64, 0, 0, 0, 256, 4, 8, 1, 1, 8, 2, 1100>("64 threads, U 8, short last split");
-  bad += check<float, 128, 128, 0, 0, 0, 256, 4, 4, 2, 1, 8, 2, 1100>("NTD 128, CH 256");
-  bad += check<float, 64, 128, 0, 0, 0, 64, 4, 2, 1, 2, 4, 2, 130>("GH 4 > G 2");
-  bad += check<__half, 128, 128, 0, 0, 0, 256, 4, 4, 2, 1, 8, 2, 520>("fp16, two launches, CH 256, UC 2");
-  bad += check<__nv_bfloat16, 128, 64, 0, 0, 0, 64, 4, 4, 2, 1, 8, 2, 140>("bf16, 2 warps, an empty chunk and warp");
-  bad += check<__half, 64, 128, 0, 0, 0, 128, 2, 4, 1, 2, 6, 2, 300>("fp16 D 64, GQA 3 in heads of 2");
-  bad += check<__nv_bfloat16, 64, 64, 0, 0, 0, 32, 8, 4, 2, 1, 8, 1, 100>("bf16 D 64, GH 8, one step per split");
-  bad += check<__half, 128, 256, 0, 0, 0, 512, 1, 4, 1, 1, 2, 2, 700>("fp16 MHA, GH 1, 8 warps");
+  bad += check<float, 128, 128, 0, 0, 0, 64, 2, 2, 1, 0, 2, 6, 2, 300>("GQA 3, half-empty head group");
+  bad += check<float, 128, 128, 0, 0, 0, 128, 4, 4, 1, 0, 1, 4, 1, 257>("GQA 4, one head group");
+  bad += check<float, 128, 128, 0, 0, 0, 64, 8, 2, 1, 0, 1, 8, 1, 150>("GQA 8, GH 8");
+  bad += check<float, 64, 256, 0, 0, 0, 32, 1, 8, 1, 0, 1, 2, 2, 100>("MHA, D 64, 256 threads");
+  bad += check<float, 128, 128, 0, 0, 0, 512, 4, 2, 1, 0, 1, 4, 1, 77>("one split");
+  bad += check<float, 128, 64, 0, 0, 0, 256, 4, 8, 1, 0, 1, 8, 2, 1100>("64 threads, U 8, short last split");
+  bad += check<float, 128, 128, 0, 0, 0, 256, 4, 4, 2, 0, 1, 8, 2, 1100>("NTD 128, CH 256");
+  bad += check<float, 64, 128, 0, 0, 0, 64, 4, 2, 1, 0, 2, 4, 2, 130>("GH 4 > G 2");
+  bad += check<__half, 128, 128, 0, 0, 0, 256, 4, 4, 2, 0, 1, 8, 2, 520>("fp16, two launches, CH 256, UC 2");
+  bad += check<__nv_bfloat16, 128, 64, 0, 0, 0, 64, 4, 4, 2, 0, 1, 8, 2, 140>("bf16, 2 warps, an empty chunk and warp");
+  bad += check<__half, 64, 128, 0, 0, 0, 128, 2, 4, 1, 0, 2, 6, 2, 300>("fp16 D 64, GQA 3 in heads of 2");
+  bad += check<__nv_bfloat16, 64, 64, 0, 0, 0, 32, 8, 4, 2, 0, 1, 8, 1, 100>("bf16 D 64, GH 8, one step per split");
+  bad += check<__half, 128, 256, 0, 0, 0, 512, 1, 4, 1, 0, 1, 2, 2, 700>("fp16 MHA, GH 1, 8 warps");
   // One launch whose last block per head group merges (LM 1): slots of D / 4 lanes per head, rounds of them.
-  bad += check<__half, 128, 128, 0, 1, 1, 512, 4, 4, 1, 1, 8, 2, 1100>("fp16 one launch, defaults");
-  bad += check<float, 128, 128, 0, 1, 1, 64, 2, 2, 1, 2, 6, 2, 300>("float32 one launch, half-empty group");
-  bad += check<__nv_bfloat16, 64, 64, 0, 1, 1, 32, 8, 4, 2, 1, 8, 1, 140>("bf16 D 64 one launch, GH 8, 2 rounds");
-  bad += check<__half, 128, 128, 0, 1, 1, 512, 4, 4, 2, 1, 8, 2, 77>("fp16 one launch, one split");
-  bad += check<float, 64, 128, 0, 1, 1, 64, 4, 2, 1, 2, 4, 2, 130>("float32 D 64 one launch, GH 4 > G 2");
-  bad += check<__half, 128, 256, 0, 1, 1, 128, 1, 4, 1, 1, 2, 2, 700>("fp16 MHA one launch, GH 1, 8 warps");
-  bad += check<__nv_bfloat16, 128, 64, 0, 1, 1, 64, 4, 4, 1, 1, 8, 2, 2100>("bf16 one launch, 33 splits");
+  bad += check<__half, 128, 64, 0, 1, 1, 512, 4, 4, 1, 1, 1, 8, 2, 1100>("fp16 one launch, defaults");
+  bad += check<float, 128, 128, 0, 1, 1, 64, 2, 2, 1, 0, 2, 6, 2, 300>("float32 one launch, half-empty group");
+  bad += check<__nv_bfloat16, 64, 64, 0, 1, 1, 32, 8, 4, 2, 0, 1, 8, 1, 140>("bf16 D 64 one launch, GH 8, 2 rounds");
+  bad += check<__half, 128, 128, 0, 1, 1, 512, 4, 4, 2, 0, 1, 8, 2, 77>("fp16 one launch, one split");
+  bad += check<float, 64, 128, 0, 1, 1, 64, 4, 2, 1, 0, 2, 4, 2, 130>("float32 D 64 one launch, GH 4 > G 2");
+  bad += check<__half, 128, 256, 0, 1, 1, 128, 1, 4, 1, 0, 1, 2, 2, 700>("fp16 MHA one launch, GH 1, 8 warps");
+  bad += check<__nv_bfloat16, 128, 64, 0, 1, 1, 64, 4, 4, 1, 0, 1, 8, 2, 2100>("bf16 one launch, 33 splits");
+  // PF: each warp's next step's loads issued before it computes the current one (tensor-core path).
+  bad += check<__half, 128, 128, 0, 1, 1, 512, 4, 4, 1, 0, 1, 8, 2, 1100>("fp16 one launch, no PF, short last split");
+  bad += check<__nv_bfloat16, 128, 64, 0, 1, 1, 64, 4, 4, 1, 1, 1, 8, 2, 2100>("bf16 one launch, PF, 33 splits");
+  bad += check<__half, 128, 128, 0, 1, 1, 192, 4, 4, 1, 1, 1, 8, 2, 1000>("fp16 one launch, PF, 3 steps per warp");
+  bad += check<__half, 64, 128, 0, 1, 0, 128, 2, 4, 1, 1, 1, 6, 2, 300>("fp16 D 64 two launches, PF, GQA 3");
+  bad += check<__half, 128, 128, 4, 1, 0, 0, 4, 4, 1, 1, 1, 8, 2, 1000>("fp16 cluster of 4, interleaved, PF");
   // One launch in clusters (NC > 0; CH unused), keys interleaved (IL 1) or in consecutive ranges.
-  bad += check<__half, 128, 128, 8, 1, 0, 0, 4, 4, 2, 1, 8, 2, 1000>("fp16 cluster of 8, interleaved");
-  bad += check<__half, 128, 128, 8, 0, 0, 0, 4, 4, 2, 1, 8, 2, 1000>("fp16 cluster, consecutive keys");
-  bad += check<__half, 128, 128, 4, 1, 0, 0, 4, 4, 2, 1, 8, 2, 1000>("fp16 cluster of 4, interleaved (H200's best)");
-  bad += check<__nv_bfloat16, 64, 64, 4, 0, 0, 0, 2, 4, 1, 2, 6, 2, 203>("bf16 cluster of 4, GQA 3 in heads of 2");
-  bad += check<__half, 128, 64, 8, 0, 0, 0, 8, 4, 2, 1, 8, 1, 40>("fp16 cluster, blocks without keys");
-  bad += check<float, 128, 128, 2, 0, 0, 0, 4, 4, 1, 1, 8, 2, 300>("float32 cluster of 2");
-  bad += check<float, 64, 64, 8, 0, 0, 0, 1, 2, 1, 2, 2, 2, 77>("float32 cluster, MHA, empty blocks");
-  bad += check<float, 128, 64, 4, 1, 0, 0, 4, 4, 1, 1, 8, 2, 700>("float32 cluster of 4, interleaved");
-  bad += check<__nv_bfloat16, 64, 64, 8, 1, 0, 0, 4, 4, 1, 2, 4, 2, 300>("bf16 cluster, interleaved, B 2, GH 4 > G 2");
-  bad += check<__half, 128, 64, 8, 1, 0, 0, 4, 4, 2, 1, 8, 2, 40>("fp16 cluster, interleaved, splits without keys");
+  bad += check<__half, 128, 128, 8, 1, 0, 0, 4, 4, 2, 0, 1, 8, 2, 1000>("fp16 cluster of 8, interleaved");
+  bad += check<__half, 128, 128, 8, 0, 0, 0, 4, 4, 2, 0, 1, 8, 2, 1000>("fp16 cluster, consecutive keys");
+  bad += check<__half, 128, 128, 4, 1, 0, 0, 4, 4, 2, 0, 1, 8, 2, 1000>("fp16 cluster of 4, interleaved (H200's best)");
+  bad += check<__nv_bfloat16, 64, 64, 4, 0, 0, 0, 2, 4, 1, 0, 2, 6, 2, 203>("bf16 cluster of 4, GQA 3 in heads of 2");
+  bad += check<__half, 128, 64, 8, 0, 0, 0, 8, 4, 2, 0, 1, 8, 1, 40>("fp16 cluster, blocks without keys");
+  bad += check<float, 128, 128, 2, 0, 0, 0, 4, 4, 1, 0, 1, 8, 2, 300>("float32 cluster of 2");
+  bad += check<float, 64, 64, 8, 0, 0, 0, 1, 2, 1, 0, 2, 2, 2, 77>("float32 cluster, MHA, empty blocks");
+  bad += check<float, 128, 64, 4, 1, 0, 0, 4, 4, 1, 0, 1, 8, 2, 700>("float32 cluster of 4, interleaved");
+  bad += check<__nv_bfloat16, 64, 64, 8, 1, 0, 0, 4, 4, 1, 0, 2, 4, 2, 300>("bf16 cluster, interleaved, B 2, GH 4 > G 2");
+  bad += check<__half, 128, 64, 8, 1, 0, 0, 4, 4, 2, 0, 1, 8, 2, 40>("fp16 cluster, interleaved, splits without keys");
   printf(bad ? "decode FAILED: %d bad\n" : "decode agrees with the reference\n", bad);
   return bad != 0;
 }
