@@ -4,8 +4,8 @@ MLX copies and hashes a custom kernel's whole source, header included, at every 
 mlx/backend/cuda/custom_kernel.cpp: `std::hash` of the source in `CustomKernel::eval_gpu`, to find the
 compiled module). Measured on the H200 (bench/results/h200-attention-decode-header-file-20261130.json), each
 KB of header costs a call about 0.24 µs of host time: with the attention decode's 19.7 KB header inline a call
-took 23.0 µs, with the header as a file 16.8 µs. NVRTC reads an included file from disk only when it compiles, so a header that is a file costs
-a call nothing. The file's name is the SHA-256 of its content: MLX keys its compiled code (in memory and in
+took 23.0 µs, with the header as a file 16.8 µs. NVRTC reads an included file from disk only when it
+compiles, so a header that is a file costs a call nothing. The file's name is the SHA-256 of its content: MLX keys its compiled code (in memory and in
 its on-disk cache) by the source it is handed, which names the file, so a changed header is a new key and
 never meets code compiled from the old one.
 

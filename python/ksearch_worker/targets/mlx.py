@@ -155,10 +155,9 @@ class MlxTarget:
         inputs = tuple(launch["inputs"]) + tuple(launch.get("scalar_names") or [])
         outputs = tuple(launch["outputs"])
         mlx_name = f"{name}_{key[:10]}"
-        # On CUDA the header is a file MLX's source includes: MLX hashes the source at every call (header_file.py).
-        if self.name == "mlx-cuda" and "included" not in spec:
-            spec["included"] = header_file.by_include(spec["header"])
-        header = spec["included"] if self.name == "mlx-cuda" else spec["header"]
+        # On CUDA the header is a file MLX's source includes (set by _evaluate; header_file.py): MLX hashes the
+        # source at every call.
+        header = spec.get("included", spec["header"]) if self.name == "mlx-cuda" else spec["header"]
         sig: tuple[Any, ...] = (name, inputs, outputs, launch.get("shared_memory") or 0, bool(launch.get("atomic_outputs")))
         declared = None
         if launch.get("cluster"):
@@ -305,7 +304,8 @@ class MlxTarget:
                               f"{'Metal' if self.name == 'mlx-metal' else 'CUDA'} back-end")
         dtypes = {n: str(d) if not isinstance(d, str) else d for n, d in r.mx_dtypes.items()}
         if self.name == "mlx-cuda":
-            # Header files rewritten if something removed them since (MLX compiles at a workload's first call).
+            # Each header as a file, written again if something removed it since the last workload (MLX
+            # compiles at a workload's first call).
             for spec in self._builds[r.key].kernels.values():
                 spec["included"] = header_file.by_include(spec["header"])
         checks: list[dict[str, Any]] = []
