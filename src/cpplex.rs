@@ -144,8 +144,9 @@ pub(crate) fn lex(src: &str) -> Vec<Tok> {
 /// The source as MLX is handed it: comments dropped, each line's indentation and trailing blanks trimmed,
 /// every newline kept, so a compiler's line numbers still point into the file. MLX copies and hashes a
 /// custom kernel's whole source at every call (about 0.2 µs per KB on the H200,
-/// bench/results/h200-mlx-call-overhead-20261130.json), so a well-commented header costs each call
-/// microseconds for nothing.
+/// bench/results/h200-mlx-call-overhead-20261130.json), so a well-commented body, or a Metal header, costs
+/// each call microseconds for nothing (on CUDA the worker hands MLX a header as a file it includes,
+/// python/ksearch_worker/header_file.py, which costs a call nothing whatever its size).
 pub fn compact(src: &str) -> String {
     let mut out = String::with_capacity(src.len());
     let at_line_start = |out: &String| out.is_empty() || out.ends_with('\n');

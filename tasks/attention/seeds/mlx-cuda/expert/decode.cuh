@@ -2,8 +2,8 @@
 // the splits: in two launches, each split writes its partial to the `part` buffer and a second launch merges
 // them (decode_split here, then decode_combine.cuh); in one launch, a split block that sees every split of its
 // KV head signed merges them (decode_last), or the splits of a KV head are the blocks of one thread-block
-// cluster and meet in distributed shared memory (decode_cluster). Headers of their own, apart from the prefill's
-// attn.cuh: MLX copies and hashes a kernel's whole source at every launch.
+// cluster and meet in distributed shared memory (decode_cluster). A header apart from the prefill's attn.cuh,
+// so that a decode kernel's NVRTC compile reads only decode code.
 namespace ksdec {
 
 constexpr float LOG2E = 1.4426950408889634f;
