@@ -1,31 +1,70 @@
 #!/usr/bin/env bash
 # The mlx-cuda adversarial suite (tests/adversarial/mlx-cuda/*), on the device machine: every candidate
 # through `ksearch eval` with MLX's CUDA build, its result compared with its expect.toml the way
-# tests/adversarial.rs does for the CPU suite. MLX staged as for bench/h200.sh; the binary in
-# .device/bin/. Results: $OUT/adversarial-mlx-cuda.json (command, machine, versions, every verdict).
+# tests/adversarial.rs does for the CPU suite (statuses and reasons; `refused` plans; `twin`: a timing cheat
+# timed no faster than its honest twin, fastest samples; `run_budget`: a tune search whose later attempts
+# must fail). MLX staged as for bench/h200.sh; the binary in .device/bin/. Results:
+# $OUT/adversarial-mlx-cuda.json (command, machine, versions, every verdict).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source bench/device_bin.sh  # PYTHONPATH, out, bin
 store=$(mktemp -d)
 rows="$out/adversarial.jsonl"
 : > "$rows"
+canary=/tmp/ksearch-adversarial-canary.txt
+echo "KSEARCH-CANARY-5f1d0c" > "$canary" && chmod 600 "$canary"
+flags=(--target mlx-cuda --timeout 5 --checks 2 --timing-budget 0.5)
 for dir in tests/adversarial/mlx-cuda/*/; do
   name=$(basename "$dir")
   task=$(sed -n 's/^task = "\(.*\)"/\1/p' "$dir/expect.toml")
-  args=(eval "tasks/$task" "$dir" --target mlx-cuda --timeout 5 --checks 2 --timing-budget 0.5 --json)
-  line=$("$bin" --python python3 --store "$store" "${args[@]}" 2>>"$out/adversarial.log" | tail -n 1)
-  python3 - "$name" "$dir" "ksearch ${args[*]}" "$line" >> "$rows" <<'PY'
-import json, sys, tomllib
-name, folder, cmd, line = sys.argv[1:]
+  budget=$(sed -n 's/^run_budget = \([0-9]*\)/\1/p' "$dir/expect.toml")
+  twin=$(sed -n 's/^twin = "\(.*\)"/\1/p' "$dir/expect.toml")
+  if [ -n "$budget" ]; then
+    args=(run "tasks/$task" --candidate "$dir" --strategy tune --budget "$budget" "${flags[@]}" --json)
+    run_line=$("$bin" --python python3 --store "$store" "${args[@]}" 2>>"$out/adversarial.log" | tail -n 1)
+    run_id=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1]).get("run_id",""))' "$run_line" 2>/dev/null)
+    line=$("$bin" --store "$store" show "$run_id" --json 2>>"$out/adversarial.log" | tail -n 1)
+    rc=0
+  else
+    args=(eval "tasks/$task" "$dir" "${flags[@]}" --json)
+    line=$("$bin" --python python3 --store "$store" "${args[@]}" 2>"$out/last.err" | tail -n 1)
+    rc=${PIPESTATUS[0]}
+    cat "$out/last.err" >> "$out/adversarial.log"
+  fi
+  twin_line=""
+  if [ -n "$twin" ]; then
+    twin_line=$("$bin" --python python3 --store "$store" eval "tasks/$task" "tests/adversarial/mlx-cuda/$twin" \
+      "${flags[@]}" --json 2>>"$out/adversarial.log" | tail -n 1)
+  fi
+  python3 - "$name" "$dir" "ksearch ${args[*]}" "$line" "$rc" "$out/last.err" "$twin_line" >> "$rows" <<'PY'
+import json, math, sys, tomllib
+name, folder, cmd, line, rc, err_path, twin_line = sys.argv[1:]
 expect = tomllib.load(open(folder + "/expect.toml", "rb"))
+want = expect["status"]
+reason = expect.get("reason", "")
+try:
+    err = open(err_path).read()
+except OSError:
+    err = ""
+row = {"name": name, "command": cmd, "expect": expect}
+if want == "refused":
+    ok = rc != "0" and reason in err
+    print(json.dumps({**row, "ok": ok, "status": "refused" if rc != "0" else "accepted", "message": err[-400:]}))
+    sys.exit()
 try:
     result = json.loads(line)
-    ws = result["workloads"]
 except Exception:
-    print(json.dumps({"name": name, "command": cmd, "expect": expect, "ok": False, "why": "no JSON result",
-                      "stdout_tail": line[-500:]}))
+    print(json.dumps({**row, "ok": False, "why": "no JSON result", "stdout_tail": line[-500:]}))
     sys.exit()
-want = expect["status"]
+if "run_budget" in expect:
+    attempts = [a for a in result.get("attempts", []) if a.get("phase") == "search"]
+    passed = [bool((a.get("summary") or {}).get("passed")) for a in attempts]
+    later = [(a.get("summary") or {}).get("first_failure") or "" for a in attempts[1:]]
+    ok = len(attempts) >= 2 and passed[0] and not any(passed[1:]) and all(reason in f for f in later)
+    print(json.dumps({**row, "ok": ok, "status": f"{len(attempts)} attempts, passed {passed}",
+                      "message": (later[0] if later else "")[:400]}))
+    sys.exit()
+ws = result["workloads"]
 if want == "passed":
     bad = [w for w in ws if w["status"] != "passed"]
     ok, where = not bad, (bad[0] if bad else ws[0])
@@ -34,13 +73,25 @@ else:
     failed = [w for w in ws if w["status"] != "passed"]
     where = (named or failed or ws)[0]
     ok = where["status"] != "passed" if want == "any_failure" else where["status"] == want
-    ok = ok and expect.get("reason", "") in (where.get("message") or "")
-print(json.dumps({"name": name, "command": cmd, "expect": expect, "ok": ok, "workload": where["workload"],
-                  "status": where["status"], "message": (where.get("message") or "")[:400],
-                  "statuses": {w["workload"]: w["status"] for w in ws}}))
+    ok = ok and reason in (where.get("message") or "")
+extra = {}
+if expect.get("twin"):
+    def fastest(r):
+        xs = [w.get("min_s") for w in r.get("workloads", []) if w.get("min_s")]
+        return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None
+    try:
+        mine, theirs = fastest(result), fastest(json.loads(twin_line))
+    except Exception:
+        mine = theirs = None
+    extra["vs_twin"] = theirs / mine if mine and theirs else None
+    ok = ok and mine is not None and theirs is not None and mine * 1.3 >= theirs
+print(json.dumps({**row, "ok": ok, "workload": where["workload"], "status": where["status"],
+                  "message": (where.get("message") or "")[:400],
+                  "statuses": {w["workload"]: w["status"] for w in ws}, **extra}))
 PY
   echo "== $name: $(tail -n 1 "$rows" | head -c 300)" >> "$out/adversarial.log"
 done
+rm -f "$canary"
 python3 - "$rows" "$out/adversarial-mlx-cuda.json" <<'PY'
 import json, platform, subprocess, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]

@@ -322,7 +322,7 @@ mod tests {
             max_s: time_s,
             samples: 5,
             reps: 1,
-            launches_per_eval: None,
+            ..Default::default()
         };
         WorkloadResult {
             workload: workload.into(),
@@ -352,6 +352,7 @@ mod tests {
             metal_sources: vec![],
             seeds: vec![1],
             elapsed_s: time_s,
+            ..Default::default()
         }
     }
 

@@ -217,15 +217,6 @@ pub struct ResolvedLaunch {
     pub atomic_outputs: bool,
 }
 
-fn plain_file_name(s: &str) -> bool {
-    !s.is_empty()
-        && !s.contains('/')
-        && !s.contains('\\')
-        && s != "."
-        && s != ".."
-        && !s.starts_with('.')
-}
-
 impl Candidate {
     pub fn load(dir: &Path) -> Result<Candidate, CandidateError> {
         let file = dir.join("plan.toml");
@@ -237,18 +228,14 @@ impl Candidate {
             file: file.clone(),
             message: e.to_string().trim_end().to_string(),
         })?;
+        // Names are checked before any is read: none may leave the folder or pose as an option.
+        check_kernel_file_names(&plan).map_err(|message| CandidateError::Invalid {
+            file: file.clone(),
+            message,
+        })?;
         let mut files = BTreeMap::new();
         for k in &plan.kernel {
             for name in std::iter::once(&k.source).chain(k.header.as_ref()) {
-                if !plain_file_name(name) {
-                    return Err(CandidateError::Invalid {
-                        file: file.clone(),
-                        message: format!(
-                            "kernel `{}`: `{name}` must be a file name in the candidate folder",
-                            k.name
-                        ),
-                    });
-                }
                 let p = dir.join(name);
                 let content = std::fs::read_to_string(&p).map_err(|source| CandidateError::Io {
                     file: p,
@@ -273,6 +260,14 @@ impl Candidate {
         }
         if p.launch.is_empty() {
             return Err("field `launch`: at least one [[launch]] is required".into());
+        }
+        self.check_file_names()?;
+        if p.target.is_gpu() {
+            // GPU kernels are compiled inside the worker, where no jail applies: what they may include is
+            // checked here (CPU candidates compile in the jail, which the OS confines).
+            for (name, text) in &self.files {
+                crate::names::check_includes(text).map_err(|e| format!("{name}: {e}"))?;
+            }
         }
         let mut seen = std::collections::BTreeSet::new();
         for (i, k) in p.kernel.iter().enumerate() {
@@ -767,8 +762,21 @@ impl Candidate {
         Ok(out)
     }
 
-    /// Writes the candidate as a folder a person can read.
+    /// Every file name the candidate has, in its plan and among its files, against the one rule
+    /// ([`crate::names`]): these names become files in a build folder and go on a compiler's command line.
+    pub fn check_file_names(&self) -> Result<(), String> {
+        check_kernel_file_names(&self.plan)?;
+        for name in self.files.keys() {
+            crate::names::check_file_name(name).map_err(|e| format!("file {e}"))?;
+        }
+        Ok(())
+    }
+
+    /// Writes the candidate as a folder a person can read. Refuses (before writing anything) a file
+    /// name the rule of [`crate::names`] does not allow, however the candidate was made.
     pub fn write_dir(&self, dir: &Path) -> std::io::Result<()> {
+        self.check_file_names()
+            .map_err(|m| std::io::Error::new(std::io::ErrorKind::InvalidInput, m))?;
         std::fs::create_dir_all(dir)?;
         let plan = toml::to_string_pretty(&self.plan).map_err(std::io::Error::other)?;
         std::fs::write(dir.join("plan.toml"), plan)?;
@@ -789,6 +797,19 @@ impl Candidate {
             serde_json::from_value(v["files"].clone()).map_err(|e| e.to_string())?;
         Ok(Candidate { plan, files })
     }
+}
+
+/// Every kernel's `source` and `header` against the rule of [`crate::names`]; the message names the field.
+fn check_kernel_file_names(plan: &Plan) -> Result<(), String> {
+    for (i, k) in plan.kernel.iter().enumerate() {
+        let fields =
+            std::iter::once(("source", &k.source)).chain(k.header.iter().map(|h| ("header", h)));
+        for (field, name) in fields {
+            crate::names::check_file_name(name)
+                .map_err(|e| format!("field `kernel[{i}].{field}` (kernel `{}`): {e}", k.name))?;
+        }
+    }
+    Ok(())
 }
 
 fn strip_names(proto: &str) -> String {
@@ -1075,6 +1096,50 @@ default = 2
             err.contains("`NOPE` is neither a [tunable] nor a dim"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn load_refuses_a_file_name_a_compiler_would_read_as_options() {
+        let dir = tempfile::tempdir().unwrap();
+        let text = toml::to_string(&plan("").plan)
+            .unwrap()
+            .replace("\"k.c\"", "\"@x.c\"");
+        assert!(text.contains("source = \"@x.c\""), "{text}");
+        std::fs::write(dir.path().join("plan.toml"), text).unwrap();
+        // The file exists, so the refusal is the name's, not a missing file's.
+        std::fs::write(dir.path().join("@x.c"), "-o /tmp/owned").unwrap();
+        let err = Candidate::load(dir.path()).unwrap_err().to_string();
+        assert!(
+            err.contains("field `kernel[0].source`")
+                && err.contains("`@x.c`")
+                && err.contains("a file name is"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn validate_checks_every_file_name_of_a_candidate_built_in_memory() {
+        let mut c = plan("");
+        c.plan.kernel[0].header = Some("-include".into());
+        c.files.insert("-include".into(), String::new());
+        let err = c.validate().unwrap_err();
+        assert!(
+            err.contains("field `kernel[0].header`") && err.contains("starts with `-`"),
+            "{err}"
+        );
+        let mut c = plan("");
+        c.plan.kernel[0].source = "a/b.c".into();
+        let err = c.validate().unwrap_err();
+        assert!(err.contains("field `kernel[0].source`"), "{err}");
+        // A file the plan does not name is still written to the build folder, so it is checked too.
+        let mut c = plan("");
+        c.files.insert("../x.c".into(), String::new());
+        assert!(c.validate().unwrap_err().contains("`../x.c`"));
+        let dir = tempfile::tempdir().unwrap();
+        let err = c.write_dir(&dir.path().join("c")).unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
+        assert!(!dir.path().join("c").exists(), "nothing is written");
+        assert!(plan("").validate().is_ok());
     }
 
     #[test]

@@ -70,9 +70,9 @@ enum Command {
         /// Fresh random inputs checked per workload.
         #[arg(long, default_value_t = 3)]
         checks: usize,
-        /// Seconds of timing per workload (more samples, tighter medians).
-        #[arg(long, default_value_t = 1.0)]
-        timing_budget: f64,
+        /// Seconds of timing per workload (more samples, tighter medians; default 0.25 on the CPU, 0.5 on GPUs).
+        #[arg(long)]
+        timing_budget: Option<f64>,
         /// Evaluations spent tuning the tunables of each generated candidate (hybrid search).
         #[arg(long, default_value_t = 6)]
         tune_budget: usize,
@@ -113,25 +113,30 @@ enum Command {
         #[arg(long)]
         cassette: Option<PathBuf>,
     },
-    /// Evaluate one candidate folder against the reference and the baselines on every workload.
+    /// Evaluate candidate folders against the reference and the baselines on every workload (several
+    /// candidates share one worker and the same input sets).
     Eval {
         task: String,
-        candidate: PathBuf,
+        #[arg(required = true, num_args = 1..)]
+        candidate: Vec<PathBuf>,
         #[arg(long)]
         target: Option<Target>,
         #[arg(long)]
         timeout: Option<f64>,
         #[arg(long, default_value_t = 3)]
         checks: usize,
-        /// Seconds of timing per workload.
-        #[arg(long, default_value_t = 1.0)]
-        timing_budget: f64,
+        /// Seconds of timing per workload (default 0.25 on the CPU, 0.5 on GPUs).
+        #[arg(long)]
+        timing_budget: Option<f64>,
         /// Evaluate with this tunable value instead of its default (repeatable), e.g. `--set U=4`.
         #[arg(long = "set", value_name = "NAME=VALUE")]
         set: Vec<String>,
         /// Evaluate only this workload (repeatable); default: every workload, held-out ones included.
         #[arg(long = "workload", value_name = "NAME")]
         workloads: Vec<String>,
+        /// MLX targets: also report independent calls' throughput and one call alone, beside the latency.
+        #[arg(long)]
+        throughput: bool,
         #[arg(long)]
         json: bool,
     },
@@ -327,7 +332,7 @@ fn dispatch(cli: Cli) -> Result<u8> {
                     (Candidate::load(&s.dir)?, s.name.clone())
                 }
             };
-            let settings = settings_for(&task, checks, timeout, timing_budget)?;
+            let settings = settings_for(&task, target, checks, timeout, timing_budget)?;
             let store = Store::open(&store_dir)?;
             // Built before the run exists, so a bad spec or a missing key is reported with nothing to clean up.
             let client = match &llm_settings {
@@ -417,19 +422,20 @@ fn dispatch(cli: Cli) -> Result<u8> {
             timing_budget,
             set,
             workloads,
+            throughput,
             json,
         } => {
             let task = Task::load(&builtin::task_dir(&task)?)?;
-            let settings = settings_for(&task, checks, timeout, timing_budget)?;
             let pick = EvalPick {
                 set: parse_sets(&set)?,
                 workloads,
+                throughput,
             };
             cmd_eval(
                 task,
                 &candidate,
                 target,
-                settings,
+                (checks, timeout, timing_budget),
                 &pick,
                 python.as_deref(),
                 json,
@@ -742,11 +748,12 @@ fn cmd_show(store_dir: &Path, run_id: &str, json: bool, out: Option<&Path>) -> R
 
 fn settings_for(
     task: &Task,
+    target: Target,
     checks: usize,
     timeout: Option<f64>,
-    timing_budget: f64,
+    timing_budget: Option<f64>,
 ) -> Result<Settings> {
-    let mut settings = Settings::for_task(task);
+    let mut settings = Settings::for_task(task, target);
     if checks == 0 {
         bail!("--checks must be at least 1");
     }
@@ -757,17 +764,23 @@ fn settings_for(
         }
         settings.timeout_s = t;
     }
-    if timing_budget.is_nan() || timing_budget <= 0.0 {
-        bail!("--timing-budget must be a positive number of seconds");
+    if let Some(budget) = timing_budget {
+        if !(budget.is_finite() && budget > 0.0) {
+            bail!("--timing-budget must be a positive number of seconds");
+        }
+        settings.timing.budget_s = budget;
+        // A comparison with the incumbent may take twice as long again while its verdict is open.
+        settings.timing.compare_budget_s = 2.0 * budget;
     }
-    settings.timing["budget_s"] = json!(timing_budget);
     Ok(settings)
 }
 
-/// What `ksearch eval` measures besides the candidate's defaults: tunable values and a subset of workloads.
+/// What `ksearch eval` measures besides the candidate's defaults: tunable values, a subset of workloads, and
+/// the old clock's figures beside the new.
 struct EvalPick {
     set: crate::candidate::Params,
     workloads: Vec<String>,
+    throughput: bool,
 }
 
 /// `--set NAME=VALUE` arguments as tunable values.
@@ -790,31 +803,40 @@ fn parse_sets(args: &[String]) -> Result<crate::candidate::Params> {
     Ok(out)
 }
 
+/// `--checks`, `--timeout` and `--timing-budget` as given (settings depend on the target, known later).
+type SettingsArgs = (usize, Option<f64>, Option<f64>);
+
 fn cmd_eval(
     task: Task,
-    dir: &Path,
+    dirs: &[PathBuf],
     target: Option<Target>,
-    settings: Settings,
+    settings: SettingsArgs,
     pick: &EvalPick,
     python: Option<&Path>,
     json: bool,
 ) -> Result<u8> {
-    let probe = Candidate::load(dir)?;
+    let probe = Candidate::load(&dirs[0])?;
     let target = target.unwrap_or(probe.plan.target);
-    let cand = load_candidate(dir, &task, target)?
-        .with_params(&pick.set)
-        .map_err(|m| anyhow!("--set: {m} (see {})", dir.join("plan.toml").display()))?;
-    if !pick.set.is_empty()
-        && !cand
-            .satisfies_constraints(&Default::default())
-            .map_err(|m| anyhow!("{}: {m}", dir.join("plan.toml").display()))?
-    {
-        let rules: Vec<&str> = cand.plan.constraints.iter().map(|c| c.0.src()).collect();
-        bail!(
-            "--set: these tunable values break a constraint of {} ({}); pick others",
-            dir.join("plan.toml").display(),
-            rules.join(", ")
-        );
+    let mut settings = settings_for(&task, target, settings.0, settings.1, settings.2)?;
+    settings.timing.throughput = pick.throughput;
+    let mut cands = Vec::new();
+    for dir in dirs {
+        let cand = load_candidate(dir, &task, target)?
+            .with_params(&pick.set)
+            .map_err(|m| anyhow!("--set: {m} (see {})", dir.join("plan.toml").display()))?;
+        if !pick.set.is_empty()
+            && !cand
+                .satisfies_constraints(&Default::default())
+                .map_err(|m| anyhow!("{}: {m}", dir.join("plan.toml").display()))?
+        {
+            let rules: Vec<&str> = cand.plan.constraints.iter().map(|c| c.0.src()).collect();
+            bail!(
+                "--set: these tunable values break a constraint of {} ({}); pick others",
+                dir.join("plan.toml").display(),
+                rules.join(", ")
+            );
+        }
+        cands.push(cand);
     }
     let names: Vec<&str> = task.toml.workload.iter().map(|w| w.name.as_str()).collect();
     if let Some(w) = pick.workloads.iter().find(|w| !names.contains(&w.as_str())) {
@@ -827,71 +849,97 @@ fn cmd_eval(
     let env = pyenv::ensure(python)?;
     env.ensure_target(target)?;
     let build = std::env::temp_dir().join(format!("ksearch-eval-{}", std::process::id()));
-    let mut ev = Evaluator::start(task.clone(), target, env, build.clone(), settings)?;
-    let mut results = Vec::new();
-    let picked = task
-        .toml
-        .workload
-        .iter()
-        .filter(|w| pick.workloads.is_empty() || pick.workloads.contains(&w.name));
-    for w in picked {
-        let r = ev.evaluate_workload(&cand, w);
-        if !json {
-            eprintln!(
-                "{}{}: {}",
-                w.name,
-                if w.held_out { " (held out)" } else { "" },
-                r.status.name()
-            );
-        }
-        results.push(r);
-    }
-    let _ = std::fs::remove_dir_all(&build);
-    let summary = eval::summarize(&results);
-    if json {
-        print_json(&json!({
-            "task": task.name(), "target": target.name(), "candidate": cand.hash(), "name": cand.plan.name,
-            "params": cand.params(), "passed": summary.passed, "hardware": ev.hardware(), "sandbox": ev.hello["sandbox"],
-            "speedup_vs_baselines": summary.speedup_vs_baseline,
-            "assertions": crate::assertions::assess(&task, &cand, &results),
-            "workloads": results.iter().map(|r| {
-                let mut v = run::workload_json(r);
-                v["held_out"] = json!(task.toml.workload.iter().any(|w| w.name == r.workload && w.held_out));
-                v["seeds"] = json!(r.seeds);
-                if !r.metal_sources.is_empty() {
-                    v["metal_sources"] = json!(r.metal_sources);
-                }
-                v
-            }).collect::<Vec<_>>(),
-        }));
-    } else {
-        println!(
-            "candidate {} ({}) on task {} / {target}",
-            cand.hash(),
-            cand.plan.name,
-            task.name()
-        );
-        println!("{}", report::workloads_table(&results));
-        if target.is_gpu() {
-            let lacking =
-                crate::assertions::missing_text(&crate::assertions::assess(&task, &cand, &results));
-            if !lacking.is_empty() {
-                println!(
-                    "\nExpert-kernel properties not found (knowledge/assertions.toml):\n{lacking}"
+    // One evaluator for every candidate: they meet the same input sets, whose references are computed once.
+    let mut ev = Evaluator::start(
+        task.clone(),
+        target,
+        env,
+        build.clone(),
+        settings,
+        eval::fresh_secret(),
+    )?;
+    let mut reports = Vec::new();
+    let mut all_passed = true;
+    for cand in &cands {
+        let mut results = Vec::new();
+        let picked = task
+            .toml
+            .workload
+            .iter()
+            .filter(|w| pick.workloads.is_empty() || pick.workloads.contains(&w.name));
+        for w in picked {
+            let r = ev.evaluate_workload(cand, w);
+            if !json {
+                eprintln!(
+                    "{}{}: {}",
+                    w.name,
+                    if w.held_out { " (held out)" } else { "" },
+                    r.status.name()
                 );
             }
+            results.push(r);
         }
-        if let Some(r) = results.iter().find(|r| !r.metal_sources.is_empty()) {
+        let summary = eval::summarize(&results);
+        all_passed &= summary.passed;
+        if json {
+            reports.push(json!({
+                "task": task.name(), "target": target.name(), "candidate": cand.hash(), "name": cand.plan.name,
+                "params": cand.params(), "passed": summary.passed, "hardware": ev.hardware(), "sandbox": ev.hello["sandbox"],
+                "speedup_vs_baselines": summary.speedup_vs_baseline,
+                "elapsed_s": results.iter().map(|r| r.elapsed_s).sum::<f64>(),
+                "assertions": crate::assertions::assess(&task, cand, &results),
+                "workloads": results.iter().map(|r| {
+                    let mut v = run::workload_json(r);
+                    v["held_out"] = json!(task.toml.workload.iter().any(|w| w.name == r.workload && w.held_out));
+                    v["seeds"] = json!(r.seeds);
+                    if let Some(t) = &r.timing {
+                        v["independent_s"] = json!(t.independent_s);
+                        v["alone_s"] = json!(t.alone_s);
+                    }
+                    if !r.metal_sources.is_empty() {
+                        v["metal_sources"] = json!(r.metal_sources);
+                    }
+                    v
+                }).collect::<Vec<_>>(),
+            }));
+        } else {
             println!(
-                "\nThe Metal source MLX generates for workload {} (checked instead of running):",
-                r.workload
+                "candidate {} ({}) on task {} / {target}",
+                cand.hash(),
+                cand.plan.name,
+                task.name()
             );
-            for s in &r.metal_sources {
-                println!("{s}\n");
+            println!("{}", report::workloads_table(&results));
+            if target.is_gpu() {
+                let lacking = crate::assertions::missing_text(&crate::assertions::assess(
+                    &task, cand, &results,
+                ));
+                if !lacking.is_empty() {
+                    println!(
+                        "\nExpert-kernel properties not found (knowledge/assertions.toml):\n{lacking}"
+                    );
+                }
+            }
+            if let Some(r) = results.iter().find(|r| !r.metal_sources.is_empty()) {
+                println!(
+                    "\nThe Metal source MLX generates for workload {} (checked instead of running):",
+                    r.workload
+                );
+                for s in &r.metal_sources {
+                    println!("{s}\n");
+                }
             }
         }
     }
-    Ok(if summary.passed { 0 } else { 1 })
+    let _ = std::fs::remove_dir_all(&build);
+    if json {
+        if reports.len() == 1 {
+            print_json(&reports[0]);
+        } else {
+            print_json(&json!({ "candidates": reports }));
+        }
+    }
+    Ok(if all_passed { 0 } else { 1 })
 }
 
 fn cmd_doctor(store_dir: &Path, python: Option<&Path>, json: bool) -> Result<u8> {
@@ -908,8 +956,15 @@ fn cmd_doctor(store_dir: &Path, python: Option<&Path>, json: bool) -> Result<u8>
             );
             let task = Task::load(&builtin::task_dir(DEFAULT_TASK)?)?;
             let build = std::env::temp_dir().join(format!("ksearch-doctor-{}", std::process::id()));
-            let settings = Settings::for_task(&task);
-            match Evaluator::start(task, Target::Cpu, env, build.clone(), settings) {
+            let settings = Settings::for_task(&task, Target::Cpu);
+            match Evaluator::start(
+                task,
+                Target::Cpu,
+                env,
+                build.clone(),
+                settings,
+                eval::fresh_secret(),
+            ) {
                 Ok(ev) => {
                     report.insert("worker".into(), ev.hello.clone());
                 }

@@ -5,6 +5,8 @@
 //! turns every outcome (a wrong answer, a compiler error, a hang, a crash) into a recorded fate.
 
 use crate::candidate::Candidate;
+use crate::protocol::{BuildRef, InputSeeds, RunReply, RunRequest};
+pub use crate::protocol::{PairVerdict, Split, Timing, TimingSettings, Verdict};
 use crate::pyenv::PythonEnv;
 use crate::target::Target;
 use crate::task::{ResolvedWorkload, Task, Workload};
@@ -15,7 +17,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::time::Duration;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum Status {
     Passed,
@@ -27,6 +29,7 @@ pub enum Status {
     /// The plan cannot be resolved for this workload (a constraint fails, a shape is not positive).
     Invalid,
     /// The worker reported an error of its own while running the candidate.
+    #[default]
     Error,
     /// Passed every check but measured faster than the roofline floor allows: a measurement problem or
     /// work skipped, never a win.
@@ -53,25 +56,6 @@ impl Status {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct Timing {
-    pub median_s: f64,
-    pub iqr_s: f64,
-    pub min_s: f64,
-    pub max_s: f64,
-    pub samples: u64,
-    pub reps: u64,
-    /// MLX: calls sharing one `mx.eval`, so that its fixed cost is not charged to a short kernel.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub launches_per_eval: Option<u64>,
-}
-
-impl Timing {
-    fn from_json(v: &Value) -> Option<Timing> {
-        serde_json::from_value(v.clone()).ok()
-    }
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct RooflineFigure {
     pub bytes: f64,
     pub flops: f64,
@@ -89,7 +73,7 @@ pub struct RooflineFigure {
 }
 
 /// What happened to one candidate on one workload.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
 pub struct WorkloadResult {
     pub workload: String,
     pub status: Status,
@@ -112,15 +96,47 @@ pub struct WorkloadResult {
     /// mlx-metal without Metal: the source MLX generated for each launch.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub metal_sources: Vec<String>,
+    /// The check seeds (kept for results stored before `inputs`).
+    #[serde(default)]
     pub seeds: Vec<u64>,
+    /// Which input sets the candidate met, by role.
+    #[serde(default)]
+    pub inputs: InputSeeds,
     /// Wall time this evaluation took, compile included (a hang shows here as the deadline).
     #[serde(default)]
     pub elapsed_s: f64,
+    /// The candidate timed beside the incumbent on the same inputs, and the verdict.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comparison: Option<Comparison>,
+    /// Where the worker's time went; `compile_s` is the compile done for this evaluation (0 when reused).
+    #[serde(default)]
+    pub split: Split,
+    #[serde(default)]
+    pub compile_s: f64,
+    /// The baselines were timed for this evaluation (not reused from earlier in the run).
+    #[serde(default)]
+    pub baselines_timed_now: bool,
+}
+
+/// A challenger's workload timed side by side with the incumbent's.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Comparison {
+    /// The incumbent candidate's hash.
+    pub incumbent: String,
+    pub timing: Timing,
+    pub verdict: PairVerdict,
 }
 
 impl WorkloadResult {
     pub fn median_s(&self) -> Option<f64> {
         self.timing.as_ref().map(|t| t.median_s)
+    }
+
+    /// Wall time not spent compiling, in the worker, running kernels or making the run's inputs: the
+    /// evaluator's own cost for this workload (the worker's `overhead_s` plus the protocol's).
+    pub fn overhead_s(&self) -> f64 {
+        let worker_parts = self.split.total_s - self.split.overhead_s;
+        (self.elapsed_s - self.compile_s - worker_parts).max(0.0)
     }
 }
 
@@ -129,22 +145,31 @@ pub struct Settings {
     pub checks: usize,
     pub timeout_s: f64,
     pub compile_timeout_s: f64,
-    pub timing: Value,
+    pub timing: TimingSettings,
 }
 
 impl Settings {
-    pub fn for_task(task: &Task) -> Settings {
+    pub fn for_task(task: &Task, target: Target) -> Settings {
         Settings {
             checks: 3,
             timeout_s: task.timeout_s(),
             compile_timeout_s: 120.0,
-            timing: json!({
-                "enabled": true, "warmup_s": 0.05, "min_samples": 5, "max_samples": 25,
-                "budget_s": 1.0, "min_sample_s": 0.0002
-            }),
+            timing: TimingSettings::for_target(target.is_gpu()),
         }
     }
 }
+
+/// What one workload evaluation is asked besides the candidate.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct EvalOptions<'a> {
+    /// Time the candidate beside this one (hash, candidate) on the same inputs, for a verdict.
+    pub incumbent: Option<(&'a str, &'a Candidate)>,
+    /// Time the baselines again now rather than reuse their times from earlier in the run.
+    pub retime_baselines: bool,
+}
+
+/// Reference sets placed among a candidate's timed calls and compared after timing, per workload.
+pub const TIMED_CHECKS: usize = 4;
 
 /// One device's evaluator: a worker with the task loaded.
 pub struct Evaluator {
@@ -154,26 +179,36 @@ pub struct Evaluator {
     pub hello: Value,
     worker: Worker,
     build_root: PathBuf,
-    /// Mixed into every check's seeds; drawn fresh each time an evaluator starts, never stored.
+    /// The run's input secret: every input set a candidate meets derives from it (and the task's fingerprint).
     secret: u64,
+    fingerprint: String,
     compiled: BTreeSet<String>,
+    /// Seconds the last `compile` took when it compiled (0 when the build was already there).
+    last_compile_s: f64,
 }
 
 const HELLO_DEADLINE: Duration = Duration::from_secs(180);
 
 impl Evaluator {
+    /// Starts a worker for `task` on `target`. `secret` is the run's input secret (a fresh one from
+    /// `fresh_secret` for a one-off evaluation): with the task's fingerprint it fixes the run's input sets, so
+    /// the references computed for them are reused by every candidate and by a resumed run.
     pub fn start(
         task: Task,
         target: Target,
         env: PythonEnv,
         build_root: PathBuf,
         settings: Settings,
+        secret: u64,
     ) -> anyhow::Result<Evaluator> {
         // Absolute: the worker runs in a private directory of its own.
         std::fs::create_dir_all(&build_root)?;
         let build_root = build_root.canonicalize()?;
+        let references = crate::builtin::cache_root().join("references");
+        let _ = std::fs::create_dir_all(&references);
         let mut worker = Worker::new(env, target);
-        worker.writable = vec![build_root.clone()];
+        worker.writable = vec![build_root.clone(), references.clone()];
+        worker.reference_cache = Some(references);
         let mut hello = match worker.request("hello", json!({}), HELLO_DEADLINE)? {
             Reply::Ok(v) => v,
             Reply::Err { kind, message } => anyhow::bail!("worker hello failed: {kind}: {message}"),
@@ -190,6 +225,7 @@ impl Evaluator {
                 task.dir.display()
             ),
         }
+        let fingerprint = task.fingerprint();
         Ok(Evaluator {
             task,
             target,
@@ -197,8 +233,10 @@ impl Evaluator {
             hello,
             worker,
             build_root,
-            secret: fresh_secret(),
+            secret,
+            fingerprint,
             compiled: BTreeSet::new(),
+            last_compile_s: 0.0,
         })
     }
 
@@ -210,11 +248,30 @@ impl Evaluator {
         self.hello["hardware"].clone()
     }
 
-    fn seeds(&self, cand_hash: &str, workload: &str) -> Vec<u64> {
-        let base = crate::rng::hash64(&format!("{cand_hash}/{workload}")) ^ self.secret;
-        (0..self.settings.checks as u64)
-            .map(|i| crate::rng::splitmix(base.wrapping_add(i)) >> 1)
-            .collect()
+    /// The input sets `cand_hash` meets on `workload`. The workload's pool of reference sets is the run's
+    /// (from the secret, the task's fingerprint and the workload): their references are computed once and
+    /// shared. Each candidate gets them in roles of its own (which check, which recheck, which sampled
+    /// among the timed calls, where), so none can tell in advance which of its calls will be compared.
+    pub fn inputs(&self, cand_hash: &str, workload: &str) -> InputSeeds {
+        use crate::rng::{hash64, splitmix};
+        let checks = self.settings.checks.max(1);
+        let base = hash64(&format!("{}/{workload}", self.fingerprint)) ^ self.secret;
+        let mut pool: Vec<u64> = (0..(checks + 1 + TIMED_CHECKS) as u64)
+            .map(|j| splitmix(base.wrapping_add(j)) >> 1)
+            .collect();
+        let mut state = hash64(&format!("{cand_hash}/{workload}")) ^ self.secret.rotate_left(17);
+        for i in (1..pool.len()).rev() {
+            state = splitmix(state);
+            pool.swap(i, (state % (i as u64 + 1)) as usize);
+        }
+        InputSeeds {
+            pool: self.fingerprint.clone(),
+            checks: pool[..checks].to_vec(),
+            recheck: pool[checks],
+            timed_checks: pool[checks + 1..].to_vec(),
+            supply: splitmix(base ^ 0x5355_5050_4c59) >> 1,
+            order: splitmix(state ^ 0x004f_5244_4552) >> 1,
+        }
     }
 
     /// Compiles (once per worker) the build of `cand` for the dtypes of `rw`; returns the build key.
@@ -234,6 +291,18 @@ impl Evaluator {
         if self.compiled.contains(&key) {
             return Ok(key);
         }
+        let started = std::time::Instant::now();
+        let compiled = self.compile_new(cand, key, header);
+        self.last_compile_s += started.elapsed().as_secs_f64();
+        compiled
+    }
+
+    fn compile_new(
+        &mut self,
+        cand: &Candidate,
+        key: String,
+        header: String,
+    ) -> Result<String, (Status, String, Value)> {
         let deadline = Duration::from_secs_f64(self.settings.compile_timeout_s);
         if self.target == Target::MlxMetal {
             // What would fail on a Mac fails here too (docs/check.md); a checker that cannot run (no C++
@@ -322,15 +391,32 @@ impl Evaluator {
 
     /// Evaluates `cand` on one workload.
     pub fn evaluate_workload(&mut self, cand: &Candidate, w: &Workload) -> WorkloadResult {
+        self.evaluate_workload_with(cand, w, EvalOptions::default())
+    }
+
+    /// Evaluates `cand` on one workload, timed beside an incumbent or with the baselines timed again.
+    pub fn evaluate_workload_with(
+        &mut self,
+        cand: &Candidate,
+        w: &Workload,
+        opts: EvalOptions<'_>,
+    ) -> WorkloadResult {
         let start = std::time::Instant::now();
-        let mut r = self.evaluate_workload_inner(cand, w);
+        self.last_compile_s = 0.0;
+        let mut r = self.evaluate_workload_inner(cand, w, opts);
         r.elapsed_s = start.elapsed().as_secs_f64();
+        r.compile_s = self.last_compile_s;
         r
     }
 
-    fn evaluate_workload_inner(&mut self, cand: &Candidate, w: &Workload) -> WorkloadResult {
+    fn evaluate_workload_inner(
+        &mut self,
+        cand: &Candidate,
+        w: &Workload,
+        opts: EvalOptions<'_>,
+    ) -> WorkloadResult {
         let hash = cand.hash();
-        let seeds = self.seeds(&hash, &w.name);
+        let inputs = self.inputs(&hash, &w.name);
         let mut result = WorkloadResult {
             workload: w.name.clone(),
             status: Status::Error,
@@ -343,8 +429,13 @@ impl Evaluator {
             checks: Value::Null,
             compile: Value::Null,
             metal_sources: Vec::new(),
-            seeds: seeds.clone(),
+            seeds: inputs.checks.clone(),
+            inputs: inputs.clone(),
             elapsed_s: 0.0,
+            comparison: None,
+            split: Split::default(),
+            compile_s: 0.0,
+            baselines_timed_now: false,
         };
         let fail = |mut r: WorkloadResult, (status, message, compile): (Status, String, Value)| {
             r.status = status;
@@ -369,6 +460,11 @@ impl Evaluator {
             .iter()
             .map(|b| b.name.clone())
             .collect();
+        // The incumbent's plan for this workload; an incumbent that cannot run here is simply not compared.
+        let incumbent = opts
+            .incumbent
+            .filter(|(h, _)| *h != hash && self.settings.timing.enabled && self.can_time())
+            .and_then(|(h, c)| Some((h, c, c.resolve(&self.task, &rw).ok()?)));
         let deadline = Duration::from_secs_f64(self.settings.timeout_s);
         // A restarted worker has forgotten its builds: compile again and retry once.
         for _ in 0..2 {
@@ -376,17 +472,61 @@ impl Evaluator {
                 Ok(k) => k,
                 Err(e) => return fail(result, e),
             };
-            let body = json!({
-                "key": key, "workload": rw, "buffers": plan.buffers, "launches": plan.launches,
-                "seeds": seeds, "timing": self.settings.timing, "baselines": baselines,
-            });
+            let incumbent_key = match &incumbent {
+                Some((_, c, _)) => match self.compile(c, &rw) {
+                    Ok(k) => Some(k),
+                    Err((_, m, _)) => {
+                        tracing::warn!(
+                            "the incumbent no longer compiles, so it is not compared: {m}"
+                        );
+                        None
+                    }
+                },
+                None => None,
+            };
+            let request = RunRequest {
+                key: &key,
+                workload: &rw,
+                buffers: &plan.buffers,
+                launches: &plan.launches,
+                inputs: inputs.clone(),
+                timing: &self.settings.timing,
+                baselines: &baselines,
+                retime_baselines: opts.retime_baselines,
+                incumbent: incumbent
+                    .as_ref()
+                    .zip(incumbent_key.as_ref())
+                    .map(|((_, _, p), k)| BuildRef {
+                        key: k.clone(),
+                        launches: &p.launches,
+                        buffers: &p.buffers,
+                    }),
+            };
+            let body = serde_json::to_value(&request).expect("a run request serialises");
             match self.worker.request("run", body, deadline) {
                 Ok(Reply::Ok(r)) => {
-                    self.fill(&mut result, &rw, &r);
+                    match serde_json::from_value::<RunReply>(r) {
+                        Ok(reply) => {
+                            self.fill(&mut result, &rw, reply, incumbent.as_ref().map(|x| x.0))
+                        }
+                        Err(e) => {
+                            return fail(
+                                result,
+                                (
+                                    Status::Error,
+                                    format!("the worker's run result is malformed: {e}"),
+                                    Value::Null,
+                                ),
+                            );
+                        }
+                    }
                     return result;
                 }
                 Ok(Reply::Err { kind, .. }) if kind == "not_compiled" => {
                     self.compiled.remove(&key);
+                    if let Some(k) = incumbent_key {
+                        self.compiled.remove(&k);
+                    }
                 }
                 Ok(Reply::Err { kind, message }) => {
                     return fail(
@@ -410,30 +550,35 @@ impl Evaluator {
         )
     }
 
-    fn fill(&self, out: &mut WorkloadResult, rw: &ResolvedWorkload, r: &Value) {
-        out.status = match r["status"].as_str() {
-            Some("passed") => Status::Passed,
-            Some("wrong") => Status::Wrong,
-            Some("compile_error") => Status::CompileError,
-            Some("unavailable") => Status::Unavailable,
+    /// Whether this machine times candidates of the target (mlx-metal needs a Mac).
+    fn can_time(&self) -> bool {
+        self.target != Target::MlxMetal
+            || self.hello["hardware"]["backend_available"].as_bool() == Some(true)
+    }
+
+    fn fill(
+        &self,
+        out: &mut WorkloadResult,
+        rw: &ResolvedWorkload,
+        r: RunReply,
+        incumbent: Option<&str>,
+    ) {
+        out.status = match r.status.as_str() {
+            "passed" => Status::Passed,
+            "wrong" => Status::Wrong,
+            "compile_error" => Status::CompileError,
+            "unavailable" => Status::Unavailable,
             // The worker refuses this configuration on this machine (a launch in clusters under CUDA graphs).
-            Some("invalid") => Status::Invalid,
-            // A kernel fault that broke the device context (the worker restarts after it).
-            Some("crash") => Status::Crash,
+            "invalid" => Status::Invalid,
+            // The candidate crashed, or broke the device context (the worker restarts after it).
+            "crash" => Status::Crash,
             _ => Status::Error,
         };
-        out.metal_sources = r["metal_sources"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(|s| s.as_str().map(str::to_string))
-                    .collect()
-            })
-            .unwrap_or_default();
-        out.message = r["message"].as_str().unwrap_or("").to_string();
-        out.checks = r["checks"].clone();
+        out.metal_sources = r.metal_sources;
+        out.message = r.message;
+        out.checks = r.checks;
         let worst = |key: &str| {
-            r["checks"]
+            out.checks
                 .as_array()
                 .into_iter()
                 .flatten()
@@ -450,12 +595,16 @@ impl Evaluator {
         };
         out.max_abs = worst("max_abs");
         out.max_rel = worst("max_rel");
-        out.timing = Timing::from_json(&r["timing"]);
-        if let Some(b) = r["baselines"].as_object() {
-            out.baselines = b
-                .iter()
-                .filter_map(|(k, v)| Timing::from_json(v).map(|t| (k.clone(), t)))
-                .collect();
+        out.timing = r.timing;
+        out.baselines = r.baselines;
+        out.baselines_timed_now = r.baselines_timed_now;
+        out.split = r.split;
+        if let (Some(hash), Some(timing), Some(verdict)) = (incumbent, r.incumbent, r.verdict) {
+            out.comparison = Some(Comparison {
+                incumbent: hash.to_string(),
+                timing,
+                verdict,
+            });
         }
         if let Some(t) = &out.timing {
             out.roofline = Some(self.roofline(rw, t.median_s));
@@ -539,17 +688,9 @@ fn failure_status(f: &WorkerFailure) -> (Status, String, Value) {
     (status, f.to_string(), Value::Null)
 }
 
-fn fresh_secret() -> u64 {
-    let mut buf = [0u8; 8];
-    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
-        use std::io::Read;
-        let _ = f.read_exact(&mut buf);
-    }
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0);
-    u64::from_le_bytes(buf) ^ crate::rng::splitmix(t ^ std::process::id() as u64)
+/// A fresh input secret, for an evaluator that belongs to no run (a run keeps its own in its config).
+pub fn fresh_secret() -> u64 {
+    crate::rng::os_random_u64() >> 1
 }
 
 /// Summary of a candidate over a set of workloads: the objective the strategies compare.
@@ -565,6 +706,67 @@ pub struct Summary {
     pub statuses: BTreeMap<String, Status>,
     /// The first failure's message, for people and for prompts.
     pub first_failure: Option<String>,
+    /// Against the incumbent it was timed beside, over every workload: faster, slower or within noise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verdict: Option<OverallVerdict>,
+    /// Workloads whose timing's spread passed the noise threshold.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub noisy: Vec<String>,
+}
+
+/// A challenger against its incumbent over every workload: the per-workload log-ratios averaged (a
+/// geometric-mean speedup), with their standard errors combined; faster or slower only when the mean lies
+/// more than `z` combined standard errors from zero, and by more than half a percent.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct OverallVerdict {
+    pub incumbent: String,
+    pub verdict: Verdict,
+    /// Geometric mean of the workloads' speedups over the incumbent.
+    pub speedup: f64,
+    pub z: f64,
+    pub workloads: BTreeMap<String, Verdict>,
+}
+
+/// The overall verdict of `results` (every one passed and compared with the same incumbent), else None.
+pub fn overall_verdict(results: &[WorkloadResult], z: f64) -> Option<OverallVerdict> {
+    let first = results.first()?.comparison.as_ref()?;
+    let mut logs = Vec::new();
+    let mut var = 0.0;
+    let mut workloads = BTreeMap::new();
+    for r in results {
+        let c = r.comparison.as_ref()?;
+        if c.incumbent != first.incumbent || r.status != Status::Passed {
+            return None;
+        }
+        let m = -c.verdict.speedup.ln();
+        // The worker's z is m / se: its standard error back (a z of 0 says nothing of it: take 1e-4).
+        let se = if c.verdict.z.abs() > 1e-9 {
+            (m / c.verdict.z).abs().max(1e-4)
+        } else {
+            1e-4f64.max(m.abs())
+        };
+        logs.push(m);
+        var += se * se;
+        workloads.insert(r.workload.clone(), c.verdict.verdict);
+    }
+    let n = logs.len() as f64;
+    let mean = logs.iter().sum::<f64>() / n;
+    let se = var.sqrt() / n;
+    let score = mean / se;
+    let verdict = if score < -z && mean < -0.005 {
+        Verdict::Faster
+    } else if score > z && mean > 0.005 {
+        Verdict::Slower
+    } else {
+        Verdict::WithinNoise
+    };
+    Some(OverallVerdict {
+        incumbent: first.incumbent.clone(),
+        verdict,
+        speedup: (-mean).exp(),
+        z: score,
+        workloads,
+    })
 }
 
 pub fn geomean(xs: impl IntoIterator<Item = f64>) -> Option<f64> {
@@ -616,6 +818,12 @@ pub fn summarize(results: &[WorkloadResult]) -> Summary {
             .iter()
             .find(|r| r.status != Status::Passed)
             .map(|r| format!("{}: {}: {}", r.workload, r.status.name(), r.message)),
+        verdict: None,
+        noisy: results
+            .iter()
+            .filter(|r| r.timing.as_ref().is_some_and(|t| t.noisy))
+            .map(|r| r.workload.clone())
+            .collect(),
     }
 }
 

@@ -88,10 +88,13 @@ pub enum ReplyError {
         kernel: String,
         lang: String,
     },
-    #[error(
-        "plan.toml: kernel `{kernel}`: `{name}` must be a plain file name (no directories, not hidden)"
-    )]
-    BadFileName { kernel: String, name: String },
+    /// `reason` is the rule's own message ([`crate::names::check_file_name`]): what is wrong, what is allowed.
+    #[error("plan.toml: kernel `{kernel}`: {reason}")]
+    BadFileName {
+        kernel: String,
+        name: String,
+        reason: String,
+    },
     #[error("plan.toml is invalid: {message}")]
     Invalid { message: String },
     #[error(
@@ -645,10 +648,6 @@ fn join_lines<'a>(blocks: impl IntoIterator<Item = &'a CodeBlock>) -> String {
         .join(", ")
 }
 
-fn plain_file_name(s: &str) -> bool {
-    !s.is_empty() && !s.contains(['/', '\\']) && !s.starts_with('.')
-}
-
 /// Same text but for line endings and trailing whitespace: then the parent's bytes are kept, so an
 /// LLM that drops a final newline does not make a new candidate (or break `render`'s round trip).
 fn same_text(a: &str, b: &str) -> bool {
@@ -752,10 +751,11 @@ pub fn candidate_from_reply(text: &str, parent: &Candidate) -> Result<ReplyCandi
     let files = plan_files(&plan);
     for k in &plan.kernel {
         for f in std::iter::once(&k.source).chain(k.header.as_ref()) {
-            if !plain_file_name(f) {
+            if let Err(reason) = crate::names::check_file_name(f) {
                 return Err(ReplyError::BadFileName {
                     kernel: k.name.clone(),
                     name: f.clone(),
+                    reason,
                 });
             }
         }
@@ -1252,6 +1252,36 @@ default = 16
             "{e}"
         );
         c.plan.kernel[0].source = "../x.c".into();
+        let plan = toml::to_string(&c.plan).unwrap();
+        let e = candidate_from_reply(&format!("```toml\n{plan}```"), &parent()).unwrap_err();
+        assert!(matches!(e, ReplyError::BadFileName { .. }), "{e}");
+    }
+
+    #[test]
+    fn a_plan_naming_an_option_or_response_file_is_refused() {
+        for (bad, why) in [("@opts.h", "`@`"), ("-include", "starts with `-`")] {
+            // Even with a block of that name, so only the name can be the reason.
+            let mut c = parent();
+            c.plan.kernel[0].source = bad.into();
+            let plan = toml::to_string(&c.plan).unwrap();
+            let t = format!("### plan.toml\n```toml\n{plan}```\n### {bad}\n```c\n{NEW_C}```\n");
+            let e = candidate_from_reply(&t, &parent()).unwrap_err();
+            assert!(
+                matches!(&e, ReplyError::BadFileName { kernel, name, .. } if kernel == "matmul" && name == bad),
+                "{e}"
+            );
+            let msg = e.to_string();
+            assert!(
+                msg.starts_with(&format!(
+                    "plan.toml: kernel `matmul`: `{bad}` is not a plain file name"
+                )) && msg.contains(why)
+                    && msg.contains(crate::names::FILE_NAME_RULE),
+                "{msg}"
+            );
+        }
+        // A header name is held to the same rule.
+        let mut c = parent();
+        c.plan.kernel[0].header = Some("@x.h".into());
         let plan = toml::to_string(&c.plan).unwrap();
         let e = candidate_from_reply(&format!("```toml\n{plan}```"), &parent()).unwrap_err();
         assert!(matches!(e, ReplyError::BadFileName { .. }), "{e}");

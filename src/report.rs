@@ -35,6 +35,7 @@ pub fn workloads_table(results: &[WorkloadResult]) -> String {
         "status",
         "median",
         "± IQR",
+        "fastest",
         "max rel err",
         "% roofline",
     ];
@@ -46,7 +47,16 @@ pub fn workloads_table(results: &[WorkloadResult]) -> String {
             r.workload.clone(),
             r.status.name().to_string(),
             fmt_time(r.median_s()),
-            fmt_time(r.timing.as_ref().map(|t| t.iqr_s)),
+            format!(
+                "{}{}",
+                fmt_time(r.timing.as_ref().map(|t| t.iqr_s)),
+                if r.timing.as_ref().is_some_and(|t| t.noisy) {
+                    " noisy"
+                } else {
+                    ""
+                }
+            ),
+            fmt_time(r.timing.as_ref().map(|t| t.min_s)),
             r.max_rel
                 .map(|e| format!("{e:.1e}"))
                 .unwrap_or_else(|| "–".into()),
@@ -71,6 +81,26 @@ pub fn workloads_table(results: &[WorkloadResult]) -> String {
         t.add_row(row);
     }
     let mut out = t.to_string();
+    let compared: Vec<String> = results
+        .iter()
+        .filter_map(|r| {
+            let c = r.comparison.as_ref()?;
+            Some(format!(
+                "{} {} ({:.3}x, {} rounds)",
+                r.workload,
+                c.verdict.verdict.name(),
+                c.verdict.speedup,
+                c.verdict.rounds
+            ))
+        })
+        .collect();
+    if let Some(c) = results.iter().find_map(|r| r.comparison.as_ref()) {
+        out.push_str(&format!(
+            "\ntimed side by side with {}: {}",
+            c.incumbent,
+            compared.join("; ")
+        ));
+    }
     for r in results.iter().filter(|r| {
         !r.message.is_empty()
             && (r.status != crate::eval::Status::Passed

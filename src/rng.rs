@@ -15,6 +15,31 @@ pub fn hash64(s: &str) -> u64 {
     u64::from_le_bytes(h.as_bytes()[..8].try_into().expect("8 bytes"))
 }
 
+/// 64 bits from the operating system's random source, for nonces and secrets that must not be guessed
+/// (never for the tuner, whose choices must replay from a seed). Falls back to reading `/dev/urandom`
+/// when the system call fails.
+///
+/// # Panics
+/// When neither source gives 8 bytes: a nonce or secret that could be predicted is a security defect,
+/// so carrying on without one is worse than stopping.
+pub fn os_random_u64() -> u64 {
+    let urandom = || -> std::io::Result<u64> {
+        use std::io::Read;
+        let mut b = [0u8; 8];
+        std::fs::File::open("/dev/urandom")?.read_exact(&mut b)?;
+        Ok(u64::from_ne_bytes(b))
+    };
+    match getrandom::u64() {
+        Ok(x) => x,
+        Err(sys) => urandom().unwrap_or_else(|file| {
+            panic!(
+                "no randomness from the operating system (getrandom: {sys}; /dev/urandom: {file}): \
+                 ksearch will not make nonces or secrets that could be predicted"
+            )
+        }),
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct Rng(u64);
 
@@ -58,6 +83,13 @@ mod tests {
         let mut r = Rng::new(0);
         assert_eq!(r.next_u64(), 0x6e78_9e6a_a1b9_65f4);
         assert_eq!(r.next_u64(), 0x06c4_5d18_8009_454f);
+    }
+
+    #[test]
+    fn os_randomness_differs_between_calls() {
+        // Two equal draws of 64 random bits happen with probability 2^-64; three in a row never.
+        let (a, b, c) = (os_random_u64(), os_random_u64(), os_random_u64());
+        assert!(a != b || b != c, "{a:x} {b:x} {c:x}");
     }
 
     #[test]

@@ -598,6 +598,7 @@ mod tests {
             metal_sources: Vec::new(),
             seeds: vec![1, 2, 3],
             elapsed_s: 0.0,
+            ..Default::default()
         }
     }
 

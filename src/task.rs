@@ -126,6 +126,29 @@ pub struct ResolvedWorkload {
 }
 
 impl Task {
+    /// What identifies the task for cached reference outputs: its `task.toml` and every Python file of its
+    /// folder (the reference, its helpers, `make_inputs`), hashed. Any change computes them again.
+    pub fn fingerprint(&self) -> String {
+        let mut hasher = blake3::Hasher::new();
+        let mut files: Vec<PathBuf> = std::fs::read_dir(&self.dir)
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| {
+                p.file_name() == Some("task.toml".as_ref())
+                    || p.extension().is_some_and(|x| x == "py")
+            })
+            .collect();
+        files.sort();
+        for f in files {
+            hasher.update(f.file_name().unwrap_or_default().as_encoded_bytes());
+            hasher.update(b"\0");
+            hasher.update(&std::fs::read(&f).unwrap_or_default());
+            hasher.update(b"\0");
+        }
+        hasher.finalize().to_hex()[..24].to_string()
+    }
+
     pub fn load(dir: &Path) -> Result<Task, TaskError> {
         let file = dir.join("task.toml");
         let text = std::fs::read_to_string(&file).map_err(|source| TaskError::Io {

@@ -65,6 +65,8 @@ pub struct Worker {
     pub sandbox: Value,
     /// Directories the worker may write beneath besides its private one (the build directory).
     pub writable: Vec<std::path::PathBuf>,
+    /// Where the worker keeps the reference outputs of the run's input sets between restarts.
+    pub reference_cache: Option<std::path::PathBuf>,
 }
 
 impl Worker {
@@ -82,6 +84,7 @@ impl Worker {
             private: None,
             sandbox: Value::Null,
             writable: Vec::new(),
+            reference_cache: None,
         }
     }
 
@@ -107,6 +110,9 @@ impl Worker {
         crate::sandbox::confine(&mut cmd, self.target, &private);
         if let Ok(w) = std::env::join_paths(&self.writable) {
             cmd.env("KSEARCH_WRITABLE", w);
+        }
+        if let Some(dir) = &self.reference_cache {
+            cmd.env("KSEARCH_REFERENCE_CACHE", dir);
         }
         cmd.args(["-m", "ksearch_worker", "--target", self.target.name()])
             .env("PYTHONPATH", path)
@@ -260,7 +266,8 @@ impl Worker {
         // A nonce the worker must echo: GPU candidates run inside the worker (CPU ones in a kernel host
         // of their own) and could write to its reply pipe, so a reply is believed only with the nonce of
         // its request, and any other line on the pipe is a forgery.
-        let nonce = format!("{:016x}", crate::rng::splitmix(fresh_entropy() ^ id));
+        // 64 bits from the OS for each request, so no nonce follows from an earlier one or from the time.
+        let nonce = format!("{:016x}", crate::rng::os_random_u64());
         body["id"] = json!(id);
         body["op"] = json!(op);
         body["nonce"] = json!(nonce);
@@ -312,16 +319,6 @@ impl Drop for Worker {
     fn drop(&mut self) {
         self.kill();
     }
-}
-
-/// Entropy for nonces: the time and the process, mixed; unpredictable to code that cannot read our memory.
-fn fresh_entropy() -> u64 {
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0);
-    let local = 0u8;
-    t ^ (std::process::id() as u64).rotate_left(32) ^ (&local as *const u8 as u64)
 }
 
 fn signal_name(sig: i32) -> &'static str {

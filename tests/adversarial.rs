@@ -9,6 +9,18 @@
 //! workload = "odd300x129x257" # optional: where; default: the first workload that did not pass
 //! ```
 //!
+//! Further expectations, for cheats that are contained rather than failed, or that cheat the clock:
+//!
+//! ```toml
+//! status = "refused"         # `ksearch eval` refuses the candidate itself (exit non-zero), `reason` in stderr
+//! twin = "honest_twin"       # a timing cheat: timed no faster than this honest candidate (fastest samples)
+//! baseline_twin = "honest_twin" # the baselines' times match those measured in the twin's evaluation
+//! forbid = "KSEARCH-CANARY"  # this text (of the root-only canary the test plants) appears in no output
+//! survivors = "marker"       # after the evaluation no process whose command line holds `marker` is alive
+//! run_budget = 3             # a tune search over the candidate's tunables: the first attempt passes, each
+//!                            # later one fails with `status` and `reason`
+//! ```
+//!
 //! Every expectation is checked and the test fails once, at the end, with the list of misses, after
 //! printing a table (name, status, message head) of the whole suite. `ADVERSARIAL_ONLY=a,b` runs only
 //! the named candidates.
@@ -24,12 +36,23 @@ const FLAGS: &[&str] = &["--timeout", "5", "--checks", "2", "--timing-budget", "
 
 /// The file the `escape` candidate writes outside its directory when nothing stops it.
 const PWNED: &str = "/tmp/ksearch-pwned";
+/// A root-only file (0600) the test plants, standing for the config file that holds API keys.
+const CANARY: &str = "/tmp/ksearch-adversarial-canary.txt";
+const CANARY_TEXT: &str = "KSEARCH-CANARY-5f1d0c";
+/// How much faster than its honest twin a timing cheat may measure (fastest samples, geometric mean over the
+/// workloads) before it counts as a win: the evaluations run one after the other on a shared machine.
+const TWIN_MARGIN: f64 = 1.3;
 
 struct Expect {
     task: String,
     status: String,
     reason: Option<String>,
     workload: Option<String>,
+    twin: Option<String>,
+    baseline_twin: Option<String>,
+    forbid: Option<String>,
+    survivors: Option<String>,
+    run_budget: Option<i64>,
 }
 
 fn load_expect(dir: &Path) -> Expect {
@@ -39,7 +62,18 @@ fn load_expect(dir: &Path) -> Expect {
         toml::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     for key in t.keys() {
         assert!(
-            ["task", "status", "reason", "workload"].contains(&key.as_str()),
+            [
+                "task",
+                "status",
+                "reason",
+                "workload",
+                "twin",
+                "baseline_twin",
+                "forbid",
+                "survivors",
+                "run_budget"
+            ]
+            .contains(&key.as_str()),
             "{}: unknown field `{key}`",
             path.display()
         );
@@ -56,8 +90,14 @@ fn load_expect(dir: &Path) -> Expect {
         status: s("status").unwrap_or_else(|| panic!("{}: no `status`", path.display())),
         reason: s("reason").filter(|r| !r.is_empty()),
         workload: s("workload"),
+        twin: s("twin"),
+        baseline_twin: s("baseline_twin"),
+        forbid: s("forbid"),
+        survivors: s("survivors"),
+        run_budget: t.get("run_budget").and_then(|v| v.as_integer()),
     };
     let statuses = [
+        "refused",
         "wrong",
         "timeout",
         "crash",
@@ -102,7 +142,7 @@ fn check_documented(dir: &Path) -> Result<(), String> {
     let sources: Vec<PathBuf> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "c"))
+        .filter(|p| p.extension().is_some_and(|x| x == "c" || x == "cu"))
         .collect();
     if sources.is_empty() {
         return Err("no .c kernel".into());
@@ -185,10 +225,149 @@ fn judge(name: &str, e: &Expect, v: &Value) -> Result<(), String> {
     Ok(())
 }
 
+/// Plants the canary: readable by its owner only.
+fn plant_canary() {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(CANARY, format!("{CANARY_TEXT}\n")).unwrap();
+    std::fs::set_permissions(CANARY, std::fs::Permissions::from_mode(0o600)).unwrap();
+}
+
+/// Processes alive whose command line holds `marker`, after waiting up to 5 s for them to end.
+fn survivors(marker: &str) -> Vec<String> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let mut found = Vec::new();
+        for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let name = e.file_name().to_string_lossy().to_string();
+            if !name.chars().all(|c| c.is_ascii_digit()) {
+                continue;
+            }
+            let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            let zombie = std::fs::read_to_string(e.path().join("status"))
+                .unwrap_or_default()
+                .lines()
+                .any(|l| l.starts_with("State:") && l.contains('Z'));
+            if cmd.contains(marker) && !zombie {
+                found.push(format!("{name}: {cmd}"));
+            }
+        }
+        if found.is_empty() || std::time::Instant::now() > deadline {
+            return found;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+/// Geometric mean of a per-workload figure over the workloads where it is a positive number.
+fn geomean_of(v: &Value, f: impl Fn(&Value) -> Option<f64>) -> Option<f64> {
+    let xs: Vec<f64> = v["workloads"]
+        .as_array()?
+        .iter()
+        .filter_map(f)
+        .filter(|x| *x > 0.0)
+        .collect();
+    (!xs.is_empty()).then(|| (xs.iter().map(|x| x.ln()).sum::<f64>() / xs.len() as f64).exp())
+}
+
+fn eval_json(task: &str, dir: &Path) -> (Option<Value>, std::process::Output) {
+    let store = tempfile::tempdir().unwrap();
+    let mut args = vec!["eval", task, dir.to_str().unwrap(), "--json"];
+    args.extend_from_slice(FLAGS);
+    let out = run(store.path(), &args);
+    let v = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .last()
+        .and_then(|l| serde_json::from_str(l).ok());
+    (v, out)
+}
+
+/// A tune search over the candidate's tunables (`run_budget` attempts): the first attempt must pass, each
+/// later one fail with the expected status and reason.
+fn judge_run(dir: &Path, e: &Expect) -> Result<String, String> {
+    let store = tempfile::tempdir().unwrap();
+    let budget = e.run_budget.unwrap().to_string();
+    let mut args = vec![
+        "run",
+        e.task.as_str(),
+        "--candidate",
+        dir.to_str().unwrap(),
+        "--strategy",
+        "tune",
+        "--budget",
+        budget.as_str(),
+        "--json",
+    ];
+    args.extend_from_slice(FLAGS);
+    let out = run(store.path(), &args);
+    let v: Value = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .last()
+        .and_then(|l| serde_json::from_str(l).ok())
+        .ok_or_else(|| {
+            format!(
+                "no JSON from the run; stderr:\n{}",
+                head(&stderr(&out), 800)
+            )
+        })?;
+    let run_id = v["run_id"].as_str().ok_or("no run_id")?.to_string();
+    let shown = run(store.path(), &["show", &run_id, "--json"]);
+    let s: Value = String::from_utf8_lossy(&shown.stdout)
+        .lines()
+        .last()
+        .and_then(|l| serde_json::from_str(l).ok())
+        .ok_or("no JSON from show")?;
+    let attempts: Vec<&Value> = s["attempts"]
+        .as_array()
+        .ok_or("show has no attempts")?
+        .iter()
+        .filter(|a| a["phase"] == "search")
+        .collect();
+    if attempts.len() < 2 {
+        return Err(format!(
+            "{} search attempt(s): nothing to compare",
+            attempts.len()
+        ));
+    }
+    let passed = |a: &Value| a["summary"]["passed"].as_bool() == Some(true);
+    if !passed(attempts[0]) {
+        return Err(format!(
+            "the first attempt did not pass: {}",
+            head(&attempts[0].to_string(), 300)
+        ));
+    }
+    for a in &attempts[1..] {
+        if passed(a) {
+            return Err(format!(
+                "a later attempt passed: {}",
+                head(&a.to_string(), 300)
+            ));
+        }
+        let failure = a["summary"]["first_failure"].as_str().unwrap_or("");
+        if !failure.contains(&format!(": {}:", e.status))
+            || e.reason
+                .as_ref()
+                .is_some_and(|r| !failure.contains(r.as_str()))
+        {
+            return Err(format!(
+                "a later attempt failed otherwise: {}",
+                head(failure, 300)
+            ));
+        }
+    }
+    Ok(format!(
+        "{} attempts, the first passed, the rest failed",
+        attempts.len()
+    ))
+}
+
 #[test]
 fn every_adversarial_candidate_is_caught() {
     let dirs = candidates();
     assert!(!dirs.is_empty(), "no adversarial candidates found");
+    plant_canary();
+    let root = repo().join("tests/adversarial/cpu");
+    let mut twins: std::collections::BTreeMap<String, Value> = Default::default();
     let mut rows: Vec<(String, String, String, String)> = Vec::new();
     let mut misses: Vec<String> = Vec::new();
     for dir in &dirs {
@@ -201,17 +380,60 @@ fn every_adversarial_candidate_is_caught() {
         if escape {
             let _ = std::fs::remove_file(PWNED);
         }
-        let store = tempfile::tempdir().unwrap();
-        let mut args = vec!["eval", e.task.as_str(), dir.to_str().unwrap(), "--json"];
-        args.extend_from_slice(FLAGS);
         let started = std::time::Instant::now();
-        let out = run(store.path(), &args);
+        if let Some(budget) = e.run_budget {
+            let verdict = judge_run(dir, &e);
+            rows.push((
+                name.clone(),
+                format!("run of {budget}"),
+                if verdict.is_ok() { "ok" } else { "MISS" }.into(),
+                format!(
+                    "[{:.1}s] {}",
+                    started.elapsed().as_secs_f64(),
+                    verdict.clone().unwrap_or_else(|m| m)
+                ),
+            ));
+            if let Err(m) = verdict {
+                misses.push(format!("{name}: {m}"));
+            }
+            continue;
+        }
+        let (v, out) = eval_json(&e.task, dir);
         let secs = started.elapsed().as_secs_f64();
-        let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-        let v: Option<Value> = stdout
-            .lines()
-            .last()
-            .and_then(|l| serde_json::from_str(l).ok());
+        let everything = format!("{}{}", String::from_utf8_lossy(&out.stdout), stderr(&out));
+        let mut problems = Vec::new();
+        if let Some(f) = &e.forbid
+            && everything.contains(f.as_str())
+        {
+            problems.push(format!("`{f}` (the canary) appears in the output"));
+        }
+        if let Some(m) = &e.survivors {
+            let alive = survivors(m);
+            if !alive.is_empty() {
+                problems.push(format!("processes outlived the evaluation: {alive:?}"));
+            }
+        }
+        if e.status == "refused" {
+            let reason = e.reason.as_deref().unwrap_or("");
+            let ok = !out.status.success() && stderr(&out).contains(reason);
+            if !ok {
+                problems.push(format!(
+                    "expected the candidate to be refused ({reason:?}); exit {:?}, stderr: {}",
+                    out.status.code(),
+                    head(&stderr(&out), 300)
+                ));
+            }
+            rows.push((
+                name.clone(),
+                "refused".into(),
+                if problems.is_empty() { "ok" } else { "MISS" }.into(),
+                format!("[{secs:.1}s] {}", head(stderr(&out).trim(), 110)),
+            ));
+            if !problems.is_empty() {
+                misses.push(format!("{name}: {}", problems.join("; ")));
+            }
+            continue;
+        }
         let Some(v) = v else {
             misses.push(format!(
                 "{name}: no JSON verdict (exit {:?}); stderr:\n{}",
@@ -231,8 +453,56 @@ fn every_adversarial_candidate_is_caught() {
             .or(ws.first())
             .cloned()
             .unwrap_or(Value::Null);
-        let verdict = judge(&name, &e, &v);
-        let mut note = format!("{:.1}s", secs);
+        if let Err(m) = judge(&name, &e, &v) {
+            problems.push(m);
+        }
+        let mut note = format!("{secs:.1}s");
+        for (field, twin) in [("twin", &e.twin), ("baseline_twin", &e.baseline_twin)] {
+            let Some(twin) = twin else { continue };
+            let t = twins
+                .entry(twin.clone())
+                .or_insert_with(|| {
+                    eval_json(&e.task, &root.join(twin))
+                        .0
+                        .unwrap_or(Value::Null)
+                })
+                .clone();
+            if field == "twin" {
+                let fastest = |w: &Value| w["min_s"].as_f64();
+                match (geomean_of(&v, fastest), geomean_of(&t, fastest)) {
+                    (Some(c), Some(h)) => {
+                        note += &format!(", {:.2}x its twin", h / c);
+                        if c * TWIN_MARGIN < h {
+                            problems.push(format!(
+                                "timed {:.2}x faster than its honest twin {twin} (fastest samples): a cheat that paid",
+                                h / c
+                            ));
+                        }
+                    }
+                    _ => problems.push(format!("no times to compare with the twin {twin}")),
+                }
+            } else {
+                let base = |w: &Value| {
+                    let b = w["baselines"].as_object()?;
+                    let xs: Vec<f64> = b.values().filter_map(|x| x.as_f64()).collect();
+                    (!xs.is_empty()).then(|| xs.iter().product::<f64>().powf(1.0 / xs.len() as f64))
+                };
+                match (geomean_of(&v, base), geomean_of(&t, base)) {
+                    (Some(c), Some(h)) => {
+                        note += &format!(", baselines {:.2}x the twin's", c / h);
+                        if c > h * TWIN_MARGIN {
+                            problems.push(format!(
+                                "the baselines were timed {:.2}x slower than beside its twin {twin}",
+                                c / h
+                            ));
+                        }
+                    }
+                    _ => {
+                        problems.push(format!("no baseline times to compare with the twin {twin}"))
+                    }
+                }
+            }
+        }
         if escape {
             if Path::new(PWNED).exists() {
                 note += &format!(", {PWNED} was written");
@@ -248,24 +518,22 @@ fn every_adversarial_candidate_is_caught() {
                 shown["status"].as_str().unwrap_or("?"),
                 shown["workload"].as_str().unwrap_or("?")
             ),
-            if verdict.is_ok() {
-                "ok".into()
-            } else {
-                "MISS".into()
-            },
+            if problems.is_empty() { "ok" } else { "MISS" }.into(),
             format!(
                 "[{note}] {}",
                 head(shown["message"].as_str().unwrap_or(""), 110)
             ),
         ));
-        if let Err(m) = verdict {
+        if !problems.is_empty() {
             misses.push(format!(
-                "{name} (expected {} / {:?}): {m}",
+                "{name} (expected {} / {:?}): {}",
                 e.status,
-                e.reason.as_deref().unwrap_or("")
+                e.reason.as_deref().unwrap_or(""),
+                problems.join("; ")
             ));
         }
     }
+    let _ = std::fs::remove_file(CANARY);
     let width = rows.iter().map(|r| r.0.len()).max().unwrap_or(4);
     let swidth = rows.iter().map(|r| r.1.len()).max().unwrap_or(6);
     println!(
@@ -295,6 +563,16 @@ fn the_mlx_cuda_suite_is_well_formed() {
     for dir in std::fs::read_dir(&root).unwrap().map(|e| e.unwrap().path()) {
         let e = load_expect(&dir);
         let task = ksearch::task::Task::load(&repo().join("tasks").join(&e.task)).unwrap();
+        if e.status == "refused" {
+            // Refused before anything runs, here as on the device machine.
+            let err = ksearch::candidate::Candidate::load(&dir)
+                .err()
+                .unwrap_or_else(|| panic!("{}: loaded, but must be refused", dir.display()));
+            let reason = e.reason.as_deref().unwrap_or("");
+            assert!(err.to_string().contains(reason), "{}: {err}", dir.display());
+            cheats += 1;
+            continue;
+        }
         let c = ksearch::candidate::Candidate::load(&dir)
             .unwrap_or_else(|err| panic!("{}: {err}", dir.display()));
         assert_eq!(

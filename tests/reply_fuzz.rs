@@ -7,6 +7,7 @@
 //! and byte-level mutations of realistic replies. About 110,000 cases, sized for a debug build.
 
 use ksearch::candidate::{Candidate, Plan};
+use ksearch::names::{FILE_NAME_RULE, is_file_name};
 use ksearch::reply::{
     ReplyError, candidate_from_reply, code_blocks, first_json_object, json_objects,
     render_candidate,
@@ -452,6 +453,11 @@ fn check_parsers(text: &str, hits: &Hits) -> Result<(), TestCaseError> {
                     .collect();
                 named.sort();
                 named.dedup();
+                prop_assert!(
+                    named.iter().all(|n| is_file_name(n)),
+                    "a file name the rule refuses: {:?}",
+                    named
+                );
                 prop_assert_eq!(named, c.files.keys().collect::<Vec<_>>());
             }
             Err(e) => {
@@ -591,6 +597,68 @@ proptest! {
         let reparsed: Plan = toml::from_str(&toml::to_string(&c.plan).unwrap()).unwrap();
         prop_assert_eq!(reparsed, c.plan);
         prop_assert!(r.warnings.is_empty(), "{:?}", r.warnings);
+    }
+}
+
+/// File names as an LLM might write them into plan.toml: plain ones, and ones a compiler would read as
+/// options (`@file`, `-include`), paths, hidden files, whitespace, non-ASCII, and names near the length limit.
+fn file_name() -> impl Strategy<Value = String> {
+    prop_oneof![
+        "[-@./\\\\a-zA-Z0-9_ +é]{0,8}",
+        select(vec![
+            "@opts.h", "-include", "-o", "..", ".hidden", "a@b.c", "k.c", "K1.h"
+        ])
+        .prop_map(str::to_string),
+        (126usize..131).prop_map(|n| format!("{}.c", "k".repeat(n - 2))),
+    ]
+}
+
+proptest! {
+    #![proptest_config(config(3_000))]
+    /// A plan naming a source or header the rule refuses is refused as `BadFileName`, with a message that
+    /// says what is allowed; a name the rule allows is never refused for its name.
+    #[test]
+    fn plan_file_names_follow_the_rule(name in file_name(), header in any::<bool>()) {
+        let parent = matmul();
+        let mut c = parent.clone();
+        if header {
+            c.plan.kernel[0].header = Some(name.clone());
+        } else {
+            c.plan.kernel[0].source = name.clone();
+        }
+        let plan = toml::to_string(&c.plan).unwrap();
+        let text = format!("### plan.toml\n```toml\n{plan}```\n### {name}\n```c\n{MATMUL_C}```\n");
+        match candidate_from_reply(&text, parent) {
+            Err(ReplyError::BadFileName { name: bad, reason, .. }) => {
+                prop_assert!(!is_file_name(&name), "{name:?} is allowed but was refused: {reason}");
+                prop_assert_eq!(&bad, &name);
+                prop_assert!(reason.contains(FILE_NAME_RULE), "{}", reason);
+            }
+            other => prop_assert!(
+                is_file_name(&name),
+                "{:?} should be refused for its name, got {:?}",
+                name,
+                other.map(|r| r.candidate.files.into_keys().collect::<Vec<_>>())
+            ),
+        }
+    }
+}
+
+#[test]
+fn option_and_response_file_names_in_a_reply_are_refused() {
+    for bad in ["@opts.h", "-include"] {
+        let mut c = matmul().clone();
+        c.plan.kernel[0].source = bad.to_string();
+        let plan = toml::to_string(&c.plan).unwrap();
+        let text = format!("### plan.toml\n```toml\n{plan}```\n### {bad}\n```c\n{MATMUL_C}```\n");
+        let e = candidate_from_reply(&text, matmul()).unwrap_err();
+        assert!(matches!(e, ReplyError::BadFileName { .. }), "{e}");
+        let msg = e.to_string();
+        assert!(
+            msg.contains(&format!("`{bad}` is not a plain file name"))
+                && msg.contains(FILE_NAME_RULE),
+            "{msg}"
+        );
     }
 }
 

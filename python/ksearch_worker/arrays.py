@@ -6,6 +6,7 @@ import itertools
 import math
 import mmap
 import os
+import sys
 import tempfile
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
@@ -121,33 +122,93 @@ def _shared_fd(size: int) -> int:
     return fd
 
 
-_set_ids = itertools.count(1)
+_bank_ids = itertools.count(1)
 
 
-class ArraySet(Mapping[str, np.ndarray]):
-    """The arrays of one call in one region of shared memory, laid out as `alloc` lays out each array
-    (ALIGN-aligned, GUARD_LEN guard bytes after it), so the kernel host can map the region and run a
-    kernel on it while this process keeps every check to itself. `offsets` is where each array starts."""
+def _layout(specs: Sequence[tuple[str, Sequence[int], np.dtype]]) -> tuple[dict[str, int], int]:
+    """Where each array of one call starts (ALIGN-aligned, GUARD_LEN guard bytes after each), and the size
+    of one call's arrays rounded up to ALIGN."""
+    offsets: dict[str, int] = {}
+    end = 0
+    for name, shape, dtype in specs:
+        start = -(-end // ALIGN) * ALIGN
+        offsets[name] = start
+        end = start + math.prod(shape) * np.dtype(dtype).itemsize + GUARD_LEN
+    return offsets, max(-(-end // ALIGN) * ALIGN, ALIGN)
 
-    def __init__(self, specs: Sequence[tuple[str, Sequence[int], np.dtype]]) -> None:
-        self.id = next(_set_ids)
-        self.offsets: dict[str, int] = {}
-        end = 0
-        for name, shape, dtype in specs:
-            start = -(-end // ALIGN) * ALIGN
-            self.offsets[name] = start
-            end = start + math.prod(shape) * dtype.itemsize + GUARD_LEN
-        self.size = max(end, ALIGN)
+
+class Bank:
+    """`slots` copies of one call's arrays in one region of shared memory, each laid out as `alloc` lays out
+    an array (ALIGN-aligned, GUARD_LEN guard bytes after it), so the kernel host can map the whole region
+    once and run kernels on any slot while this process keeps every check to itself.
+
+    `offsets` is where each array starts inside a slot, `stride` the distance between slots."""
+
+    def __init__(self, specs: Sequence[tuple[str, Sequence[int], np.dtype]], slots: int = 1) -> None:
+        self.id = next(_bank_ids)
+        self.specs = [(name, tuple(int(d) for d in shape), np.dtype(dtype)) for name, shape, dtype in specs]
+        self.offsets, self.stride = _layout(self.specs)
+        self.slots = max(int(slots), 1)
+        self.size = self.stride * self.slots
         self.fd = _shared_fd(self.size)
         weakref.finalize(self, os.close, self.fd)
-        self._raw = raw = np.frombuffer(mmap.mmap(self.fd, self.size), dtype=np.uint8)
-        self._arrays: dict[str, np.ndarray] = {}
-        for name, shape, dtype in specs:
-            start = self.offsets[name]
-            nbytes = math.prod(shape) * dtype.itemsize
-            raw[start + nbytes: start + nbytes + GUARD_LEN] = GUARD_BYTE
-            self._arrays[name] = raw[start: start + nbytes].view(dtype).reshape(tuple(shape))
-        self.layout = tuple((name, tuple(shape), str(dtype)) for name, shape, dtype in specs)
+        self._raw = np.frombuffer(mmap.mmap(self.fd, self.size), dtype=np.uint8)
+        for i in range(self.slots):
+            for name, shape, dtype in self.specs:
+                end = i * self.stride + self.offsets[name] + math.prod(shape) * dtype.itemsize
+                self._raw[end: end + GUARD_LEN] = GUARD_BYTE
+        self._views: dict[int, Slot] = {}
+        self.layout = tuple((name, shape, str(dtype)) for name, shape, dtype in self.specs)
+
+    def slot(self, i: int) -> Slot:
+        if not 0 <= i < self.slots:
+            raise IndexError(f"slot {i} of a bank of {self.slots}")
+        view = self._views.get(i)
+        if view is None:
+            view = self._views[i] = Slot(self, i)
+        return view
+
+    def column(self, name: str, count: int) -> np.ndarray:
+        """Array `name` of slots 0..count-1 as one view of shape (count, *shape): poisoning and checking many
+        calls' outputs is then one numpy operation."""
+        shape, dtype = next((s, d) for n, s, d in self.specs if n == name)
+        nbytes = math.prod(shape) * dtype.itemsize
+        start = self.offsets[name]
+        rows = self._raw[: self.stride * count].reshape(count, self.stride)
+        return rows[:, start: start + nbytes].view(dtype).reshape((count, *shape))
+
+    def guards_intact(self, name: str, count: int) -> np.ndarray:
+        """Per slot 0..count-1, whether the guard bytes after array `name` are intact."""
+        shape, dtype = next((s, d) for n, s, d in self.specs if n == name)
+        end = self.offsets[name] + math.prod(shape) * dtype.itemsize
+        rows = self._raw[: self.stride * count].reshape(count, self.stride)
+        return np.all(rows[:, end: end + GUARD_LEN] == GUARD_BYTE, axis=1)
+
+    def readonly_fd(self) -> int | None:
+        """A new descriptor that maps the same memory read-only (the caller closes it), or None where the
+        system offers none (then the bank is handed over writable and its inputs compared afterwards)."""
+        if not sys.platform.startswith("linux"):
+            return None
+        try:
+            return os.open(f"/proc/self/fd/{self.fd}", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return None
+
+
+class Slot(Mapping[str, np.ndarray]):
+    """The arrays of one call: one slot of a bank."""
+
+    def __init__(self, bank: Bank, index: int) -> None:
+        self.bank = bank
+        self.index = index
+        base = index * bank.stride
+        self.offsets = {name: base + off for name, off in bank.offsets.items()}
+        raw = bank._raw
+        self._raw = raw
+        self._arrays = {
+            name: raw[self.offsets[name]: self.offsets[name] + math.prod(shape) * dtype.itemsize].view(dtype).reshape(shape)
+            for name, shape, dtype in bank.specs
+        }
 
     def __getitem__(self, name: str) -> np.ndarray:
         return self._arrays[name]

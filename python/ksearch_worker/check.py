@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from .arrays import ArraySet, as_float64, describe_poison, guard_intact, poison_mask, poison_scalar
+from .arrays import Slot, as_float64, describe_poison, guard_intact, poison_mask, poison_scalar
 
 
 @dataclass
@@ -104,6 +104,6 @@ def modified(name: str, now: np.ndarray, pristine: np.ndarray) -> str | None:
 
 def overruns(arrays: Mapping[str, np.ndarray]) -> list[str]:
     """Names of arrays whose guard bytes were overwritten (the kernel wrote past their end)."""
-    if isinstance(arrays, ArraySet):
+    if isinstance(arrays, Slot):
         return [name for name in arrays if not arrays.guard_intact(name)]
     return [name for name, arr in arrays.items() if not guard_intact(arr)]

@@ -1,305 +1,352 @@
-"""The `run` op: check a compiled candidate on fresh inputs for every seed, then time it next to baselines."""
+"""The `run` op, one pipeline for every target: check a compiled candidate on reference sets, time it (beside
+the incumbent it is compared with, on the same inputs), compare a sample of its timed calls after timing,
+recheck it on fresh inputs where timing ran, and give the baselines' times (timed once per run, with no
+candidate code alive, on inputs no candidate saw).
+
+Targets supply sessions (`targets/__init__.py`): a compiled candidate bound to one workload, which runs
+checks, makes timed entries and rechecks. What decides a verdict stays here: the reference comparison,
+the sampled comparison of timed calls, the statuses.
+"""
 
 from __future__ import annotations
 
-import functools
+import contextlib
+import random
+import time
 import traceback
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from .arrays import ArraySet, fill_poison, np_dtype
-from .check import compare, modified, overruns
+from .check import compare
 from .errors import WorkerError
-from .inputs import make_inputs
-from .targets import Target
-from .targets.cpu import KernelHostBroken, KernelHostDied, KernelHostRefused
+from .pool import Layout, Pool, ReferenceSet
+from .targets import CandidateFailure, CheckRun, Target, TimedPlan, TimedRunWrong
 from .task import Task, tail
-from .timing import Batches, TimingConfig, copies_for, measure
+from .timing import TimingConfig
 
 Arrays = dict[str, np.ndarray]
+
+# How long baselines' times are reused before they are timed again (the machine's state may drift).
+BASELINE_MAX_AGE_S = 600.0
+
+
+@dataclass
+class Build:
+    """A compiled candidate as a run request names it: its key, launches and intermediate buffers."""
+    key: str
+    launches: list[dict[str, Any]]
+    buffers: list[str]
+    shapes: dict[str, tuple[int, ...]]
+    dtypes: dict[str, str]
 
 
 @dataclass
 class RunRequest:
-    key: str
+    build: Build
+    workload: str
     dims: dict[str, int]
     shapes: dict[str, tuple[int, ...]]
-    dtypes: dict[str, np.dtype]  # inputs, outputs and buffers (numpy targets)
-    mx_dtypes: dict[str, str]  # the same by name, bfloat16 included (MLX targets)
-    buffers: list[str]
-    launches: list[dict[str, Any]]
-    seeds: list[int]
+    dtypes: dict[str, str]  # inputs and outputs by dtype name (bfloat16 included)
+    fingerprint: str  # the task's identity, for the reference cache
+    checks: list[int]  # reference seeds; the first runs twice
+    recheck: int
+    timed_checks: list[int]
+    supply: int
+    order: int
     timing: TimingConfig
     baselines: list[str]
+    retime_baselines: bool
+    incumbent: Build | None
+
+    def layout(self, task: Task) -> Layout:
+        return Layout.of(self.dims, self.shapes, self.dtypes, [n for n, _ in task.inputs], task.outputs)
+
+
+@dataclass
+class RunState:
+    """What the worker keeps between `run` requests of one run: the input pool and the baselines' times."""
+    pool: Pool = field(default_factory=Pool)
+    baselines: dict[tuple[str, str], tuple[float, dict[str, Any]]] = field(default_factory=dict)
 
 
 def _field(obj: Mapping[str, Any], name: str, kind: type | tuple[type, ...], where: str = "run") -> Any:
     value = obj.get(name)
-    if not isinstance(value, kind):
+    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
         raise WorkerError("bad_request", f"{where}: field `{name}` missing or not a {getattr(kind, '__name__', kind)}")
     return value
 
 
-def parse_request(req: Mapping[str, Any], task: Task, numpy_dtypes: bool = True) -> RunRequest:
-    """Everything the Rust side must get right; a mistake here is `bad_request`, never the candidate's."""
-    workload = _field(req, "workload", dict)
-    dims = _field(workload, "dims", dict, "workload")
-    shapes = {n: tuple(int(d) for d in s) for n, s in _field(workload, "shapes", dict, "workload").items()}
-    names = {n: str(d) for n, d in _field(workload, "dtypes", dict, "workload").items()}
+def _seed(obj: Mapping[str, Any], name: str) -> int:
+    value = _field(obj, name, int, "run.inputs")
+    if value < 0:
+        raise WorkerError("bad_request", f"run.inputs: `{name}` must be a non-negative integer")
+    return value
+
+
+def _build(obj: Mapping[str, Any], shapes: dict[str, tuple[int, ...]], dtypes: dict[str, str],
+           where: str) -> Build:
+    shapes, dtypes = dict(shapes), dict(dtypes)
     buffers: list[str] = []
-    for b in req.get("buffers") or []:
+    for b in obj.get("buffers") or []:
         shapes[b["name"]] = tuple(int(d) for d in b["shape"])
-        names[b["name"]] = str(b["dtype"])
+        dtypes[b["name"]] = str(b["dtype"])
         buffers.append(b["name"])
-    dtypes = {n: np_dtype(d) for n, d in names.items()} if numpy_dtypes else {}
-    for name in [n for n, _ in task.inputs] + task.outputs:
-        if name not in shapes or name not in names:
-            raise WorkerError("bad_request", f"workload gives no shape or dtype for {name!r}")
-    launches = _field(req, "launches", list)
+    launches = _field(obj, "launches", list, where)
     for launch in launches:
         for name in (*launch.get("inputs", []), *launch.get("outputs", [])):
             if name not in shapes:
-                raise WorkerError("bad_request", f"launch of {launch.get('kernel')!r} names unknown array {name!r}")
+                raise WorkerError("bad_request", f"{where}: launch of {launch.get('kernel')!r} names unknown array {name!r}")
         for s in launch.get("scalars") or []:
             if isinstance(s, bool) or not isinstance(s, (int, float)) or int(s) != s:
-                raise WorkerError("bad_request", f"launch of {launch.get('kernel')!r}: scalar {s!r} is not an integer")
+                raise WorkerError("bad_request", f"{where}: launch of {launch.get('kernel')!r}: scalar {s!r} is not an integer")
         launch["scalars"] = [int(s) for s in launch.get("scalars") or []]
-    baselines = list(req.get("baselines") or [])
-    for name in baselines:
+    return Build(_field(obj, "key", str, where), launches, buffers, shapes, dtypes)
+
+
+def parse_request(req: Mapping[str, Any], task: Task) -> RunRequest:
+    """Everything the Rust side must get right; a mistake here is `bad_request`, never the candidate's."""
+    workload = _field(req, "workload", dict)
+    dims = {k: int(v) for k, v in _field(workload, "dims", dict, "workload").items()}
+    shapes = {n: tuple(int(d) for d in s) for n, s in _field(workload, "shapes", dict, "workload").items()}
+    dtypes = {n: str(d) for n, d in _field(workload, "dtypes", dict, "workload").items()}
+    for name in [n for n, _ in task.inputs] + task.outputs:
+        if name not in shapes or name not in dtypes:
+            raise WorkerError("bad_request", f"workload gives no shape or dtype for {name!r}")
+    inputs = _field(req, "inputs", dict)
+    checks = _field(inputs, "checks", list, "run.inputs")
+    timed_checks = _field(inputs, "timed_checks", list, "run.inputs")
+    for s in [*checks, *timed_checks]:
+        if isinstance(s, bool) or not isinstance(s, int) or s < 0:
+            raise WorkerError("bad_request", "run.inputs: `checks` and `timed_checks` must hold non-negative integers")
+    if not checks:
+        raise WorkerError("bad_request", "run.inputs: `checks` must name at least one seed")
+    if len({*checks, *timed_checks, inputs.get("recheck")}) != len(checks) + len(timed_checks) + 1:
+        raise WorkerError("bad_request", "run.inputs: check, timed-check and recheck seeds must all differ")
+    for name in req.get("baselines") or []:
         if name not in task.baselines:
             raise WorkerError("bad_request", f"baseline {name!r} is not available (loaded: {sorted(task.baselines)})")
-    seeds = _field(req, "seeds", list)
-    if not seeds or not all(isinstance(s, int) and s >= 0 for s in seeds):
-        raise WorkerError("bad_request", "run: `seeds` must be a non-empty list of non-negative integers")
+    incumbent = req.get("incumbent")
     return RunRequest(
-        key=_field(req, "key", str), dims={k: int(v) for k, v in dims.items()}, shapes=shapes, dtypes=dtypes,
-        mx_dtypes=names,
-        buffers=buffers, launches=launches, seeds=seeds, timing=TimingConfig.from_json(req.get("timing")),
-        baselines=baselines,
+        build=_build(req, shapes, dtypes, "run"), workload=str(workload.get("name", "")), dims=dims,
+        shapes=shapes, dtypes=dtypes, fingerprint=_field(inputs, "pool", str, "run.inputs"),
+        checks=list(checks), recheck=_seed(inputs, "recheck"), timed_checks=list(timed_checks),
+        supply=_seed(inputs, "supply"), order=_seed(inputs, "order"),
+        timing=TimingConfig.from_json(req.get("timing")), baselines=list(req.get("baselines") or []),
+        retime_baselines=bool(req.get("retime_baselines")),
+        incumbent=_build(incumbent, shapes, dtypes, "run.incumbent") if isinstance(incumbent, dict) else None,
     )
 
 
-def _arrays(r: RunRequest, task: Task, inputs: Arrays) -> ArraySet:
-    """What one call of the candidate sees: copies of the inputs, poisoned outputs and buffers, in shared
-    memory the kernel host maps (the CPU target runs kernels in that separate process)."""
-    names = [*inputs, *task.outputs, *r.buffers]
-    arrays = ArraySet([(n, r.shapes[n], r.dtypes[n]) for n in names])
-    for name, a in inputs.items():
-        np.copyto(arrays[name], a)
-    for name in [*task.outputs, *r.buffers]:
-        fill_poison(arrays[name])
-    return arrays
-
-
-def _differences(a: np.ndarray, b: np.ndarray) -> tuple[int, tuple[int, ...]]:
-    """Elements whose bytes differ between two runs, and the first of them."""
-    diff = a.view(np.uint8).reshape(a.size, -1) != b.view(np.uint8).reshape(b.size, -1)
-    bad = np.flatnonzero(diff.any(axis=1))
-    first = tuple(int(i) for i in np.unravel_index(int(bad[0]), a.shape)) if bad.size else ()
-    return int(bad.size), first
-
-
-def check_seed(r: RunRequest, task: Task, target: Target, seed: int, twice: bool = False,
-               into: ArraySet | None = None,
-               expected: Mapping[str, Any] | None = None) -> tuple[dict[str, Any], list[str], Arrays, Arrays]:
-    """Runs the launches on fresh inputs; returns the check, its problems, the pristine inputs and copies
-    of the outputs the kernel wrote.
-
-    `twice` runs them a second time on separate copies of the same inputs: a correct CPU kernel is
-    deterministic, so any difference is a race or state kept between calls. `into` writes the fresh
-    inputs into existing arrays (the ones timing used, at the same addresses) instead of new ones.
-    `expected`: the reference's outputs for this seed, when already computed."""
-    pristine = make_inputs(task.inputs, r.shapes, r.dtypes, r.dims, np.random.default_rng(seed), task.make_inputs)
-    if into is None:
-        arrays = _arrays(r, task, pristine)
-        call = target.bind(r.key, r.launches, arrays)
-    else:
-        arrays = into
-        for n, a in pristine.items():
-            np.copyto(arrays[n], a)
-        for n in [*task.outputs, *r.buffers]:
-            fill_poison(arrays[n])
-        call = target.bind(r.key, r.launches, arrays)
-    call()
-    problems_first: list[str] = []
-    if twice:
-        again = _arrays(r, task, pristine)
-        target.bind(r.key, r.launches, again)()
-        for name in task.outputs:
-            count, first = _differences(arrays[name], again[name])
-            if count:
-                problems_first.append(f"output {name}: nondeterministic: two runs on the same inputs differ in "
-                                      f"{count} elements, first at {list(first)} (a race, or state kept between calls)")
-
-    problems: list[str] = list(problems_first)
-    over = overruns(arrays)
-    role = {**{n: "buffer" for n in r.buffers}, **{n: "output" for n in task.outputs}, **{n: "input" for n in pristine}}
-    problems += [f"{role[n]} {n}: written past its end" for n in over]
-    changed = {n: msg for n in pristine if (msg := modified(n, arrays[n], pristine[n]))}
-    problems += changed.values()
-
-    # The reference sees float64 copies, out of the candidate's reach; integer and bool inputs keep their dtype.
-    if expected is None:
-        ref_inputs = {n: a.astype(np.float64) if a.dtype.kind == "f" else a.copy() for n, a in pristine.items()}
-        expected = task.reference(ref_inputs, dict(r.dims))
+def judge(task: Task, layout: Layout, ref: ReferenceSet, run: CheckRun, any_nan_is_poison: bool,
+          where: str = "") -> tuple[dict[str, Any], list[str]]:
+    """The check record and its problems: the target's own findings, then every output against the reference."""
+    problems = [p + where for p in run.problems]
     outputs: dict[str, Any] = {}
-    for name in task.outputs:
-        if name not in expected:
-            raise WorkerError("bad_task", f"reference.py returned no output {name!r}")
-        exp = np.asarray(expected[name])
-        if exp.shape != r.shapes[name]:
-            raise WorkerError("bad_task", f"reference.py returned {name!r} with shape {list(exp.shape)}, "
-                              f"expected {list(r.shapes[name])}")
-        dtype = str(r.dtypes[name])
+    for name, _, dtype in layout.outputs:
         if dtype not in task.tolerances:
             raise WorkerError("bad_task", f"task.toml has no [tolerance.{dtype}] for output {name!r}")
         atol, rtol = task.tolerances[dtype]
-        result = compare(name, arrays[name], exp, atol, rtol)
+        result = compare(name, run.outputs[name], ref.expected[name], atol, rtol, any_nan_is_poison=any_nan_is_poison)
         outputs[name] = result.to_json()
         if result.problem:
-            problems.append(result.problem)
-    check = {"seed": seed, "passed": not problems, "outputs": outputs, "inputs_modified": list(changed),
-             "overruns": over}
-    return check, problems, pristine, {n: arrays[n].copy() for n in task.outputs}
+            problems.append(result.problem + where)
+    check = {"seed": ref.seed, "passed": not problems, "outputs": outputs, "inputs_modified": run.inputs_modified,
+             "overruns": run.overruns}
+    return check, problems
 
 
-IPC_FACTOR = 100  # a sample of the candidate lasts at least this many empty round trips to the kernel host
+WARMUP_SETS = 64  # sets the warm-up goes through before the plan grows for sampling
 
 
-class TimedRunDiffers(Exception):
-    """A timed batch left outputs other than the checked run's on the same inputs."""
+def _plan(r: RunRequest, task: Task, state: RunState, layout: Layout) -> TimedPlan:
+    """The input sets of the timed calls: supply sets for the warm-up, then (`extend`) enough for every
+    sampled call within the supply's bytes, with the timed-check reference sets at positions drawn from the
+    candidate's order seed among the sampled calls (so no position tells a checked call from another)."""
+    cfg = r.timing
+    refs = [state.pool.reference(task, layout, r.fingerprint, s) for s in r.timed_checks]
+    supply = state.pool.supply(task, layout, r.supply, WARMUP_SETS, cfg.supply_bytes)
+    plan = TimedPlan(sets=list(supply), ids=[("supply", r.supply, i) for i in range(len(supply))], checked={})
+
+    def extend(first: int, calls: int) -> int:
+        got = state.pool.supply(task, layout, r.supply, max(first + calls, len(refs) + 1), cfg.supply_bytes)
+        sets: list[Arrays] = list(got)
+        ids: list[tuple[str, int, int]] = [("supply", r.supply, i) for i in range(len(sets))]
+        total = len(sets)
+        # The checked calls: at random among the calls sampling is expected to make (it goes on until it
+        # has made the last of them). Where the sets last, each set is met once and a position is a call.
+        rng = random.Random(r.order)
+        calls_at = sorted(rng.sample(range(first, first + max(calls, len(refs))), len(refs)))
+        positions = [c % total for c in calls_at]
+        if len(set(positions)) < len(refs):
+            # Fewer sets than checked calls: the checked sets join the supply.
+            positions = list(range(total, total + len(refs)))
+            sets += [ref.inputs for ref in refs]
+            ids += [("reference", ref.seed, 0) for ref in refs]
+            cycle = total + len(refs)
+            calls_at = [first + (p - first) % cycle for p in positions]
+        for p, ref in zip(positions, refs, strict=True):
+            sets[p], ids[p] = ref.inputs, ("reference", ref.seed, 0)
+        plan.sets, plan.ids = sets, ids
+        plan.checked = dict(zip(positions, refs, strict=True))
+        return max(calls_at) if calls_at else first
+
+    plan.extend = extend
+    return plan
 
 
-class _Local:
-    """Calls made in this process (the baselines), a sample's list built off the clock as timing.measure
-    does, so that their figures stay comparable with it."""
-
-    def __init__(self, calls: list[Callable[[], object]]) -> None:
-        self.calls = calls
-        self.ready: tuple[int, int, list[Callable[[], object]]] | None = None
-
-    def _list(self, start: int, count: int) -> tuple[int, int, list[Callable[[], object]]]:
-        return start, count, [self.calls[k % len(self.calls)] for k in range(start, start + count)]
-
-    def prepare(self, start: int, count: int) -> None:
-        """Before a sample: its list of calls, and as many calls off the clock on the copies before them
-        (this process sat idle while the kernel host ran the candidate's sample, and a core that idled
-        runs slower for a while after)."""
-        self.ready = self._list(start, count)
-        for k in range(start - count, start):
-            self.calls[k % len(self.calls)]()
-
-    def run(self, start: int, count: int) -> None:
-        ready = self.ready if self.ready is not None and self.ready[:2] == (start, count) else self._list(start, count)
-        self.ready = None
-        for call in ready[2]:
-            call()
+def _verifier(task: Task, layout: Layout, plan: TimedPlan, any_nan_is_poison: bool,
+              tally: dict[str, int]) -> Any:
+    def verify(index: int, outputs: Arrays, who: str) -> None:
+        ref = plan.checked[index]
+        tally[who] = tally.get(who, 0) + 1
+        for name, _, dtype in layout.outputs:
+            atol, rtol = task.tolerances[dtype]
+            result = compare(name, outputs[name], ref.expected[name], atol, rtol, any_nan_is_poison=any_nan_is_poison)
+            if result.problem:
+                raise TimedRunWrong(f"{who}: a sampled timed call (input set {index} of {len(plan.sets)}) "
+                                    f"differs from the reference: {result.problem}")
+    return verify
 
 
-def _time(r: RunRequest, task: Task, target: Target, inputs: Arrays,
-          outputs: Arrays) -> tuple[dict[str, Any], dict[str, Any], ArraySet]:
-    """Times the candidate next to the baselines on copies of `inputs`. Before every sample the outputs of
-    the copies it uses are poisoned; after it they must hold `outputs` (the checked run's on these inputs)
-    byte for byte, so a host that skips whole calls while timed is caught; one that skips repeated calls
-    on a copy within a sample (outputs already right) is bounded only by the roofline check."""
-    sample = _arrays(r, task, inputs)
-    copies = copies_for(sum(a.nbytes for a in sample.values()), target.cache_bytes())
-    sets = [sample] + [_arrays(r, task, inputs) for _ in range(copies - 1)]
-    batch = target.batch(r.key, r.launches, sets)  # type: ignore[attr-defined]
+class Split:
+    """Where a request's time went, by phase, each without the pool's work done inside it (drawing inputs,
+    computing references: the run's cost, not the candidate's, reported apart). `kernel_s` is the part of the
+    checks and samples that the clock saw running candidate calls."""
 
-    def touched(start: int, count: int) -> list[ArraySet]:
-        return [sets[(start + i) % copies] for i in range(min(count, copies))]
+    def __init__(self, pool: Pool) -> None:
+        self.pool = pool
+        self.parts: dict[str, float] = {"kernel_s": 0.0}
+        self.start = time.perf_counter()
+        pool.take_times()
 
-    def poison(start: int, count: int) -> None:
-        for arrays in touched(start, count):
-            for name in task.outputs:
-                fill_poison(arrays[name])
-
-    def verify(start: int, count: int) -> None:
-        for arrays in touched(start, count):
-            for name in task.outputs:
-                count_, first = _differences(arrays[name], outputs[name])
-                if count_:
-                    raise TimedRunDiffers(
-                        f"output {name}: a timed run left {count_} elements other than the checked run on the "
-                        f"same inputs, first at {list(first)} (work skipped while timed, or state kept between calls)")
-
-    entries = [Batches(batch.run, copies, poison, verify, overhead_factor=IPC_FACTOR)]
-    views = [{n: arrays[n] for n in inputs} for arrays in sets]
-    for name in r.baselines:
-        fn, dims = task.baselines[name], dict(r.dims)
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        before = self.pool.reference_s + self.pool.draw_s
+        t0 = time.perf_counter()
         try:
-            fn(views[0], dims)
-        except Exception:
-            raise WorkerError("bad_task", f"baseline {name} raised:\n{tail(traceback.format_exc())}") from None
+            yield
+        finally:
+            spent = time.perf_counter() - t0 - (self.pool.reference_s + self.pool.draw_s - before)
+            self.parts[name] = self.parts.get(name, 0.0) + spent
 
-        local = _Local([functools.partial(fn, v, dims) for v in views])
-        entries.append(Batches(local.run, copies, local.prepare))
-    stats = measure(entries, r.timing)
-    return stats[0], dict(zip(r.baselines, stats[1:], strict=True)), sets
+    def report(self) -> dict[str, float]:
+        out = {**self.parts, **self.pool.take_times()}
+        out["total_s"] = time.perf_counter() - self.start
+        # The evaluator's own cost: everything but running candidate code, references and inputs.
+        out["overhead_s"] = max(out["total_s"] - out["kernel_s"] - out["reference_s"] - out["draw_s"]
+                                - out.get("baselines_s", 0.0), 0.0)
+        return out
 
 
-def run(req: Mapping[str, Any], task: Task | None, target: Target) -> dict[str, Any]:
+def _wrong(message: str, checks: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+    return {"status": "wrong", "message": message, "checks": checks, "timing": None, "baselines": {}, **extra}
+
+
+def run(req: Mapping[str, Any], task: Task | None, target: Target, state: RunState) -> dict[str, Any]:
     if task is None:
         raise WorkerError("bad_request", "run before load_task")
-    own = getattr(target, "evaluate", None)  # MLX targets check and time on the device themselves
-    r = parse_request(req, task, numpy_dtypes=own is None)
-    if not target.compiled(r.key):
-        raise WorkerError("not_compiled", f"key {r.key} has not been compiled by this worker")
-    if own is not None:
-        return own(r, task)
+    start = time.perf_counter()
+    r = parse_request(req, task)
+    target.validate(r)
+    for b in [r.build, *([r.incumbent] if r.incumbent else [])]:
+        if not target.compiled(b.key):
+            raise WorkerError("not_compiled", f"key {b.key} has not been compiled by this worker")
+    layout = r.layout(task)
+    early = target.unavailable(r, task)
+    if early is not None:
+        return early
+    split = Split(state.pool)
     checks: list[dict[str, Any]] = []
+    poison_nan = target.poisons_with_plain_nan
     try:
-        pristine: Arrays = {}
-        outputs: Arrays = {}
-        for i, seed in enumerate(r.seeds):
-            check, problems, pristine, outputs = check_seed(r, task, target, seed, twice=i == 0)
-            checks.append(check)
-            if problems:
-                return {"status": "wrong", "message": "; ".join(problems), "checks": checks, "timing": None,
-                        "baselines": {}}
-        timing, baselines, timed = _time(r, task, target, pristine, outputs) if r.timing.enabled else (None, {}, None)
-        # Fresh inputs in every set of buffers timing used: caches keyed by any of those addresses, stale
-        # outputs and kernels that stop working after a number of calls all fail here.
-        recheck_seed = (r.seeds[-1] * 6364136223846793005 + 1442695040888963407) % (1 << 63)
-        expected = None  # one reference for every set: the same seed, the same inputs
-        for i, arrays in enumerate(timed or []):
-            if expected is None:
-                fresh = make_inputs(task.inputs, r.shapes, r.dtypes, r.dims, np.random.default_rng(recheck_seed),
-                                    task.make_inputs)
-                expected = task.reference({n: a.astype(np.float64) if a.dtype.kind == "f" else a.copy()
-                                           for n, a in fresh.items()}, dict(r.dims))
-            check, problems, _, _ = check_seed(r, task, target, recheck_seed, into=arrays, expected=expected)
-            check["after_timing"] = True
-            check["input_set"] = i
-            checks.append(check)
-            if problems:
-                where = f" (input set {i} of {len(timed or [])})" if timed and len(timed) > 1 else ""
-                return {"status": "wrong", "message": f"after timing, on fresh inputs in the timed buffers{where}: "
-                        + "; ".join(problems), "checks": checks, "timing": timing, "baselines": baselines}
+        result = _candidate(r, task, target, state, layout, checks, split, poison_nan)
+    except CandidateFailure as exc:
+        result = exc.result(checks)
+    except TimedRunWrong as exc:
+        result = _wrong(f"after timing: {exc}", checks)
     except WorkerError:
         raise
-    except TimedRunDiffers as exc:
-        return {"status": "wrong", "message": f"after timing: {exc}", "checks": checks, "timing": None,
-                "baselines": {}}
-    except KernelHostDied as exc:
-        # The candidate crashed, trapped or exited in the kernel host; the next request gets a fresh host.
-        return {"status": "crash", "message": str(exc), "checks": checks, "timing": None, "baselines": {}}
-    except (KernelHostBroken, KernelHostRefused) as exc:
-        return {"status": "error", "message": str(exc), "checks": checks, "timing": None, "baselines": {}}
     except Exception:
-        # The candidate's, the reference's or our own failure; the worker itself keeps serving.
-        return {"status": "error", "message": tail(traceback.format_exc()), "checks": checks, "timing": None,
-                "baselines": {}}
-    finally:
-        release = getattr(target, "release", None)
-        if release is not None:
+        # The reference's or our own failure; the worker itself keeps serving.
+        result = {"status": "error", "message": tail(traceback.format_exc()), "checks": checks, "timing": None,
+                  "baselines": {}}
+    result = target.finish(r, result)
+    if result["status"] == "passed" and r.timing.enabled and r.baselines:
+        with split.phase("baselines_s"):
+            result["baselines"], result["baselines_timed_now"] = _baselines(r, task, target, state, layout)
+    result["split"] = split.report()
+    return result
+
+
+def _candidate(r: RunRequest, task: Task, target: Target, state: RunState, layout: Layout,
+               checks: list[dict[str, Any]], split: Split, poison_nan: bool) -> dict[str, Any]:
+    with split.phase("setup_s"):
+        session = target.session(r.build, r, task)
+    with session:
+        with split.phase("checks_s"):
+            for i, seed in enumerate(r.checks):
+                ref = state.pool.reference(task, layout, r.fingerprint, seed)
+                run_ = session.check(ref.inputs, twice=i == 0)
+                split.parts["kernel_s"] += run_.seconds * (2 if i == 0 else 1)
+                check, problems = judge(task, layout, ref, run_, poison_nan)
+                checks.append(check)
+                if problems:
+                    return _wrong("; ".join(problems), checks)
+        if not r.timing.enabled:
+            return {"status": "passed", "message": f"passed {len(r.checks)} seeds", "checks": checks, "timing": None,
+                    "baselines": {}}
+        with split.phase("timing_s"):
+            plan = _plan(r, task, state, layout)
+            tally: dict[str, int] = {}
+            verify = _verifier(task, layout, plan, poison_nan, tally)
+            incumbent = target.session(r.incumbent, r, task) if r.incumbent else None
             try:
-                release()
-            except (KernelHostDied, KernelHostBroken, KernelHostRefused):
-                pass  # a host that fails here is gone; the next request starts a fresh one
-    return {"status": "passed", "message": f"passed {len(r.seeds)} seeds", "checks": checks, "timing": timing,
-            "baselines": baselines}
+                sessions = [session, *([incumbent] if incumbent else [])]
+                measurement = target.time(sessions, plan, verify, r.timing, paired=incumbent is not None)
+            finally:
+                if incumbent is not None:
+                    incumbent.close()
+            split.parts["kernel_s"] += measurement.sampled_s
+        timing = measurement.stats[0]
+        timing["sampled_checks"] = tally.get("candidate", 0)
+        extra: dict[str, Any] = {}
+        if incumbent is not None:
+            extra["incumbent"] = {**measurement.stats[1], "sampled_checks": tally.get("incumbent", 0)}
+            extra["verdict"] = measurement.verdict
+        # Fresh inputs written where timing ran: caches keyed by address, stale outputs and kernels that stop
+        # working after a number of calls or a span of time all fail here.
+        with split.phase("recheck_s"):
+            ref = state.pool.reference(task, layout, r.fingerprint, r.recheck)
+            for i, run_ in enumerate(session.recheck(ref.inputs)):
+                split.parts["kernel_s"] += run_.seconds
+                where = f" (timed input set {run_.where})" if run_.where is not None else ""
+                check, problems = judge(task, layout, ref, run_, poison_nan, where=where)
+                check["after_timing"] = True
+                check["input_set"] = run_.where if run_.where is not None else i
+                checks.append(check)
+                if problems:
+                    return {**_wrong("after timing, on fresh inputs where timing ran: " + "; ".join(problems),
+                                     checks), "timing": timing}
+    return {"status": "passed", "message": f"passed {len(r.checks)} seeds", "checks": checks, "timing": timing,
+            "baselines": {}, **extra}
+
+
+def _baselines(r: RunRequest, task: Task, target: Target, state: RunState,
+               layout: Layout) -> tuple[dict[str, Any], bool]:
+    """The baselines' times: reused within a run unless older than BASELINE_MAX_AGE_S or asked to be timed
+    again (beside the final best). Timed with no candidate code alive, on supply sets of their own."""
+    now = time.monotonic()
+    cached = {n: state.baselines.get((layout.key(), n)) for n in r.baselines}
+    if not r.retime_baselines and all(c is not None and now - c[0] < BASELINE_MAX_AGE_S for c in cached.values()):
+        return {n: {**c[1], "cached": True} for n, c in cached.items() if c is not None}, False
+    # The baselines' own inputs: another supply stream, never handed to a candidate.
+    seed = (r.supply ^ 0x5A5A5A5A5A5A5A5A) & ((1 << 63) - 1)
+    sets = state.pool.supply(task, layout, seed, 64, r.timing.supply_bytes)
+    fns = {n: task.baselines[n] for n in r.baselines}
+    timed = target.time_baselines(fns, sets, dict(r.dims), layout, r.timing)
+    for n, s in timed.items():
+        state.baselines[(layout.key(), n)] = (now, s)
+    return {n: {**s, "cached": False} for n, s in timed.items()}, True

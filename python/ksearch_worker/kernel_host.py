@@ -1,22 +1,24 @@
 """The kernel host: the only process that runs CPU candidate code.
 
-`python -m ksearch_worker.kernel_host FD` is started by the CPU target (targets/cpu.py) with one end of a
-Unix socket pair as FD and nothing else of the worker's: a fresh interpreter, so no copy of the worker's
-memory (the request nonces, the reply pipe, the reference, the checks). Run as root, it becomes an
-unprivileged user before it loads any candidate library, so it can neither read nor trace the worker.
+Started by the CPU target through the jail (`python -m ksearch_worker.jail CONFIG --host FD`, jail.py): a
+fresh interpreter with nothing of the worker's (no request nonces, no reply pipe, no reference, no checks),
+PID 1 of a namespace of its own, unprivileged, confined by Landlock to its candidate's folder. One host
+serves one candidate for one evaluation and is then killed with everything it started.
 
-It maps the shared-memory array sets the worker sends, loads the compiled library (one build per host:
-the worker starts a fresh host for the next), runs the launches it is told to and answers "done". Nothing it says is believed beyond that: the worker checks every array
-itself and times every batch from its own side.
+It maps the banks of arrays the worker sends (shared memory; inputs of timed calls read-only), loads the
+candidate's library, runs the launches it is told to and answers "done". Nothing it says is believed
+beyond that: the worker checks every array itself and times every request from its own side.
 
 Messages both ways are a 4-byte big-endian length and a JSON object; file descriptors travel with a
 request as SCM_RIGHTS. Requests carry a `token`, every reply echoes it:
-  {"op": "load", "key"}                                  + the library's fd
-  {"op": "map", "set", "size"}                            + the set's fd
-  {"op": "release"}                                       unmap every set
-  {"op": "run", "key", "calls": [[kernel, [offsets], [scalars]]], "sets": [ids], "start", "count"}
-      runs the calls on sets[(start + i) % len(sets)] for i in range(count)
-Replies: {"token", "ok": true} or {"token", "ok": false, "error": message}.
+  {"op": "load", "key", "path"}                           load the library (a file in the host's folder)
+  {"op": "map", "bank", "size", "writable"}               + the bank's fd
+  {"op": "unmap", "bank"}
+  {"op": "run", "key", "calls": [[kernel, [[b, offset], ...], [scalars]]], "banks": [ids], "strides": [bytes],
+   "slots": [[slot in bank 0, slot in bank 1, ...], ...]}
+      for each entry of `slots`, every call in order, argument (b, offset) at
+      base(banks[b]) + slot[b] * strides[b] + offset, then the int64 scalars
+Replies: {"token", "ok": true} or {"token", "ok": false, "error": message, "kind": "refused" | "resource"}.
 """
 
 from __future__ import annotations
@@ -26,19 +28,16 @@ import errno
 import faulthandler
 import json
 import os
-import signal
 import socket
 import struct
 import sys
 from typing import Any
 
-NOBODY = 65534  # the unprivileged uid and gid a root worker's host runs as
 MAX_MESSAGE = 16 << 20
 MAX_FDS = 4
-PR_SET_PDEATHSIG = 1
-PR_CAPBSET_DROP = 24
-_LINUX_CAPABILITY_VERSION_3 = 0x20080522
 PROT_READ, PROT_WRITE, MAP_SHARED = 1, 2, 1
+# Failures of the host's own resources that a candidate causes by exhausting them.
+RESOURCE_ERRNOS = (errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EAGAIN, errno.ENOSPC)
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mmap.restype = ctypes.c_void_p
@@ -47,74 +46,50 @@ _libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
 
 
 class HostError(Exception):
-    """A request this host cannot carry out; the worker gets the message."""
+    """A request this host cannot carry out; the worker gets the message and the kind."""
+
+    def __init__(self, message: str, kind: str = "refused") -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
-class _CapHeader(ctypes.Structure):
-    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
-
-
-class _CapData(ctypes.Structure):
-    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
-
-
-def _drop_capabilities() -> None:
-    """Root that cannot become NOBODY (a user namespace that maps no such user) gives up every capability,
-    CAP_SYS_PTRACE among them, also for anything it executes (the bounding set), so it cannot read the
-    worker, which is not dumpable."""
-    for cap in range(64):
-        if _libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 and ctypes.get_errno() == errno.EINVAL:
-            break
-    data = (_CapData * 2)()
-    if _libc.capset(ctypes.byref(_CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)), data) != 0:
-        raise OSError(ctypes.get_errno(), "capset failed")
-
-
-def drop_privileges() -> None:
-    """As root: become NOBODY (groups, gid, then uid), so the worker's memory and /proc entries are out
-    of reach, or else give up every capability. Then die with the worker (a change of credentials clears
-    the parent-death signal)."""
-    if os.getuid() == 0 or os.geteuid() == 0:
-        try:
-            os.setgroups([])
-            os.setgid(NOBODY)
-            os.setuid(NOBODY)
-        except OSError:
-            _drop_capabilities()
-    if sys.platform.startswith("linux"):
-        parent = os.getppid()
-        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != parent:
-            os._exit(1)
-
-
-def _recv_exact(sock: socket.socket, n: int, fds: list[int]) -> bytes | None:
+def _recv_exact(sock: socket.socket, n: int, fds: list[int], lost: list[bool]) -> bytes | None:
     data = b""
     while len(data) < n:
-        chunk, got, _, _ = socket.recv_fds(sock, n - len(data), MAX_FDS)
+        try:
+            chunk, got, flags, _ = socket.recv_fds(sock, n - len(data), MAX_FDS)
+        except OSError as exc:
+            if exc.errno in RESOURCE_ERRNOS:
+                raise HostError(f"receiving a request failed: {os.strerror(exc.errno)}", "resource") from None
+            raise
         fds.extend(got)
+        if flags & socket.MSG_CTRUNC:
+            lost.append(True)  # the message is still read whole, so the reply can carry its token
         if not chunk:
             return None
         data += chunk
     return data
 
 
-def receive(sock: socket.socket) -> tuple[dict[str, Any], list[int]] | None:
-    """The next request and the descriptors that came with it; None at end of input."""
+def receive(sock: socket.socket) -> tuple[dict[str, Any], list[int], str | None] | None:
+    """The next request, the descriptors that came with it, and why it cannot be served (a descriptor lost
+    because this process had none left); None at end of input."""
     fds: list[int] = []
-    head = _recv_exact(sock, 4, fds)
+    lost: list[bool] = []
+    head = _recv_exact(sock, 4, fds, lost)
     if head is None:
         return None
     (size,) = struct.unpack(">I", head)
     if size > MAX_MESSAGE:
         raise HostError(f"request of {size} bytes is too long")
-    body = _recv_exact(sock, size, fds)
+    body = _recv_exact(sock, size, fds, lost)
     if body is None:
         return None
     msg = json.loads(body)
     if not isinstance(msg, dict):
         raise HostError("a request must be a JSON object")
-    return msg, fds
+    problem = "a file descriptor sent with the request was lost: the process had no descriptor left" if lost else None
+    return msg, fds, problem
 
 
 def send(sock: socket.socket, msg: dict[str, Any]) -> None:
@@ -125,81 +100,68 @@ def send(sock: socket.socket, msg: dict[str, Any]) -> None:
 class Host:
     def __init__(self) -> None:
         self.libs: dict[str, ctypes.CDLL] = {}
-        self.lib_fds: list[int] = []  # kept open: dlopen knows a library by its /proc/self/fd name
-        self.sets: dict[int, tuple[int, int]] = {}  # set id -> (address, size)
-        self.bound: dict[str, list[list[tuple[Any, tuple[Any, ...]]]]] = {}  # a run's bindings, until release
+        self.banks: dict[int, tuple[int, int]] = {}  # bank id -> (address, size)
 
-    def load(self, msg: dict[str, Any], fds: list[int]) -> None:
+    def load(self, msg: dict[str, Any]) -> None:
         key = str(msg["key"])
         if key in self.libs:
             return
-        if len(fds) != 1:
-            raise HostError("load needs the library's file descriptor")
-        path = f"/proc/self/fd/{fds[0]}" if sys.platform.startswith("linux") else str(msg["path"])
-        self.lib_fds.append(fds.pop())
         try:
-            self.libs[key] = ctypes.CDLL(path, mode=os.RTLD_LOCAL)
+            self.libs[key] = ctypes.CDLL(str(msg["path"]), mode=os.RTLD_LOCAL)
         except OSError as exc:
-            raise HostError(str(exc).replace(path, str(msg.get("path", path)))) from None
+            raise HostError(str(exc)) from None
 
     def map(self, msg: dict[str, Any], fds: list[int]) -> None:
         if len(fds) != 1:
-            raise HostError("map needs the set's file descriptor")
+            raise HostError("map needs the bank's file descriptor")
         size = int(msg["size"])
-        addr = _libc.mmap(None, size, PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0)
+        prot = PROT_READ | (PROT_WRITE if msg.get("writable") else 0)
+        addr = _libc.mmap(None, size, prot, MAP_SHARED, fds[0], 0)
         if addr is None or addr == ctypes.c_void_p(-1).value:
-            raise HostError(f"mmap of {size} bytes failed: {os.strerror(ctypes.get_errno())}")
-        self.sets[int(msg["set"])] = (addr, size)
+            err = ctypes.get_errno()
+            raise HostError(f"mmap of {size} bytes failed: {os.strerror(err)}",
+                            "resource" if err in RESOURCE_ERRNOS else "refused")
+        self.banks[int(msg["bank"])] = (addr, size)
 
-    def release(self) -> None:
-        for addr, size in self.sets.values():
-            _libc.munmap(addr, size)
-        self.sets.clear()
-        self.bound.clear()
+    def unmap(self, msg: dict[str, Any]) -> None:
+        got = self.banks.pop(int(msg["bank"]), None)
+        if got is not None:
+            _libc.munmap(got[0], got[1])
 
     def run(self, msg: dict[str, Any]) -> None:
-        signature = json.dumps([msg["key"], msg["calls"], msg["sets"]])
-        bound = self.bound.get(signature)
-        if bound is None:
-            bound = self.bound[signature] = self.bind(msg)
-        start, count = int(msg["start"]), int(msg["count"])
-        for i in range(start, start + count):
-            for fn, args in bound[i % len(bound)]:
-                fn(*args)
-
-    def bind(self, msg: dict[str, Any]) -> list[list[tuple[Any, tuple[Any, ...]]]]:
-        """Per set, the kernel functions and their arguments (pointers into the set, then scalars)."""
+        calls = msg["calls"]
+        if not calls:
+            return  # an empty request: the worker measuring its round trip
         lib = self.libs.get(str(msg["key"]))
         if lib is None:
             raise HostError(f"key {msg['key']} is not loaded")
-        if not msg["sets"]:
-            raise HostError("run names no array set")
-        bound = []
-        for set_id in msg["sets"]:
-            if set_id not in self.sets:
-                raise HostError(f"array set {set_id} is not mapped")
-            base = self.sets[set_id][0]
-            steps = []
-            for kernel, offsets, scalars in msg["calls"]:
-                try:
-                    fn = lib[kernel]  # a fresh function object, so restype is ours alone
-                except AttributeError:
-                    raise HostError(f"the library defines no kernel {kernel!r}") from None
-                fn.restype = None
-                # The generated prototype fixes the order: inputs, outputs, then int64 scalars.
-                args = (*(ctypes.c_void_p(base + int(o)) for o in offsets), *(ctypes.c_int64(int(s)) for s in scalars))
-                steps.append((fn, args))
-            bound.append(steps)
-        return bound
+        try:
+            bases = [self.banks[int(b)][0] for b in msg["banks"]]
+        except KeyError as exc:
+            raise HostError(f"bank {exc} is not mapped") from None
+        strides = [int(s) for s in msg["strides"]]
+        steps = []
+        for kernel, refs, scalars in calls:
+            try:
+                fn = lib[kernel]  # a fresh function object, so restype is ours alone
+            except AttributeError:
+                raise HostError(f"the library defines no kernel {kernel!r}") from None
+            fn.restype = None
+            # The generated prototype fixes the order: inputs, outputs, then int64 scalars.
+            steps.append((fn, [(int(b), int(o)) for b, o in refs], tuple(ctypes.c_int64(int(s)) for s in scalars)))
+        for slot in msg["slots"]:
+            starts = [base + int(s) * stride for base, s, stride in zip(bases, slot, strides, strict=True)]
+            for fn, refs, scalars in steps:
+                fn(*(ctypes.c_void_p(starts[b] + o) for b, o in refs), *scalars)
 
     def handle(self, msg: dict[str, Any], fds: list[int]) -> None:
         op = msg.get("op")
         if op == "load":
-            self.load(msg, fds)
+            self.load(msg)
         elif op == "map":
             self.map(msg, fds)
-        elif op == "release":
-            self.release()
+        elif op == "unmap":
+            self.unmap(msg)
         elif op == "run":
             self.run(msg)
         else:
@@ -212,31 +174,34 @@ def serve(sock: socket.socket) -> int:
         try:
             got = receive(sock)
         except (HostError, ValueError) as exc:
-            send(sock, {"token": None, "ok": False, "error": str(exc)})
+            kind = exc.kind if isinstance(exc, HostError) else "refused"
+            send(sock, {"token": None, "ok": False, "error": str(exc), "kind": kind})
             return 1
         if got is None:
             return 0
-        msg, fds = got
+        msg, fds, problem = got
         reply: dict[str, Any] = {"token": msg.get("token"), "ok": True}
         try:
+            if problem:
+                raise HostError(problem, "resource")
             host.handle(msg, fds)
-        except (HostError, KeyError, TypeError, ValueError) as exc:
-            reply.update(ok=False, error=str(exc) if isinstance(exc, HostError) else f"bad request: {exc!r}")
+        except HostError as exc:
+            reply.update(ok=False, error=str(exc), kind=exc.kind)
+        except (KeyError, TypeError, ValueError) as exc:
+            reply.update(ok=False, error=f"bad request: {exc!r}", kind="refused")
         finally:
             for fd in fds:
                 os.close(fd)
         send(sock, reply)
 
 
-def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print("usage: python -m ksearch_worker.kernel_host FD", file=sys.stderr)
-        return 2
-    sock = socket.socket(fileno=int(argv[0]))
+def serve_fd(fd: int) -> int:
+    """The host's life once the jail has confined it: stdout is stderr already (the worker started it so)."""
     faulthandler.enable()  # a crashing kernel leaves a Python traceback on stderr
-    drop_privileges()
-    return serve(sock)
+    return serve(socket.socket(fileno=fd))
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    print("the kernel host is started through the jail: python -m ksearch_worker.jail CONFIG --host FD",
+          file=sys.stderr)
+    sys.exit(2)

@@ -14,8 +14,16 @@ import numpy as np
 
 from . import WORKER_VERSION, evaluate
 from .errors import WorkerError
+from .pool import Pool
 from .targets import Target
 from .task import Task, load_task, tail
+
+def jail_report() -> dict[str, Any]:
+    """What confines candidate code here (jail.py), measured by starting the jail once."""
+    from .jail import probe
+
+    return probe()
+
 
 Handler = Callable[[dict[str, Any]], dict[str, Any]]
 
@@ -24,6 +32,8 @@ class Worker:
     def __init__(self, target: Target) -> None:
         self.target = target
         self.task: Task | None = None
+        # The run's input pool and baselines' times, kept between requests (a new task starts afresh).
+        self.state = evaluate.RunState(pool=Pool(os.environ.get("KSEARCH_REFERENCE_CACHE") or None))
         self.ops: dict[str, Handler] = {
             "hello": self.hello, "load_task": self.load_task, "compile": self.compile, "run": self.run,
         }
@@ -31,13 +41,14 @@ class Worker:
     def hello(self, req: dict[str, Any]) -> dict[str, Any]:
         return {"worker_version": WORKER_VERSION, "python": platform.python_version(), "numpy": np.__version__,
                 "target": self.target.name, "landlock_abi": int(os.environ.get("KSEARCH_LANDLOCK_ABI", "0")),
-                **self.target.describe()}
+                "jail": jail_report(), **self.target.describe()}
 
     def load_task(self, req: dict[str, Any]) -> dict[str, Any]:
         dir, spec = req.get("dir"), req.get("task")
         if not isinstance(dir, str) or not isinstance(spec, dict):
             raise WorkerError("bad_request", "load_task needs `dir` (string) and `task` (object)")
         self.task = load_task(dir, spec, self.target.name)
+        self.state = evaluate.RunState(pool=Pool(os.environ.get("KSEARCH_REFERENCE_CACHE") or None))
         return {"baselines": list(self.task.baselines)}
 
     def compile(self, req: dict[str, Any]) -> dict[str, Any]:
@@ -53,7 +64,7 @@ class Worker:
         return self.target.compile(key, dir, sources, include)
 
     def run(self, req: dict[str, Any]) -> dict[str, Any]:
-        return evaluate.run(req, self.task, self.target)
+        return evaluate.run(req, self.task, self.target, self.state)
 
     def reply(self, line: bytes) -> dict[str, Any]:
         """The reply to one request line, carrying the request's `nonce` back (the Rust side believes a

@@ -1,4 +1,14 @@
-"""Timing: warm-up, several calls per sample, candidate and baselines interleaved, caches rotated."""
+"""Timing: warm-up, several calls per sample, entries interleaved round by round, verdicts that survive noise.
+
+An entry is timed in samples. A sample is `reps` calls made in one go, timed from this process; a fixed
+cost of asking for them that was measured where the candidate cannot reach it (`overhead_s`: the round trip
+to a kernel host that never loaded candidate code) is taken off, and the rest divided by `reps`. Entries
+take one sample each per round, in a shuffled order, so drifts in clock speed or load hit them alike.
+
+Two entries timed as a pair (a candidate and the incumbent it is compared with) run on the same inputs in
+every round; their verdict comes from the per-round ratios (`paired_verdict`), which cancel drift, and
+sampling goes on while the verdict is still open, up to `max_rounds` or `compare_budget_s`.
+"""
 
 from __future__ import annotations
 
@@ -12,11 +22,12 @@ from typing import Any
 
 import numpy as np
 
-Call = Callable[[], object]
-
-MAX_COPIES = 64
-MAX_COPY_BYTES = 256 << 20
-MAX_REPS = 1_000_000
+MAX_REPS = 100_000
+# A difference smaller than this is "within noise" however many rounds measured it.
+MIN_EFFECT = 0.005
+# Standard error of a median, in standard deviations of one sample over sqrt(n), for normal-like data.
+MEDIAN_SE = 1.2533
+IQR_PER_SIGMA = 1.349
 
 
 @dataclass(frozen=True)
@@ -27,6 +38,17 @@ class TimingConfig:
     max_samples: int = 25
     budget_s: float = 1.0
     min_sample_s: float = 0.0002
+    # Spread (IQR over median) above which a figure is flagged `noisy`.
+    noisy_iqr: float = 0.1
+    # Standard errors a paired difference must exceed before it is called faster or slower.
+    verdict_z: float = 3.0
+    # A comparison still within noise goes on to this many rounds, or this long.
+    max_rounds: int = 60
+    compare_budget_s: float = 3.0
+    # Bytes of supply inputs timing may hold for one workload (beyond them sets repeat).
+    supply_bytes: int = 256 << 20
+    # MLX: also report the throughput of independent calls and one call alone, beside the chained latency.
+    throughput: bool = False
 
     @staticmethod
     def from_json(obj: Mapping[str, Any] | None) -> TimingConfig:
@@ -36,17 +58,173 @@ class TimingConfig:
         return TimingConfig(**{k: v for k, v in obj.items() if k in fields})
 
 
-def copies_for(working_set_bytes: int, cache_bytes: int) -> int:
-    """How many copies of one call's arrays to rotate through so that each call starts with cold caches.
+@dataclass
+class Batches:
+    """One timed entry: `run(start, count)` makes calls start..start+count-1 in one go (call i on input set
+    i mod `sets` of the entry's order); `before` and `after` surround each sample, off the clock (poison
+    outputs; build a lazy graph; compare outputs)."""
+    run: Callable[[int, int], object]
+    sets: int
+    before: Callable[[int, int], None] = field(default=lambda start, count: None)
+    after: Callable[[int, int], None] = field(default=lambda start, count: None)
+    # Fixed cost of one `run` however many calls it makes, measured out of the candidate's reach, taken
+    # off every sample. 0: none.
+    overhead_s: float = 0.0
+    # A sample lasts at least this long (e.g. many round trips, so the overhead's own noise vanishes).
+    min_sample_s: float = 0.0
+    # Calls per sample fixed by the caller (a pair shares one count); None: chosen by `reps_for`.
+    reps: int | None = None
 
-    A working set that fits the last-level cache twice over would otherwise be timed hot, as no real
-    program calls a kernel back to back on the same data.
-    """
-    if working_set_bytes <= 0 or working_set_bytes >= 2 * cache_bytes:
-        return 1
-    wanted = math.ceil(2 * cache_bytes / working_set_bytes)
-    return max(1, min(wanted, MAX_COPIES, MAX_COPY_BYTES // working_set_bytes))
 
+def calls_as_batches(calls: Sequence[Callable[[], object]]) -> Batches:
+    """A list of calls on rotated input sets as an entry (call i runs calls[i % len])."""
+    def run(start: int, count: int) -> None:
+        for k in range(start, start + count):
+            calls[k % len(calls)]()
+
+    return Batches(run, len(calls))
+
+
+def reps_for(entry: Batches, cfg: TimingConfig) -> tuple[int, int, float]:
+    """Calls per sample: enough for the sample to last max(min_sample_s, the entry's own minimum), judged
+    from warm-up batches that double (the first calls pay page faults, lazy binding and JIT). Bounded so
+    that one sample never lasts more than a share of the budget, judged by the raw time per call (overhead
+    included, an upper bound): a warm-up batch shorter than the overhead cannot make samples explode.
+    Returns the calls per sample, the calls the warm-up made, and the raw time per call."""
+    target = max(cfg.min_sample_s, entry.min_sample_s)
+    sample_cap = max(cfg.budget_s / max(cfg.min_samples, 1), target)
+    start = time.perf_counter()
+    count, done = 1, 0
+    per_call = raw = 1e-9
+    while True:
+        entry.before(done, count)
+        t0 = time.perf_counter()
+        entry.run(done, count)
+        dt = time.perf_counter() - t0
+        entry.after(done, count)
+        done += count
+        raw = max(dt / count, 1e-9)
+        per_call = max((dt - entry.overhead_s) / count, raw / 20)
+        if done >= 2 and time.perf_counter() - start >= cfg.warmup_s:
+            break
+        if dt < target:
+            count = max(1, min(2 * count, MAX_REPS, math.floor(sample_cap / raw)))
+    reps = math.ceil(target / per_call)
+    return max(1, min(reps, MAX_REPS, math.floor(sample_cap / raw))), done, raw
+
+
+def stats(samples: Sequence[float], reps: int, sets: int, noisy_iqr: float) -> dict[str, Any]:
+    q25, q50, q75 = np.percentile(samples, [25, 50, 75])
+    calls = reps * len(samples)
+    return {
+        "median_s": float(q50), "iqr_s": float(q75 - q25), "min_s": float(min(samples)),
+        "max_s": float(max(samples)), "samples": len(samples), "reps": reps,
+        "distinct_inputs": min(sets, calls), "calls": calls,
+        "noisy": bool(q50 > 0 and (q75 - q25) / q50 > noisy_iqr),
+    }
+
+
+def paired_verdict(challenger: Sequence[float], incumbent: Sequence[float], z: float) -> dict[str, Any]:
+    """Faster, slower or within noise, from per-round ratios of two entries timed side by side.
+
+    The median log-ratio must lie more than `z` standard errors (estimated from the ratios' IQR) from zero,
+    and the difference must exceed MIN_EFFECT. `speedup` is incumbent time over challenger time."""
+    r = np.log(np.asarray(challenger, dtype=np.float64) / np.asarray(incumbent, dtype=np.float64))
+    n = len(r)
+    q25, m, q75 = (float(x) for x in np.percentile(r, [25, 50, 75]))
+    se = max(MEDIAN_SE * ((q75 - q25) / IQR_PER_SIGMA) / math.sqrt(max(n, 1)), 1e-4)
+    score = m / se
+    if score < -z and m < -MIN_EFFECT:
+        verdict = "faster"
+    elif score > z and m > MIN_EFFECT:
+        verdict = "slower"
+    else:
+        verdict = "within noise"
+    # Settled: decided, or known to lie within MIN_EFFECT of equal.
+    settled = verdict != "within noise" or abs(m) + z * se < 2 * MIN_EFFECT
+    return {"verdict": verdict, "speedup": math.exp(-m), "z": score, "rounds": n, "log_ratio_iqr": q75 - q25,
+            "settled": settled}
+
+
+@dataclass
+class Measurement:
+    stats: list[dict[str, Any]]
+    samples: list[list[float]]
+    verdict: dict[str, Any] | None = None
+    sampled_s: float = 0.0  # seconds the clock ran (every entry's samples), for the evaluation's time split
+
+
+def measure(entries: Sequence[Batches | Sequence[Callable[[], object]]], cfg: TimingConfig,
+            paired: bool = False, grow: Callable[[int, int], int | None] | None = None) -> Measurement:
+    """Times each entry in the order given; a plain list of calls is `calls_as_batches` of it.
+
+    Each round takes one sample of every entry, in a shuffled order. Sampling stops at max_samples, or once
+    past budget_s with at least min_samples; with `paired`, entries 0 and 1 (challenger and incumbent) make
+    the same calls on the same inputs in every round, and sampling goes on past those limits while their
+    verdict is open, up to max_rounds rounds or compare_budget_s.
+
+    Sampling starts past the calls the warm-up made, so the warm-up's inputs are not met again. `grow(first,
+    calls)` is told, before sampling, where it starts and how many calls it is expected to make (so that the
+    inputs can be made to last, and checked calls spread over them); it may change the entries' `sets`, and
+    returns the last call sampling must make before it may stop (the last checked one), if any. Sampling
+    goes on to it, within twice the usual samples and three times the budget (half a second at least)."""
+    batches = [e if isinstance(e, Batches) else calls_as_batches(e) for e in entries]
+    start = time.perf_counter()
+    gc_was_enabled = gc.isenabled()
+    gc.disable()  # a collection inside a sample would be charged to whichever entry it hit
+    try:
+        warm = [(b.reps, 0, 0.0) if b.reps else reps_for(b, cfg) for b in batches]
+        reps = [r for r, _, _ in warm]
+        if paired:
+            reps[0] = reps[1] = max(reps[0], reps[1])
+        first = max(used for _, used, _ in warm)
+        # Rounds the budget allows, judged from the warm-up's raw times (hooks not counted).
+        round_s = sum(r * raw for r, (_, _, raw) in zip(reps, warm, strict=True)) or 1e-9
+        expected = max(cfg.min_samples, min(cfg.max_samples, int(cfg.budget_s / round_s)), 1)
+        must_reach = grow(first, max(reps) * expected) if grow is not None else None
+        samples: list[list[float]] = [[] for _ in batches]
+        cursors = [first] * len(batches)
+        order = list(range(len(batches)))
+        shuffle = random.Random(0x5EED)
+        verdict: dict[str, Any] | None = None
+        rounds = 0
+        sampled = 0.0
+        while True:
+            elapsed = time.perf_counter() - start
+            enough = rounds >= max(cfg.max_samples, 1) or (
+                rounds >= max(cfg.min_samples, 1) and elapsed >= cfg.budget_s)
+            if must_reach is not None and min(cursors) <= must_reach and rounds < 2 * max(cfg.max_samples, 1) \
+                    and elapsed < max(3 * cfg.budget_s, 0.5):
+                enough = False  # the last checked call is still ahead
+            if enough and not paired:
+                break
+            if paired and rounds >= max(cfg.min_samples, 1):
+                verdict = paired_verdict(samples[0], samples[1], cfg.verdict_z)
+                open_ = not verdict["settled"] and rounds < cfg.max_rounds and elapsed < cfg.compare_budget_s
+                if enough and not open_:
+                    break
+            shuffle.shuffle(order)
+            for e in order:
+                b, n, c = batches[e], reps[e], cursors[e]
+                b.before(c, n)
+                t0 = time.perf_counter()
+                b.run(c, n)
+                dt = time.perf_counter() - t0
+                sampled += dt
+                samples[e].append(max(dt - b.overhead_s, 1e-12) / n)
+                b.after(c, n)
+                cursors[e] = c + n
+            rounds += 1
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    if paired:
+        verdict = paired_verdict(samples[0], samples[1], cfg.verdict_z)
+    return Measurement([stats(s, r, b.sets, cfg.noisy_iqr) for s, r, b in zip(samples, reps, batches, strict=True)],
+                       samples, verdict, sampled)
+
+
+# -- MLX: calls per evaluation ---------------------------------------------------------------------------
 
 MAX_CALLS_PER_EVAL = 64
 # A call whose own cost reaches this is timed alone (one call per evaluation).
@@ -77,122 +255,3 @@ def calls_per_eval(one_s: float, eight_s: float, share: float = 0.05) -> int:
         return 1
     fixed = max(one_s - own, 0.0)
     return max(1, min(MAX_CALLS_PER_EVAL, math.ceil(fixed / (share * own))))
-
-
-def shared_calls_per_eval(probes: Sequence[tuple[float, float]]) -> list[int]:
-    """Calls per evaluation for each entry of one workload, from each entry's (1 call, 8 calls) times.
-
-    Entries whose calls are short share one count, the largest any of them needs: MLX may overlap the
-    independent calls of an evaluation on the device, so the candidate and a baseline are compared at the
-    same number of calls in flight, not each at its own. Entries of long calls are timed one call at a time.
-    """
-    wanted = [calls_per_eval(one, eight) for one, eight in probes]
-    short = [own_cost(*p) < LONG_CALL_S for p in probes]
-    shared = max((k for k, s in zip(wanted, short, strict=True) if s), default=1)
-    return [shared if s else 1 for s in short]
-
-
-def _stats(samples: list[float], reps: int, copies: int) -> dict[str, Any]:
-    q25, q50, q75 = np.percentile(samples, [25, 50, 75])
-    return {
-        "median_s": float(q50), "iqr_s": float(q75 - q25), "min_s": min(samples), "max_s": max(samples),
-        "samples": len(samples), "reps": reps, "copies": copies,
-    }
-
-
-@dataclass
-class Batches:
-    """One timed entry: `run(start, count)` makes calls start..start+count-1 over `copies` rotated copies
-    in one go; `before` and `after` surround each sample, off the clock."""
-    run: Callable[[int, int], object]
-    copies: int
-    before: Callable[[int, int], None] = field(default=lambda start, count: None)
-    after: Callable[[int, int], None] = field(default=lambda start, count: None)
-    # Fixed cost of one `run` however many calls it makes (a round trip to another process): a sample
-    # lasts at least `overhead_factor` times it, so the cost is negligible. 0: not measured.
-    overhead_factor: int = 0
-
-
-def calls_as_batches(calls: Sequence[Call]) -> Batches:
-    """A list of calls on rotated copies as an entry. A call with `prepare` (MLX: build the lazy graph)
-    has that part done in `before`, off the clock, and only what `prepare` returned run on it."""
-    ready: dict[tuple[int, int], list[Call]] = {}
-
-    def pick(start: int, count: int) -> list[Call]:
-        return [calls[k % len(calls)] for k in range(start, start + count)]
-
-    def before(start: int, count: int) -> None:
-        ready[(start, count)] = [getattr(c, "prepare")() if hasattr(c, "prepare") else c for c in pick(start, count)]
-
-    def run(start: int, count: int) -> None:
-        for call in ready.pop((start, count), None) or pick(start, count):
-            call()
-
-    return Batches(run, len(calls), before)
-
-
-def reps_for(entry: Batches, cfg: TimingConfig) -> int:
-    """Calls per sample: enough for min_sample_s (and for the entry's overhead factor), estimated with
-    batches that double while warming up (the first calls pay page faults and lazy binding)."""
-    overhead = 0.0
-    if entry.overhead_factor:
-        trips = []
-        for _ in range(5):
-            t0 = time.perf_counter()
-            entry.run(0, 0)
-            trips.append(time.perf_counter() - t0)
-        overhead = float(np.median(trips))
-    target = max(cfg.min_sample_s, entry.overhead_factor * overhead)
-    start = time.perf_counter()
-    count, done, per_call = 1, 0, 0.0
-    while True:
-        # The same before/after as a sample (poison and verify; graphs built off the clock), so that
-        # the warm-up calls do the work the samples will.
-        entry.before(done, count)
-        t0 = time.perf_counter()
-        entry.run(done, count)
-        dt = time.perf_counter() - t0
-        entry.after(done, count)
-        done += count
-        per_call = max((dt - overhead) / count, dt / count / 100, 1e-9)
-        if done >= 2 and time.perf_counter() - start >= cfg.warmup_s:
-            break
-        if dt < target:
-            count = min(2 * count, MAX_REPS)
-    return min(MAX_REPS, max(1, math.ceil(target / per_call)))
-
-
-def measure(entries: Sequence[Batches | Sequence[Call]], cfg: TimingConfig) -> list[dict[str, Any]]:
-    """Times each entry (the same work on rotated copies), in the order given; a plain list of calls is
-    taken as `calls_as_batches` of it.
-
-    Every round takes one sample of each entry, in a shuffled order, so drifts in clock speed or load
-    hit candidate and baselines alike. A sample is `reps` calls, enough to last min_sample_s, divided by
-    reps. Sampling stops at max_samples, or once past budget_s with at least min_samples.
-    """
-    batches = [e if isinstance(e, Batches) else calls_as_batches(e) for e in entries]
-    start = time.perf_counter()
-    gc_was_enabled = gc.isenabled()
-    gc.disable()  # a collection inside a sample would be charged to whichever entry it hit
-    try:
-        reps = [reps_for(b, cfg) for b in batches]
-        samples: list[list[float]] = [[] for _ in batches]
-        cursors = [0] * len(batches)
-        order = list(range(len(batches)))
-        shuffle = random.Random(0x5EED)
-        for rounds in range(max(cfg.min_samples, cfg.max_samples, 1)):
-            if rounds >= max(cfg.min_samples, 1) and time.perf_counter() - start >= cfg.budget_s:
-                break
-            shuffle.shuffle(order)
-            for e in order:
-                b, n, c = batches[e], reps[e], cursors[e]
-                b.before(c, n)
-                t0 = time.perf_counter()
-                b.run(c, n)
-                samples[e].append((time.perf_counter() - t0) / n)
-                b.after(c, n)
-                cursors[e] = (c + n) % b.copies
-    finally:
-        if gc_was_enabled:
-            gc.enable()
-    return [_stats(s, r, b.copies) for s, r, b in zip(samples, reps, batches, strict=True)]

@@ -41,8 +41,15 @@ def add_task(init_a: str = "uniform(-1, 1)", atol: float = 1e-5, rtol: float = 1
     }
 
 
+def run_inputs(seeds: list[int] | None = None, pool: str = "add") -> dict[str, Any]:
+    """The `inputs` of a run request: reference seeds for the checks, the recheck and the timed sample."""
+    checks = seeds or [11, 22, 33]
+    return {"pool": pool, "checks": checks, "recheck": 1001 + max(checks), "timed_checks": [2001 + max(checks), 3001 + max(checks)],
+            "supply": 77, "order": 5}
+
+
 def add_run(key: str, *, seeds: list[int] | None = None, timing: dict[str, Any] | None = None,
-            baselines: list[str] | None = None) -> dict[str, Any]:
+            baselines: list[str] | None = None, incumbent: str | None = None) -> dict[str, Any]:
     shape = [M, N]
     return {
         "op": "run", "key": key,
@@ -52,9 +59,14 @@ def add_run(key: str, *, seeds: list[int] | None = None, timing: dict[str, Any] 
         "buffers": [],
         "launches": [{"kernel": "add", "inputs": ["A", "B"], "outputs": ["C"], "scalars": [M, N],
                       "grid": None, "threadgroup": None, "template": None}],
-        "seeds": seeds or [11, 22, 33],
+        "inputs": run_inputs(seeds),
         "timing": timing or {"enabled": False},
         "baselines": baselines or [],
+        "retime_baselines": False,
+        "incumbent": None if incumbent is None else {
+            "key": incumbent, "buffers": [],
+            "launches": [{"kernel": "add", "inputs": ["A", "B"], "outputs": ["C"], "scalars": [M, N],
+                          "grid": None, "threadgroup": None, "template": None}]},
     }
 
 

@@ -1,6 +1,6 @@
-"""Candidate code runs in the kernel host, never in the worker: its own process (and, under root, its own
-unprivileged user), outside the worker's memory; what it does to its socket or to itself fails only the
-evaluation in flight."""
+"""Candidate code runs in the jail, never in the worker: the compiler and the kernel host each in a PID
+namespace of its own, as an unprivileged user, confined to the candidate's folder; what it does to its socket
+or to itself fails only the evaluation in flight, and nothing it starts outlives the evaluation."""
 
 from __future__ import annotations
 
@@ -9,68 +9,161 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 from conftest import Worker, add_run, add_task
 
-from ksearch_worker.arrays import ArraySet
-from ksearch_worker.kernel_host import NOBODY
-from ksearch_worker.targets.cpu import CpuTarget
+from ksearch_worker.jail import NOBODY, probe
 
 CORRECT = """
 void add(const float* A, const float* B, float* C, int64_t M, int64_t N) {
     for (int64_t i = 0; i < M * N; i++) C[i] = 2 * A[i] + B[i];
 }
 """
-
-# What the kernel can see of its process and its parent; -errno where an open fails.
-PROBE = """
-#include <errno.h>
-#include <fcntl.h>
-#include <stdio.h>
-#include <unistd.h>
-static int64_t try_open(const char* what) {
-    char path[64];
-    snprintf(path, sizeof path, "/proc/%ld/%s", (long)getppid(), what);
-    const int fd = open(path, O_RDONLY);
-    if (fd < 0) return -errno;
-    close(fd);
-    return 0;
-}
-void probe(const int64_t* X, int64_t* Y, int64_t n) {
-    (void)X; (void)n;
-    Y[0] = getpid(); Y[1] = getppid(); Y[2] = getuid(); Y[3] = geteuid(); Y[4] = getgid();
-    Y[5] = try_open("mem"); Y[6] = try_open("fd/0"); Y[7] = try_open("environ");
-}
-"""
-PROBE_PROTO = "#include <stdint.h>\nvoid probe(const int64_t* X, int64_t* Y, int64_t n);\n"
+LINUX = sys.platform.startswith("linux")
+JAIL = probe() if LINUX else {}
+TIMING = {"enabled": True, "warmup_s": 0.0, "min_samples": 2, "max_samples": 3, "budget_s": 0.05,
+          "min_sample_s": 0.0001}
 
 
-def _compile(target: CpuTarget, folder: Path, key: str, source: str, proto: str) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "kernel.c").write_text(source)
-    (folder / "generated.h").write_text(proto)
-    r = target.compile(key, str(folder), ["kernel.c"], "generated.h")
-    assert r["status"] == "compiled", r["log"]
+def _pids_of(uid: int) -> set[int]:
+    pids = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if f"Uid:\t{uid}\t" in (entry / "status").read_text():
+                    pids.add(int(entry.name))
+            except OSError:
+                pass
+    return pids
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc is Linux only")
-def test_the_kernel_runs_in_another_process_that_cannot_read_the_worker(tmp_path: Path) -> None:
-    target = CpuTarget()
-    _compile(target, tmp_path / "probe", "probe", PROBE, PROBE_PROTO)
-    arrays = ArraySet([("X", (1,), np.dtype("int64")), ("Y", (8,), np.dtype("int64"))])
-    target.bind("probe", [{"kernel": "probe", "inputs": ["X"], "outputs": ["Y"], "scalars": [1]}], arrays)()
-    pid, ppid, uid, euid, gid, mem, fd0, environ = (int(v) for v in arrays["Y"])
-    assert pid == target.host_pid() and pid != os.getpid() and ppid == os.getpid()
+def _alive(pid: int) -> bool:
+    try:
+        state = [ln for ln in Path(f"/proc/{pid}/status").read_text().splitlines() if ln.startswith("State:")]
+        return bool(state) and state[0].split()[1] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not LINUX, reason="PID namespaces and /proc are Linux only")
+def test_the_jail_is_in_force_here() -> None:
+    assert JAIL["pid_namespace"] is True and JAIL["landlock_abi"] >= 1 and JAIL["reads_confined"] is True, JAIL
     if os.geteuid() == 0:
-        assert uid == euid == gid == NOBODY
-        status = Path(f"/proc/{pid}/status").read_text()
-        assert f"Uid:\t{NOBODY}\t{NOBODY}" in status
-    else:
-        assert uid == os.getuid()
-    # The worker's memory, descriptors and environment are out of reach (another user, or not dumpable).
-    assert mem < 0 and fd0 < 0 and environ < 0, (mem, fd0, environ)
-    target.release()
+        assert JAIL["uid"] == NOBODY and JAIL["user"] == "nobody"
+
+
+@pytest.mark.skipif(not LINUX, reason="/proc is Linux only")
+def test_the_kernel_runs_unprivileged_in_its_own_namespace_and_cannot_read_the_worker(worker: Worker,
+                                                                                         add_dir: Path) -> None:
+    # Correct only if the kernel runs as PID 2 of a namespace of its own (under the namespace's init), as the
+    # expected user, and can open neither its own nor anyone else's /proc entries.
+    worker.load(add_dir, add_task())
+    uid = NOBODY if os.geteuid() == 0 else os.getuid()
+    key = worker.compiled(rf"""
+#include <fcntl.h>
+#include <unistd.h>
+static int opens(const char* path) {{ int fd = open(path, O_RDONLY); if (fd >= 0) {{ close(fd); return 1; }} return 0; }}
+void add(const float* A, const float* B, float* C, int64_t M, int64_t N) {{
+    int ok = getpid() == 2 && getuid() == {uid} && geteuid() == {uid}
+          && !opens("/proc/self/environ") && !opens("/proc/1/environ") && !opens("/proc/self/mem");
+    for (int64_t i = 0; i < M * N; i++) C[i] = ok ? 2 * A[i] + B[i] : 0.0f;
+}}
+""")
+    r = worker.run(add_run(key, seeds=[1]))
+    assert r["status"] == "passed", r["message"]
+
+
+@pytest.mark.skipif(not LINUX, reason="PID namespaces are Linux only")
+def test_nothing_a_candidate_starts_outlives_its_evaluation(worker: Worker, add_dir: Path) -> None:
+    """A setsid daemon, a double-forked child and a thread that outlives its call: none survives the end of
+    the evaluation, and the next evaluation is unaffected."""
+    worker.load(add_dir, add_task())
+    marker = f"ksearch-escapee-{os.getpid()}"
+    key = worker.compiled(rf"""
+#include <pthread.h>
+#include <stdlib.h>
+#include <unistd.h>
+static void* spin(void* arg) {{ (void)arg; for (;;) sleep(1); return 0; }}
+void add(const float* A, const float* B, float* C, int64_t M, int64_t N) {{
+    static int started = 0;
+    if (!started++) {{
+        /* a daemon in a session of its own */
+        system("setsid sh -c 'exec -a {marker} sleep 60' >/dev/null 2>&1 &");
+        /* a double fork: the grandchild is orphaned at once */
+        if (fork() == 0) {{ if (fork() == 0) {{ execlp("sh", "sh", "-c", "exec -a {marker} sleep 60", (char*)0); _exit(0); }} _exit(0); }}
+        pthread_t t; pthread_create(&t, 0, spin, 0);
+    }}
+    for (int64_t i = 0; i < M * N; i++) C[i] = 2 * A[i] + B[i];
+}}
+""")
+    r = worker.run(add_run(key, seeds=[1], timing=TIMING))
+    assert r["status"] == "passed", r["message"]
+    deadline = time.monotonic() + 5
+    survivors: list[str] = []
+    while time.monotonic() < deadline:
+        survivors = []
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                except OSError:
+                    continue
+                if marker in cmd and _alive(int(entry.name)):
+                    survivors.append(f"{entry.name}: {cmd}")
+        if not survivors:
+            break
+        time.sleep(0.05)
+    assert not survivors, survivors
+    assert worker.run(add_run(worker.compiled(CORRECT), timing=TIMING))["status"] == "passed"
+
+
+CANARY_READERS = {
+    "include": ('#include "{canary}"\n', ""),
+    "incbin": ('__asm__(".section .rodata\\n.incbin \\"{canary}\\"\\n.previous");\n', ""),
+}
+
+
+@pytest.fixture()
+def canary(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A root-only file (0600) that no candidate code may read, at compile or at run time."""
+    folder = tmp_path_factory.mktemp("secret")
+    path = folder / "canary.txt"
+    path.write_text("CANARY-7f3a9e\n")
+    path.chmod(0o600)
+    return path
+
+
+@pytest.mark.skipif(not LINUX, reason="Landlock is Linux only")
+@pytest.mark.parametrize("how", list(CANARY_READERS))
+def test_the_compiler_cannot_read_outside_the_candidates_folder(worker: Worker, canary: Path, how: str) -> None:
+    head, _ = CANARY_READERS[how]
+    key, r = worker.compile(head.format(canary=canary) + CORRECT)
+    assert r["status"] == "compile_error", r
+    assert "CANARY-7f3a9e" not in r["log"]
+
+
+@pytest.mark.skipif(not LINUX, reason="Landlock is Linux only")
+def test_the_kernel_cannot_read_outside_its_folder_at_run_time(worker: Worker, add_dir: Path, canary: Path) -> None:
+    # The kernel computes C correctly only if it could read nothing of the canary, /proc/self/environ, the
+    # worker's task folder or the parent directory of its own folder.
+    worker.load(add_dir, add_task())
+    key = worker.compiled(rf"""
+#include <fcntl.h>
+#include <unistd.h>
+static int readable(const char* path) {{
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return 0;
+    char c; int n = (int)read(fd, &c, 1); close(fd);
+    return n > 0;
+}}
+void add(const float* A, const float* B, float* C, int64_t M, int64_t N) {{
+    int leaks = readable("{canary}") + readable("/proc/self/environ") + readable("/proc/1/cmdline")
+              + readable("{add_dir / 'reference.py'}") + readable("../generated.h") + readable("/etc/passwd");
+    for (int64_t i = 0; i < M * N; i++) C[i] = leaks ? 0.0f : 2 * A[i] + B[i];
+}}
+""")
+    r = worker.run(add_run(key, seeds=[1]))
+    assert r["status"] == "passed", r["message"]
 
 
 def test_a_crash_fails_only_its_evaluation(worker: Worker, add_dir: Path) -> None:
@@ -88,7 +181,6 @@ void add(const float* A, const float* B, float* C, int64_t M, int64_t N) { exit(
     r = worker.run(add_run(exits))
     assert r["status"] == "crash" and "exit status 3" in r["message"], r
     assert worker.run(add_run(worker.compiled(CORRECT)))["status"] == "passed"
-    # A key compiled before the crash is loaded again into the fresh host.
     assert worker.run(add_run(aborts))["status"] == "crash"
 
 
@@ -108,7 +200,7 @@ void add(const float* A, const float* B, float* C, int64_t M, int64_t N) {
     assert time.monotonic() - start < 10
 
 
-def test_garbage_on_the_socket_is_an_error(worker: Worker, add_dir: Path) -> None:
+def test_garbage_on_the_socket_is_the_candidates_failure(worker: Worker, add_dir: Path) -> None:
     worker.load(add_dir, add_task())
     key = worker.compiled("""
 #include <sys/socket.h>
@@ -123,12 +215,26 @@ void add(const float* A, const float* B, float* C, int64_t M, int64_t N) {
 }
 """)
     r = worker.run(add_run(key))
-    assert r["status"] == "error" and "broke the protocol" in r["message"], r
+    assert r["status"] == "crash" and "broke the protocol" in r["message"], r
+    assert worker.run(add_run(worker.compiled(CORRECT)))["status"] == "passed"
+
+
+def test_exhausting_descriptors_is_the_candidates_failure(worker: Worker, add_dir: Path) -> None:
+    worker.load(add_dir, add_task())
+    key = worker.compiled("""
+#include <fcntl.h>
+void add(const float* A, const float* B, float* C, int64_t M, int64_t N) {
+    while (open("/dev/null", O_RDONLY) >= 0) {}
+    for (int64_t i = 0; i < M * N; i++) C[i] = 2 * A[i] + B[i];
+}
+""")
+    r = worker.run(add_run(key, timing=TIMING))
+    assert r["status"] == "crash" and "exhausted" in r["message"] and "descriptor" in r["message"], r
     assert worker.run(add_run(worker.compiled(CORRECT)))["status"] == "passed"
 
 
 def test_a_host_that_skips_timed_work_is_caught(worker: Worker, add_dir: Path) -> None:
-    # Correct for the checks (the first seeds' calls), then lazy: it writes nothing any more.
+    # Correct for the checks (the first calls), then lazy: it writes nothing any more.
     worker.load(add_dir, add_task())
     key = worker.compiled("""
 static int calls = 0;
@@ -137,38 +243,24 @@ void add(const float* A, const float* B, float* C, int64_t M, int64_t N) {
     for (int64_t i = 0; i < M * N; i++) C[i] = 2 * A[i] + B[i];
 }
 """)
-    timing = {"enabled": True, "warmup_s": 0.0, "min_samples": 2, "max_samples": 3, "budget_s": 0.05,
-              "min_sample_s": 0.0001}
-    r = worker.run(add_run(key, seeds=[1, 2], timing=timing))
+    r = worker.run(add_run(key, seeds=[1, 2], timing=TIMING))
     assert r["status"] == "wrong" and r["message"].startswith("after timing"), r["message"]
-    assert "a timed run left" in r["message"] and r["timing"] is None
+    assert "unwritten" in r["message"] and r["timing"] is None
 
 
-def test_what_a_build_leaves_in_its_host_never_meets_the_next(worker: Worker, add_dir: Path) -> None:
-    # Correct, but leaves a thread that later writes garbage to the host's socket: with a host per build,
-    # the next build's evaluation runs in a fresh host and never sees it.
+def test_a_host_that_copies_the_previous_output_is_caught(worker: Worker, add_dir: Path) -> None:
+    # Honest for its first 8 calls, then copies its last output whenever called again: every timed call has
+    # inputs of its own, so the copied output is wrong wherever a timed call is compared.
     worker.load(add_dir, add_task())
-    saboteur = worker.compiled("""
-#include <pthread.h>
-#include <sys/stat.h>
-#include <unistd.h>
-static void* later(void* arg) {
-    (void)arg;
-    usleep(300000);
-    for (int fd = 3; fd < 64; ++fd) {
-        struct stat st;
-        if (fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode)) write(fd, "\\0\\0\\0\\2ok", 6);
-    }
-    return 0;
-}
+    key = worker.compiled("""
+#include <string.h>
+static float last[48 * 40];
+static int calls = 0;
 void add(const float* A, const float* B, float* C, int64_t M, int64_t N) {
-    static int started = 0;
-    if (!started++) { pthread_t t; pthread_create(&t, 0, later, 0); }
+    if (++calls > 8) { memcpy(C, last, sizeof last); return; }
     for (int64_t i = 0; i < M * N; i++) C[i] = 2 * A[i] + B[i];
+    memcpy(last, C, sizeof last);
 }
 """)
-    assert worker.run(add_run(saboteur, seeds=[1]))["status"] == "passed"
-    key = worker.compiled(CORRECT)
-    time.sleep(0.5)
-    r = worker.run(add_run(key))
-    assert r["status"] == "passed", r["message"]
+    r = worker.run(add_run(key, seeds=[1], timing=TIMING))
+    assert r["status"] == "wrong" and r["message"].startswith("after timing"), r["message"]

@@ -2,21 +2,24 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
-from ksearch_worker.arrays import ArraySet, alloc, fill_poison, guard_intact, poison_mask
+from ksearch_worker.arrays import Bank, alloc, fill_poison, guard_intact, poison_mask
 from ksearch_worker.check import compare, modified, overruns
 from ksearch_worker.errors import WorkerError
 from ksearch_worker.inputs import draw, parse_init
+from ksearch_worker.pool import Layout, Pool, round_bf16
 from ksearch_worker.timing import (
     MAX_CALLS_PER_EVAL,
-    MAX_COPIES,
+    Batches,
     TimingConfig,
     calls_per_eval,
-    copies_for,
     measure,
-    shared_calls_per_eval,
+    paired_verdict,
+    reps_for,
 )
 
 INITS = ["normal(0, 1)", "uniform(-1, 1)", "laplace(0, 1)", "lognormal(0, 1)", "randint(-1, 2)",
@@ -98,14 +101,6 @@ def test_modified_is_bytewise() -> None:
     assert msg is not None and "1 of 3 elements changed; first at [0]" in msg
 
 
-def test_copies_for() -> None:
-    llc = 32 << 20
-    assert copies_for(1 << 30, llc) == 1
-    assert copies_for(16 << 20, llc) == 4
-    assert copies_for(100, llc) == MAX_COPIES
-    assert copies_for(60 << 20, llc) == 2
-
-
 def test_calls_per_eval_amortise_a_fixed_cost_per_evaluation() -> None:
     # 40 µs per evaluation, 10 µs per call: 80 calls would bring the fixed part to 5%; capped.
     assert calls_per_eval(50e-6, 120e-6) == MAX_CALLS_PER_EVAL
@@ -122,70 +117,150 @@ def test_calls_per_eval_amortise_a_fixed_cost_per_evaluation() -> None:
     assert 1 <= calls_per_eval(60e-6, 30e-6) <= MAX_CALLS_PER_EVAL
 
 
-def test_short_entries_of_a_workload_share_one_count() -> None:
-    # A candidate that wants 64 calls, a baseline that wants 2, a slow baseline: the two short ones are
-    # compared at the same count, the slow one runs alone.
-    probes = [(50e-6, 120e-6), (430e-6, 3230e-6), (0.2, 1.6)]
-    assert [calls_per_eval(*p) for p in probes] == [MAX_CALLS_PER_EVAL, 2, 1]
-    assert shared_calls_per_eval(probes) == [MAX_CALLS_PER_EVAL, MAX_CALLS_PER_EVAL, 1]
-    assert shared_calls_per_eval([(2e-3, 16e-3)]) == [1]
-    # The candidate's evaluation of one call over a millisecond, its calls short: it shares the count.
-    assert shared_calls_per_eval([(1.05e-3, 1.61e-3), (70e-6, 560e-6)]) == [MAX_CALLS_PER_EVAL, MAX_CALLS_PER_EVAL]
-    # A baseline too slow to probe with eight calls (PROBE_EIGHT_UNDER_S) counts as long.
-    assert shared_calls_per_eval([(50e-6, 120e-6), (0.3, 8 * 0.3)]) == [MAX_CALLS_PER_EVAL, 1]
-
-
 def test_measure_interleaves_and_respects_sample_bounds() -> None:
     log: list[str] = []
     cfg = TimingConfig(warmup_s=0.0, min_samples=3, max_samples=4, budget_s=10.0, min_sample_s=0.0)
-    stats = measure([[lambda: log.append("a")], [lambda: log.append("b"), lambda: log.append("c")]], cfg)
-    assert [s["samples"] for s in stats] == [4, 4] and stats[1]["copies"] == 2
+    stats = measure([[lambda: log.append("a")], [lambda: log.append("b"), lambda: log.append("c")]], cfg).stats
+    assert [s["samples"] for s in stats] == [4, 4] and stats[1]["distinct_inputs"] == 2
     assert all(s["min_s"] <= s["median_s"] <= s["max_s"] for s in stats)
-    assert "b" in log and "c" in log  # both copies were used
+    assert "b" in log and "c" in log  # both sets were used
     quick = measure([[lambda: None]], TimingConfig(warmup_s=0.0, min_samples=3, max_samples=50, budget_s=0.0,
-                                                  min_sample_s=0.0))
+                                                  min_sample_s=0.0)).stats
     assert quick[0]["samples"] == 3  # the budget is spent, but min_samples still holds
 
 
-def test_measure_keeps_a_calls_preparation_off_the_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_sample_never_outgrows_its_share_of_the_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A warm-up batch shorter than the measured overhead must not size samples to a million calls: the raw
+    time per call (overhead included) bounds a sample to max(budget / min_samples, the sample's minimum)."""
     from ksearch_worker import timing
 
     clock = [0.0]
     monkeypatch.setattr(timing.time, "perf_counter", lambda: clock[0])
 
-    class Prepared:
-        """Building the graph costs 1 s of fake time, running it 1 ms."""
+    def run(start: int, count: int) -> None:
+        clock[0] += 1e-3 * count  # 1 ms a call
 
-        def prepare(self) -> object:
-            clock[0] += 1.0
-
-            def run() -> None:
-                clock[0] += 0.001
-
-            return run
-
-        def __call__(self) -> None:
-            self.prepare()()
-
-    cfg = timing.TimingConfig.from_json({"enabled": True, "warmup_s": 0.0, "min_samples": 3, "max_samples": 3,
-                                         "budget_s": 100.0, "min_sample_s": 0.0})
-    stats = timing.measure([[Prepared()]], cfg)[0]
-    assert stats["median_s"] == pytest.approx(0.001)
+    # The entry claims a 10 ms overhead per request, far above what a call takes: per-call estimates tiny.
+    entry = Batches(run, 1, overhead_s=10e-3, min_sample_s=0.5)
+    cfg = TimingConfig(warmup_s=0.0, min_samples=5, max_samples=5, budget_s=1.0, min_sample_s=0.0)
+    reps, used, _ = reps_for(entry, cfg)
+    # Estimated from (dt - overhead) alone, a call would seem free and the sample 10000 calls long.
+    assert reps * 1e-3 <= max(cfg.budget_s / cfg.min_samples, entry.min_sample_s) + 1e-9 and used >= 2
 
 
-def test_array_set_lays_out_guarded_aligned_arrays_in_shared_memory() -> None:
-    s = ArraySet([("A", (3, 5), np.dtype("float32")), ("n", (7,), np.dtype("int8")), ("B", (0,), np.dtype("float64"))])
-    assert list(s) == ["A", "n", "B"] and s["A"].shape == (3, 5) and s.fd >= 0
-    assert all(off % 64 == 0 for off in s.offsets.values()) and s["A"].ctypes.data % 64 == 0
-    assert s.size >= s.offsets["B"] + 64
+def test_sampling_starts_past_the_warm_up_and_the_plan_is_told_how_far_it_goes() -> None:
+    seen: list[int] = []
+    told: list[tuple[int, int]] = []
+
+    def run(start: int, count: int) -> None:
+        seen.extend(range(start, start + count))
+
+    cfg = TimingConfig(warmup_s=0.0, min_samples=3, max_samples=3, budget_s=10.0, min_sample_s=0.0)
+
+    def grow(first: int, calls: int) -> None:
+        told.append((first, calls))
+
+    m = measure([Batches(run, 1000)], cfg, grow=grow)
+    (first, calls), = told
+    sampled = seen[-m.stats[0]["calls"]:]
+    assert first >= 2 and sampled[0] == first and len(sampled) <= calls
+    assert len(set(seen)) == len(seen)  # no call index met twice: warm-up and samples use their own inputs
+
+
+def test_sampling_goes_on_until_the_last_checked_call_is_made() -> None:
+    seen: list[int] = []
+
+    def run(start: int, count: int) -> None:
+        seen.extend(range(start, start + count))
+
+    entry = Batches(run, 10_000, reps=2)
+    cfg = TimingConfig(warmup_s=0.0, min_samples=3, max_samples=4, budget_s=0.0, min_sample_s=0.0)
+    measure([entry], cfg, grow=lambda first, calls: first + 13)
+    assert max(seen) >= 13  # past max_samples (4 x 2 calls), up to twice as many samples
+
+
+def test_paired_verdicts_need_the_difference_outside_the_noise() -> None:
+    rng = np.random.default_rng(0)
+    base = 1e-3 * (1 + 0.3 * rng.random(40))  # drifting load, shared by both in each round
+    same = base * (1 + 0.02 * rng.standard_normal(40))
+    v = paired_verdict(same, base, z=3.0)
+    assert v["verdict"] == "within noise" and 0.95 < v["speedup"] < 1.05
+    faster = base / 1.3 * (1 + 0.02 * rng.standard_normal(40))
+    v = paired_verdict(faster, base, z=3.0)
+    assert v["verdict"] == "faster" and v["speedup"] == pytest.approx(1.3, rel=0.03) and v["settled"]
+    assert paired_verdict(base, faster, z=3.0)["verdict"] == "slower"
+    # A 0.3% difference is within noise however many rounds measured it.
+    assert paired_verdict(base / 1.003, base, z=3.0)["verdict"] == "within noise"
+
+
+def test_measure_pairs_rounds_until_the_verdict_settles() -> None:
+    def entry(per_call: float) -> Batches:
+        def run(start: int, count: int) -> None:
+            time.sleep(per_call * count)
+        return Batches(run, 1, reps=1)
+
+    cfg = TimingConfig(warmup_s=0.0, min_samples=5, max_samples=5, budget_s=0.0, min_sample_s=0.0, max_rounds=30,
+                       compare_budget_s=5.0)
+    m = measure([entry(2e-3), entry(4e-3)], cfg, paired=True)
+    assert m.verdict is not None and m.verdict["verdict"] == "faster" and m.verdict["speedup"] > 1.5
+    assert m.stats[0]["samples"] == m.stats[1]["samples"]
+
+
+def test_bank_lays_out_guarded_aligned_slots_in_shared_memory() -> None:
+    bank = Bank([("A", (3, 5), np.dtype("float32")), ("n", (7,), np.dtype("int8")), ("B", (0,), np.dtype("float64"))],
+                slots=3)
+    s = bank.slot(1)
+    assert list(s) == ["A", "n", "B"] and s["A"].shape == (3, 5) and bank.fd >= 0
+    assert bank.stride % 64 == 0 and all(off % 64 == 0 for off in s.offsets.values()) and s["A"].ctypes.data % 64 == 0
     s["A"][:] = 1.0
     s["n"][:] = 1
     assert overruns(s) == []
-    region = s["n"]
-    while isinstance(region.base, np.ndarray):
-        region = region.base
-    region[s.offsets["n"] + 7] = 0  # one byte past the end of n
-    assert overruns(s) == ["n"]
-    region[s.offsets["B"]] = 0  # B is empty: its guard starts where it does
+    bank._raw[s.offsets["n"] + 7] = 0  # one byte past the end of n
+    assert overruns(s) == ["n"] and overruns(bank.slot(0)) == []
+    bank._raw[s.offsets["B"]] = 0  # B is empty: its guard starts where it does
     assert overruns(s) == ["n", "B"]
+    assert list(bank.guards_intact("n", 3)) == [True, False, True]
+    column = bank.column("A", 3)
+    fill_poison(column)
+    assert column.shape == (3, 3, 5) and poison_mask(bank.slot(2)["A"]).all()
+    fd = bank.readonly_fd()
+    if fd is not None:
+        import mmap
+        import os
 
+        with pytest.raises(PermissionError):
+            mmap.mmap(fd, bank.size)  # a read-only descriptor cannot be mapped for writing
+        os.close(fd)
+
+
+def test_bf16_rounding_is_to_nearest_even() -> None:
+    x = np.array([1.0, 1.00390625, 1.01171875, -2.5, np.inf, np.nan, 3.0e38], dtype=np.float32)
+    got = round_bf16(x)
+    assert got[0] == 1.0 and got[1] == 1.0 and got[2] == 1.015625  # ties to even, then up
+    assert got[3] == -2.5 and np.isinf(got[4]) and np.isnan(got[5])
+    assert (got.view(np.uint32) & 0xFFFF).max() == 0
+
+
+def test_pool_computes_a_reference_once_and_keeps_it_on_disk(tmp_path) -> None:
+    from ksearch_worker.task import Task
+
+    calls = []
+
+    def reference(inputs, dims):
+        calls.append(1)
+        return {"C": 2 * inputs["A"]}
+
+    task = Task(dir=tmp_path, inputs=[("A", "uniform(1, 2)")], outputs=["C"], tolerances={}, reference=reference,
+                make_inputs=None, baselines={})
+    layout = Layout.of({"n": 4}, {"A": (4,), "C": (4,)}, {"A": "float32", "C": "float32"}, ["A"], ["C"])
+    pool = Pool(str(tmp_path / "cache"))
+    a = pool.reference(task, layout, "fp", 7)
+    b = pool.reference(task, layout, "fp", 7)
+    assert a is b and len(calls) == 1
+    again = Pool(str(tmp_path / "cache")).reference(task, layout, "fp", 7)  # a restarted worker
+    assert len(calls) == 1 and np.array_equal(again.expected["C"], a.expected["C"])
+    Pool(str(tmp_path / "cache")).reference(task, layout, "another task", 7)  # another fingerprint: computed
+    assert len(calls) == 2
+    assert np.array_equal(a.inputs["A"], pool.reference(task, layout, "fp", 7).inputs["A"])
+    sup = pool.supply(task, layout, 99, 10, limit_bytes=16 * 5)
+    assert len(sup) == 5 and len({x["A"].tobytes() for x in sup}) == 5  # distinct, and within the bytes

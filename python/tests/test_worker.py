@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import PYTHON_DIR, M, N, Worker, add_run, add_task
+from conftest import PYTHON_DIR, M, N, Worker, add_run, add_task, run_inputs
 
 CORRECT = """
 void add(const float* A, const float* B, float* C, int64_t M, int64_t N) {
@@ -33,7 +33,8 @@ def test_correct_kernel_passes(worker: Worker, add_dir: Path) -> None:
     assert worker.load(add_dir, add_task()) == {"baselines": ["numpy"]}
     key, compiled = worker.compile(CORRECT)
     assert compiled["status"] == "compiled" and compiled["seconds"] > 0
-    assert "-include generated.h" in compiled["command"] and compiled["command"].endswith("-lm")
+    # Every file named ./NAME: no name can become an option or a response file.
+    assert "-include ./generated.h ./kernel.c" in compiled["command"] and compiled["command"].endswith("-lm")
     r = worker.run(add_run(key, seeds=[1, 2, 3]))
     assert r["status"] == "passed", r["message"]
     assert [c["seed"] for c in r["checks"]] == [1, 2, 3]
@@ -131,7 +132,15 @@ def test_timing_is_sane_and_baseline_timed(worker: Worker, add_dir: Path) -> Non
         assert 0 < t["min_s"] <= t["median_s"] <= t["max_s"]
         assert t["iqr_s"] >= 0 and t["reps"] >= 1
         assert 4 <= t["samples"] <= 6
-        assert t["copies"] > 1  # a 23 KiB working set is rotated through several copies
+        assert t["distinct_inputs"] > 1 and t["calls"] >= t["samples"]
+    # Every timed call of the candidate ran on inputs of its own, a sample of them compared afterwards.
+    assert r["timing"]["distinct_inputs"] == r["timing"]["calls"] and r["timing"]["sampled_checks"] >= 1
+    assert r["timing"]["rtt_s"] > 0 and r["baselines_timed_now"] is True
+    # The baselines are timed once per run: the next candidate gets them from the cache.
+    again = worker.run(add_run(key, timing=timing, baselines=["numpy"]))
+    assert again["baselines"]["numpy"]["cached"] is True and again["baselines_timed_now"] is False
+    split = again["split"]
+    assert split["total_s"] >= split["kernel_s"] > 0 and split["overhead_s"] >= 0
 
 
 def test_distributions_reach_the_kernel_without_zeros(worker: Worker, add_dir: Path) -> None:
@@ -168,7 +177,7 @@ void scale(const double* X, float* Y32, double* Y64, int64_t n) {
                         "dtypes": {"X": "float64", "Y32": "float32", "Y64": "float64"}},
            "buffers": [], "launches": [{"kernel": "scale", "inputs": ["X"], "outputs": ["Y32", "Y64"],
                                         "scalars": [100]}],
-           "seeds": [3], "timing": {"enabled": False}, "baselines": []}
+           "inputs": run_inputs([3]), "timing": {"enabled": False}, "baselines": []}
     worker.load(*_two_dtype_task(tmp_path, f32=(0, 1e-4), f64=(0, 1e-9)))
     r = worker.run(dict(req))
     assert r["status"] == "wrong" and "output Y64: 100 elements outside" in r["message"] and "Y32" not in r["message"]
@@ -188,7 +197,7 @@ def _copy_request(key: str, dtype: str, n: int) -> dict:
             "workload": {"name": "w", "dims": {"n": n}, "shapes": {"X": [n], "Y": [n]},
                          "dtypes": {"X": dtype, "Y": dtype}},
             "buffers": [], "launches": [{"kernel": "copy", "inputs": ["X"], "outputs": ["Y"], "scalars": [n]}],
-            "seeds": [1, 2], "timing": {"enabled": False}, "baselines": []}
+            "inputs": run_inputs([1, 2]), "timing": {"enabled": False}, "baselines": []}
 
 
 @pytest.mark.parametrize("dtype", list(C_TYPES))

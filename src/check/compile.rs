@@ -109,7 +109,11 @@ pub fn compile(unit: &str, user_files: &[&str]) -> Result<Outcome, CheckError> {
         file: src.clone(),
         err: e,
     })?;
-    let out = Command::new(cxx)
+    // The compiler reads the candidate's includes: it runs confined to the scratch folder and the system's
+    // headers (src/jail.rs), naming its files relative to the folder.
+    let mut cmd = Command::new(cxx);
+    let jail = crate::jail::confine(&mut cmd, &dir);
+    let out = cmd
         .args([
             "-fsyntax-only",
             "-std=c++17",
@@ -122,15 +126,15 @@ pub fn compile(unit: &str, user_files: &[&str]) -> Result<Outcome, CheckError> {
             // Metal has no variable-length arrays; g++ accepts them as an extension.
             "-Werror=vla",
             "-I",
+            ".",
+            "unit.cpp",
         ])
-        .arg(&dir)
-        .arg(&src)
-        .current_dir(&dir)
         .output()
         .map_err(|e| CheckError::Io {
             file: PathBuf::from(cxx),
             err: e,
         })?;
+    drop(jail);
     let text = String::from_utf8_lossy(&out.stderr);
     Ok(parse(&text, user_files, &dir))
 }

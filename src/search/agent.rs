@@ -223,12 +223,34 @@ pub fn perf(obs: &Observation, seed: Option<&Observation>) -> String {
     for (b, x) in &obs.summary.speedup_vs_baseline {
         s.push_str(&format!(", {x:.2}x {b}"));
     }
+    if let Some(v) = &obs.summary.verdict {
+        s.push_str(&format!(
+            "; timed side by side with {} on the same inputs: {} ({:.3}x)",
+            v.incumbent,
+            v.verdict.name(),
+            v.speedup
+        ));
+    }
+    // Each time with its spread (interquartile range) and fastest sample: differences inside the spread
+    // are noise, and a figure flagged noisy is not to be trusted to a few percent.
     let per: Vec<String> = obs
         .results
         .iter()
         .map(|r| {
+            let spread = r
+                .timing
+                .as_ref()
+                .map(|t| {
+                    format!(
+                        " ±{} IQR, fastest {}{}",
+                        fmt_time(Some(t.iqr_s)),
+                        fmt_time(Some(t.min_s)),
+                        if t.noisy { ", NOISY" } else { "" }
+                    )
+                })
+                .unwrap_or_default();
             format!(
-                "{} {}{}",
+                "{} {}{spread}{}",
                 r.workload,
                 fmt_time(r.median_s()),
                 r.roofline

@@ -195,6 +195,7 @@ impl Evolve {
                         "evolve: island {island}{}",
                         if explore { ", explore" } else { "" }
                     ),
+                    compare_with: None,
                 }))
             }
             Err(e) => {

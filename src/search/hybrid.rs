@@ -103,6 +103,7 @@ impl<S: Strategy> Hybrid<S> {
                     candidate: p.candidate,
                     parent: Some(t.base.clone()),
                     origin: format!("hybrid: tune {}", t.base),
+                    compare_with: None,
                 })
             }
             None => {

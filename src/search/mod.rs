@@ -38,6 +38,8 @@ pub struct Proposal {
     pub parent: Option<String>,
     /// Why: shown in `show` and kept in the store.
     pub origin: String,
+    /// The candidate to time this one beside for its verdict (its hash); None: the run's best so far.
+    pub compare_with: Option<String>,
 }
 
 /// A strategy's answer: evaluate this, or stop (and why).

@@ -50,6 +50,7 @@ impl Strategy for Once {
                 candidate: c,
                 parent: Some(seed.hash.clone()),
                 origin: "once".into(),
+                compare_with: None,
             }),
             Ok(Err(e)) => Next::Done(format!("the generation was unusable: {e}")),
             Err(Stop(why)) => Next::Done(why),

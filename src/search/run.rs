@@ -10,7 +10,7 @@ use super::tune::Tune;
 use super::world_model::{WorldModelConfig, WorldModelStrategy};
 use super::{Next, Observation, Strategy, StrategyKind};
 use crate::candidate::Candidate;
-use crate::eval::{self, Evaluator, Settings, Status, WorkloadResult};
+use crate::eval::{self, EvalOptions, Evaluator, Settings, Status, Verdict, WorkloadResult};
 use crate::llm::{Exchange, Llm, LlmConfig};
 use crate::pyenv::PythonEnv;
 use crate::store::Store;
@@ -34,7 +34,14 @@ pub struct RunConfig {
     pub rng_seed: u64,
     pub checks: usize,
     pub timeout_s: f64,
-    pub timing: Value,
+    /// Runs stored before the timing settings were typed carry fewer fields: the missing ones get the
+    /// CPU target's defaults.
+    #[serde(deserialize_with = "timing_settings")]
+    pub timing: crate::protocol::TimingSettings,
+    /// The run's input secret: every input set of the run derives from it, so the references computed for
+    /// them serve every candidate and a resumed run.
+    #[serde(default = "crate::eval::fresh_secret")]
+    pub input_secret: u64,
     /// The LLM provider spec (`openai:gpt-5.2`, `replay:RUN`, …) and its settings; never a key.
     #[serde(default)]
     pub llm: Option<LlmSettings>,
@@ -44,6 +51,20 @@ pub struct RunConfig {
     /// World-model stagnation window.
     #[serde(default = "default_window")]
     pub window: u32,
+}
+
+fn timing_settings<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<crate::protocol::TimingSettings, D::Error> {
+    let given = Value::deserialize(d)?;
+    let mut full = serde_json::to_value(crate::protocol::TimingSettings::for_target(false))
+        .map_err(serde::de::Error::custom)?;
+    if let (Some(full), Some(given)) = (full.as_object_mut(), given.as_object()) {
+        for (k, v) in given {
+            full.insert(k.clone(), v.clone());
+        }
+    }
+    serde_json::from_value(full).map_err(serde::de::Error::custom)
 }
 
 fn default_tune_budget() -> usize {
@@ -132,6 +153,7 @@ pub fn create(store: &Store, new: NewRun<'_>) -> Result<String> {
         checks: config_base.checks,
         timeout_s: config_base.timeout_s,
         timing: config_base.timing.clone(),
+        input_secret: crate::eval::fresh_secret(),
         llm,
         tune_budget,
         window,
@@ -214,14 +236,21 @@ impl<'a> Runner<'a> {
             checks: config.checks,
             timeout_s: config.timeout_s,
             timing: config.timing.clone(),
-            ..Settings::for_task(&task)
+            ..Settings::for_task(&task, target)
         };
         let build = store
             .path()
             .parent()
             .unwrap_or(std::path::Path::new("."))
             .join("build");
-        let evaluator = Evaluator::start(task.clone(), target, env, build, settings)?;
+        let evaluator = Evaluator::start(
+            task.clone(),
+            target,
+            env,
+            build,
+            settings,
+            config.input_secret,
+        )?;
         store.claim_run(run_id)?;
         store.set_hardware(run_id, &evaluator.hello)?;
         let seed = store
@@ -297,13 +326,14 @@ impl<'a> Runner<'a> {
         hash: &str,
         workloads: &[Workload],
         phase: &str,
+        opts: EvalOptions<'_>,
     ) -> Result<Vec<WorkloadResult>> {
         let mut out = Vec::new();
         for w in workloads {
             let r = match self.store.evaluation(&self.run_id, phase, hash, &w.name)? {
                 Some(r) => r,
                 None => {
-                    let r = self.evaluator.evaluate_workload(cand, w);
+                    let r = self.evaluator.evaluate_workload_with(cand, w, opts);
                     self.store.put_evaluation(&self.run_id, phase, hash, &r)?;
                     r
                 }
@@ -363,19 +393,25 @@ impl<'a> Runner<'a> {
         });
 
         while history.len() < self.config.budget {
-            let (cand, parent, origin) = if history.is_empty() {
-                (seed.clone(), None, "seed".to_string())
+            let (cand, parent, origin, compare_with) = if history.is_empty() {
+                (seed.clone(), None, "seed".to_string(), None)
             } else {
                 let next = self.strategy.propose(&history);
                 self.persist_strategy()?;
                 match next {
-                    Next::Propose(p) => (p.candidate, p.parent, p.origin),
+                    Next::Propose(p) => (p.candidate, p.parent, p.origin, p.compare_with),
                     Next::Done(why) => {
                         stopped = Some(why);
                         break;
                     }
                 }
             };
+            // Timed beside the candidate the strategy names, else the run's best so far: the verdict the
+            // strategy is told comes from the two measured side by side on the same inputs.
+            let incumbent = compare_with
+                .and_then(|h| history.iter().find(|o| o.hash == h && o.cost().is_some()))
+                .or_else(|| best_of(&history))
+                .map(|o| (o.hash.clone(), o.candidate.clone()));
             let seq = history.len();
             let hash = self.store.put_candidate(&cand)?;
             self.store.begin_attempt(
@@ -386,11 +422,19 @@ impl<'a> Runner<'a> {
                 parent.as_deref(),
                 &origin,
             )?;
-            let results = self.evaluate(&cand, &hash, &feedback, "search")?;
+            let opts = EvalOptions {
+                incumbent: incumbent.as_ref().map(|(h, c)| (h.as_str(), c)),
+                retime_baselines: false,
+            };
+            let results = self.evaluate(&cand, &hash, &feedback, "search", opts)?;
             let mut summary = eval::summarize(&results);
             if results.len() < feedback.len() {
                 summary.passed = false;
                 summary.workloads = feedback.len();
+            }
+            if summary.passed {
+                summary.verdict =
+                    eval::overall_verdict(&results, self.evaluator.settings.timing.verdict_z);
             }
             self.store
                 .finish_attempt(&self.run_id, "search", seq as i64, &summary)?;
@@ -409,9 +453,9 @@ impl<'a> Runner<'a> {
             });
         }
 
-        // Held-out workloads, scored only now: the best candidates in order until one passes them all.
-        let mut ranked: Vec<&Observation> = history.iter().filter(|o| o.cost().is_some()).collect();
-        ranked.sort_by(|a, b| a.cost().partial_cmp(&b.cost()).unwrap());
+        // Held-out workloads, scored only now: the best candidates in order until one passes them all (the
+        // baselines timed again beside them).
+        let ranked = ranked(&history);
         let mut chosen: Option<(&Observation, bool, Vec<WorkloadResult>)> = None;
         for (i, obs) in ranked.iter().take(MAX_FINAL_CANDIDATES).enumerate() {
             progress(Event::FinalPhase {
@@ -425,7 +469,11 @@ impl<'a> Runner<'a> {
                 None,
                 "held-out check",
             )?;
-            let results = self.evaluate(&obs.candidate, &obs.hash, &held_out, "final")?;
+            let retime = EvalOptions {
+                incumbent: None,
+                retime_baselines: true,
+            };
+            let results = self.evaluate(&obs.candidate, &obs.hash, &held_out, "final", retime)?;
             let summary = eval::summarize(&results);
             self.store
                 .finish_attempt(&self.run_id, "final", i as i64, &summary)?;
@@ -438,6 +486,19 @@ impl<'a> Runner<'a> {
             }
         }
 
+        // The chosen candidate's feedback workloads timed again with the baselines beside it: the reported
+        // speedups over the baselines come from one measurement of both, not from times taken hours apart.
+        let confirmed: Option<Vec<WorkloadResult>> = match &chosen {
+            Some((obs, _, _)) => {
+                let retime = EvalOptions {
+                    incumbent: None,
+                    retime_baselines: true,
+                };
+                let (cand, hash) = (obs.candidate.clone(), obs.hash.clone());
+                Some(self.evaluate(&cand, &hash, &feedback, "confirm", retime)?)
+            }
+            None => None,
+        };
         let seed_obs = history.first();
         let result = json!({
             "run_id": self.run_id,
@@ -456,7 +517,10 @@ impl<'a> Runner<'a> {
             "seed": seed_obs.map(|o| json!({"candidate": o.hash, "passed": o.summary.passed, "geomean_s": o.summary.geomean_s, "failure": o.summary.first_failure})),
             "best": chosen.as_ref().map(|(obs, held_ok, held)| {
                 let vs_seed = seed_obs.and_then(|s| eval::speedup(&s.results, &obs.results));
-                let primary = self.task.baselines_for(self.target).first().and_then(|b| obs.summary.speedup_vs_baseline.get(&b.name).copied());
+                // From the confirmation (candidate and baselines timed together) where it passed throughout.
+                let confirm = confirmed.as_ref().map(|c| eval::summarize(c)).filter(|s| s.passed);
+                let vs_baselines = confirm.as_ref().map_or(&obs.summary.speedup_vs_baseline, |s| &s.speedup_vs_baseline);
+                let primary = self.task.baselines_for(self.target).first().and_then(|b| vs_baselines.get(&b.name).copied());
                 json!({
                     "candidate": obs.hash,
                     "name": obs.candidate.plan.name,
@@ -464,10 +528,13 @@ impl<'a> Runner<'a> {
                     "geomean_s": obs.summary.geomean_s,
                     "speedup_vs_seed": vs_seed,
                     "speedup_vs_baseline": primary,
-                    "speedup_vs_baselines": obs.summary.speedup_vs_baseline,
+                    "speedup_vs_baselines": vs_baselines,
+                    "verdict": obs.summary.verdict,
+                    "noisy": obs.summary.noisy,
                     "held_out_passed": held_ok,
                     "held_out": held.iter().map(|r| json!({"workload": r.workload, "status": r.status, "message": r.message})).collect::<Vec<_>>(),
                     "workloads": obs.results.iter().map(workload_json).collect::<Vec<_>>(),
+                    "confirmed": confirmed.as_ref().map(|c| c.iter().map(workload_json).collect::<Vec<_>>()),
                 })
             }),
         });
@@ -516,23 +583,58 @@ pub fn workload_json(r: &WorkloadResult) -> Value {
         "status": r.status,
         "median_s": r.median_s(),
         "iqr_s": r.timing.as_ref().map(|t| t.iqr_s),
+        "min_s": r.timing.as_ref().map(|t| t.min_s),
+        "noisy": r.timing.as_ref().map(|t| t.noisy),
+        "distinct_inputs": r.timing.as_ref().map(|t| t.distinct_inputs),
+        "sampled_checks": r.timing.as_ref().map(|t| t.sampled_checks),
         "launches_per_eval": r.timing.as_ref().and_then(|t| t.launches_per_eval),
         "baselines": r.baselines.iter().map(|(k, t)| (k.clone(), t.median_s)).collect::<std::collections::BTreeMap<_, _>>(),
+        "baselines_iqr_s": r.baselines.iter().map(|(k, t)| (k.clone(), t.iqr_s)).collect::<std::collections::BTreeMap<_, _>>(),
         "baselines_launches_per_eval": r.baselines.iter().filter_map(|(k, t)| t.launches_per_eval.map(|n| (k.clone(), n))).collect::<std::collections::BTreeMap<_, _>>(),
+        "comparison": r.comparison.as_ref().map(|c| json!({"incumbent": c.incumbent, "incumbent_median_s": c.timing.median_s, "verdict": c.verdict.verdict, "speedup": c.verdict.speedup, "rounds": c.verdict.rounds})),
         "roofline_fraction": r.roofline.as_ref().map(|f| f.fraction),
         "beats_roofline": r.roofline.as_ref().map(|f| f.beats_roofline),
         "max_abs": r.max_abs,
         "max_rel": r.max_rel,
         "message": r.message,
         "elapsed_s": r.elapsed_s,
+        "compile_s": r.compile_s,
+        "split": r.split,
+        "overhead_s": r.overhead_s(),
     })
 }
 
+/// The run's best: the first passing candidate, replaced by each later one that beat it. Where a candidate
+/// was timed beside the best of its time, the verdict of that comparison decides (within noise keeps the
+/// best); otherwise their medians do.
 pub fn best_of(history: &[Observation]) -> Option<&Observation> {
-    history
-        .iter()
-        .filter(|o| o.cost().is_some())
-        .min_by(|a, b| a.cost().partial_cmp(&b.cost()).unwrap())
+    let mut best: Option<&Observation> = None;
+    for o in history.iter().filter(|o| o.cost().is_some()) {
+        best = Some(match best {
+            Some(b) if !beats(o, b) => b,
+            _ => o,
+        });
+    }
+    best
+}
+
+fn beats(o: &Observation, b: &Observation) -> bool {
+    match &o.summary.verdict {
+        Some(v) if v.incumbent == b.hash => v.verdict == Verdict::Faster,
+        _ => o.cost() < b.cost(),
+    }
+}
+
+/// The passing candidates best first: the run's best, then the others by median.
+fn ranked(history: &[Observation]) -> Vec<&Observation> {
+    let best = best_of(history).map(|o| o.hash.clone());
+    let mut out: Vec<&Observation> = history.iter().filter(|o| o.cost().is_some()).collect();
+    out.sort_by(|a, b| {
+        (Some(&b.hash) == best.as_ref())
+            .cmp(&(Some(&a.hash) == best.as_ref()))
+            .then(a.cost().partial_cmp(&b.cost()).unwrap())
+    });
+    out
 }
 
 #[cfg(test)]

@@ -131,6 +131,7 @@ impl Tune {
             candidate,
             parent: Some(self.base.hash()),
             origin: format!("tune: {mode}"),
+            compare_with: None,
         }
     }
 

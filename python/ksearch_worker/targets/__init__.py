@@ -1,41 +1,130 @@
-"""Targets: where candidates are compiled and launched. The worker serves one target per process."""
+"""Targets: where candidates are compiled and launched. The worker serves one target per process.
+
+The pipeline (`evaluate.py`) drives every target through the same hooks: a `session` binds one compiled
+candidate to one workload and runs its checks and rechecks; `time` times sessions on a `TimedPlan`;
+`time_baselines` times the task's baselines with no candidate code alive.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from ..errors import WorkerError
 
+if TYPE_CHECKING:
+    from ..evaluate import Build, RunRequest
+    from ..pool import Layout, ReferenceSet
+    from ..task import Task
+    from ..timing import Measurement, TimingConfig
+
 TARGETS = ("cpu", "mlx-metal", "mlx-cuda")
 
 Launch = Mapping[str, Any]  # one resolved `launches` entry of a run request
+Arrays = dict[str, np.ndarray]
+# verify(set index, outputs, "candidate" | "incumbent"): compares a sampled timed call; raises when wrong.
+Verify = Callable[[int, Arrays, str], None]
+
+
+@dataclass
+class CheckRun:
+    """One checked call (or two, with `twice`): the outputs on the host, and what the target itself found
+    (inputs modified, arrays written past their end, two runs that differ)."""
+    outputs: Arrays
+    problems: list[str] = field(default_factory=list)
+    inputs_modified: list[str] = field(default_factory=list)
+    overruns: list[str] = field(default_factory=list)
+    seconds: float = 0.0  # wall time of one call, for sizing the timing supply
+    where: int | None = None  # for a recheck: which timed input set it ran in
+
+
+@dataclass
+class TimedPlan:
+    """The input sets of one candidate's timed calls: call i takes sets[i % len(sets)]. `ids` name each set
+    (kind, seed, index: a supply set or a reference set) so targets can keep device or shared-memory copies
+    between candidates; `checked` maps the positions whose calls are compared after timing to their
+    reference. `extend(first, calls)`, called once warm-up is over, grows the sets so that sampling's calls
+    (from call `first` on, `calls` expected) meet inputs of their own where memory allows, places the checked
+    sets among them, and returns the last checked call (sampling goes on until it is made)."""
+    sets: list[Arrays]
+    ids: list[tuple[str, int, int]]
+    checked: dict[int, ReferenceSet]
+    extend: Callable[[int, int], int] = lambda first, calls: first
+
+
+class TimedRunWrong(Exception):
+    """A timed call left outputs that differ from the reference, unwritten, or past their end."""
+
+
+class CandidateFailure(Exception):
+    """The candidate failed in a way the target recognised (a crash, a compiler error at its first launch, a
+    launch the device refused, resources it exhausted); `status` is the verdict."""
+
+    def __init__(self, status: str, message: str, restart_worker: bool = False) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.restart_worker = restart_worker
+
+    def result(self, checks: list[dict[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {"status": self.status, "message": self.message[-8000:], "checks": checks,
+                               "timing": None, "baselines": {}}
+        if self.restart_worker:
+            out["restart_worker"] = True
+        return out
+
+
+class Session(Protocol):
+    """One compiled candidate bound to one workload; a context manager that ends everything it started."""
+
+    def check(self, inputs: Arrays, twice: bool) -> CheckRun: ...
+
+    def recheck(self, inputs: Arrays) -> list[CheckRun]:
+        """Fresh inputs written where timing ran, each checked."""
+        ...
+
+    def close(self) -> None: ...
+
+    def __enter__(self) -> Session: ...
+
+    def __exit__(self, *exc: object) -> None: ...
 
 
 class Target(Protocol):
     name: str
+    # MLX fills outputs with a plain NaN (no payload), so any NaN the reference does not expect is unwritten.
+    poisons_with_plain_nan: bool
 
     def describe(self) -> dict[str, Any]:
         """`hardware` and `compiler` of the hello reply."""
-        ...
-
-    def cache_bytes(self) -> int:
-        """Size of the cache that timing rotates copies past."""
-        ...
-
-    def compile(self, key: str, dir: str, sources: Sequence[str], include: str | None) -> dict[str, Any]:
-        """The `compile` result: status, log, seconds, command."""
         ...
 
     def compiled(self, key: str) -> bool:
         """Whether `compile` built this key in this process."""
         ...
 
-    def bind(self, key: str, launches: Sequence[Launch], arrays: Mapping[str, np.ndarray]) -> Callable[[], None]:
-        """A call that runs every launch in order on these arrays (raises WorkerError not_compiled)."""
+    def validate(self, r: RunRequest) -> None:
+        """Refuses what this target cannot run (a dtype) with WorkerError, before anything runs."""
         ...
+
+    def unavailable(self, r: RunRequest, task: Task) -> dict[str, Any] | None:
+        """A complete reply when the device is not on this machine (mlx-metal off a Mac), else None."""
+        ...
+
+    def finish(self, r: RunRequest, result: dict[str, Any]) -> dict[str, Any]:
+        """The reply as the target wants it told (e.g. compiler messages with the plan's file names)."""
+        ...
+
+    def session(self, build: Build, r: RunRequest, task: Task) -> Session: ...
+
+    def time(self, sessions: Sequence[Session], plan: TimedPlan, verify: Verify, cfg: TimingConfig,
+             paired: bool) -> Measurement: ...
+
+    def time_baselines(self, fns: Mapping[str, Callable[..., Any]], sets: Sequence[Arrays], dims: dict[str, int],
+                       layout: Layout, cfg: TimingConfig) -> dict[str, dict[str, Any]]: ...
 
 
 def make_target(name: str) -> Target:

@@ -12,16 +12,18 @@ import math
 import platform
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from .. import cluster, header_file
-from ..check import compare
 from ..errors import WorkerError
-from ..inputs import make_inputs
+from ..timing import (PROBE_EIGHT_UNDER_S, Batches, Measurement, TimingConfig, calls_per_eval, measure, paired_verdict,
+                      stats)
+from . import CandidateFailure, CheckRun, TimedRunWrong
 
 # MLX is imported lazily: a worker for another target must not need it.
 mx: Any = None
@@ -58,11 +60,15 @@ class _Build:
 
 
 class MlxTarget:
+    poisons_with_plain_nan = True
+
     def __init__(self, name: str) -> None:
         self.name = name  # "mlx-metal" or "mlx-cuda"
         self._builds: dict[str, _Build] = {}
-        self._scalars: dict[int, Any] = {}
-        self._timed_sets: list[dict[str, Any]] | None = None
+        # Device copies of the run's input sets, by set id, kept between candidates (least recently used
+        # dropped first), each with the fingerprint it had when uploaded.
+        self._sets: OrderedDict[tuple[str, int, int], tuple[dict[str, Any], Any]] = OrderedDict()
+        self._poisoner: Any = None
 
     # -- hello ------------------------------------------------------------------------------------
     def describe(self) -> dict[str, Any]:
@@ -189,7 +195,8 @@ class MlxTarget:
         return outs
 
     def launch_all(self, key: str, launches: Sequence[Mapping[str, Any]], arrays: dict[str, Any],
-                   shapes: Mapping[str, Sequence[int]], dtypes: Mapping[str, str], poison: bool = True) -> dict[str, Any]:
+                   shapes: Mapping[str, Sequence[int]], dtypes: Mapping[str, str], poison: bool = True,
+                   scalars: Mapping[int, Any] | None = None) -> dict[str, Any]:
         """Runs every launch lazily; returns the named arrays (inputs, buffers and outputs).
 
         `poison` fills outputs with NaN first (checks); timed runs skip it, since MLX does the fill with a
@@ -197,12 +204,14 @@ class MlxTarget:
         m = _mlx()
         env = dict(arrays)
         for launch in launches:
-            ins = [env[n] for n in launch["inputs"]] + [self._scalar(int(s)) for s in launch.get("scalars") or []]
+            ins = [env[n] for n in launch["inputs"]] + [(scalars or {}).get(int(s)) if scalars and int(s) in scalars
+                                                         else m.array(int(s), dtype=m.int32)
+                                                         for s in launch.get("scalars") or []]
             template: list[tuple[str, Any]] = [(k, int(v)) for k, v in (launch.get("template") or {}).items()]
             template += [(k, _mx_dtype(str(d))) for k, d in (launch.get("type_args") or {}).items()]
             out_dtypes = [_mx_dtype(dtypes[n]) for n in launch["outputs"]]
             if launch.get("cluster") and (why := cluster.refusal()):
-                raise _KernelFailure(why, status="invalid")
+                raise CandidateFailure("invalid", why)
             kernel, sig, declared = self._kernel(key, launch, ins, out_dtypes, template)
             init = launch.get("init_value")
             kwargs = dict(
@@ -225,19 +234,178 @@ class MlxTarget:
             env.update(zip(launch["outputs"], outs, strict=True))
         return env
 
-    def _scalar(self, v: int) -> Any:
-        """A plan scalar as a materialised int32 array, made once per value: a Python int would become
-        a fresh array (an allocation and a host-to-device copy) at every launch, a cost that can exceed
-        a microsecond kernel's own time and that no baseline pays."""
-        m = _mlx()
-        a = self._scalars.get(v)
-        if a is None:
-            a = m.array(v, dtype=m.int32)
-            m.eval(a)
-            self._scalars[v] = a
-        return a
+    # -- the pipeline's hooks ---------------------------------------------------------------------
+    def validate(self, r: Any) -> None:
+        for b in [r.build, *([r.incumbent] if r.incumbent else [])]:
+            for name in b.dtypes.values():
+                _mx_dtype(name)
 
-    # -- run --------------------------------------------------------------------------------------
+    def unavailable(self, r: Any, task: Any) -> dict[str, Any] | None:
+        """mlx-metal off a Mac: nothing runs; the Metal source MLX generates for every launch comes back."""
+        if self.name == "mlx-metal" and not self._available():
+            try:
+                sources = self.metal_sources(r.build, r.build.dtypes)
+            except Exception as exc:
+                return {"status": "error", "message": f"generating the Metal source failed: {exc}", "checks": [],
+                        "timing": None, "baselines": {}}
+            return {"status": "unavailable", "checks": [], "timing": None, "baselines": {}, "metal_sources": sources,
+                    "message": "Metal is not available on this machine, so nothing ran; checked instead: MLX "
+                               "generated the Metal source of every launch (signature and template instantiation), "
+                               "returned in metal_sources"}
+        if not self._available():
+            raise WorkerError("backend_unavailable", f"{self.name}: this machine's MLX has no "
+                              f"{'Metal' if self.name == 'mlx-metal' else 'CUDA'} back-end")
+        return None
+
+    def finish(self, r: Any, result: dict[str, Any]) -> dict[str, Any]:
+        """Compiler messages name each header file by its plan name; a run that let a launch in clusters run
+        asks for a fresh worker (under MLX's CUDA graphs the cluster shape reaches later kernels)."""
+        if self.name == "mlx-cuda" and isinstance(result.get("message"), str):
+            for spec in self._builds[r.build.key].kernels.values():
+                result["message"] = header_file.plain_path(result["message"], spec["header"], spec["header_name"])
+        if any(launch.get("cluster") for launch in r.build.launches) and cluster.refusal() is None:
+            result["restart_worker"] = True
+        return result
+
+    def session(self, build: Any, r: Any, task: Any) -> MlxSession:
+        return MlxSession(self, build, task)
+
+    def device_set(self, ident: tuple[str, int, int], arrays: Mapping[str, np.ndarray],
+                   dtypes: Mapping[str, str]) -> dict[str, Any]:
+        """The device copy of an input set (uploaded once, kept while device memory allows)."""
+        got = self._sets.get(ident)
+        if got is not None:
+            self._sets.move_to_end(ident)
+            return got[0]
+        dev = upload(arrays, dtypes)
+        self._sets[ident] = (dev, fingerprint(dev))
+        total = sum(_nbytes(d) for d, _ in self._sets.values())
+        while total > DEVICE_SETS_BYTES and len(self._sets) > 1:
+            _, (old, _) = self._sets.popitem(last=False)
+            total -= _nbytes(old)
+        return dev
+
+    def verify_sets(self, idents: Sequence[tuple[str, int, int]]) -> list[tuple[str, int, int]]:
+        """The sets among `idents` whose device contents changed since upload (they are dropped, so the next
+        candidate gets them afresh)."""
+        m = _mlx()
+        pending = [(i, self._sets[i]) for i in dict.fromkeys(idents) if i in self._sets]
+        now = [fingerprint(dev) for _, (dev, _) in pending]
+        m.eval(now)
+        changed = [i for (i, (_, before)), after in zip(pending, now, strict=True)
+                   if not bool(m.array_equal(before, after).item())]
+        for i in changed:
+            del self._sets[i]
+        return changed
+
+    def poison(self, arrays: Sequence[Any]) -> None:
+        """Fills device arrays with all-ones bytes (NaN in every float type) in place, before they go back to
+        MLX's allocator: a buffer handed to a later call never holds an earlier call's correct output."""
+        m = _mlx()
+        arrays = [a for a in arrays if a.size]
+        if not arrays:
+            return
+        if getattr(m, "cuda", None) is not None and m.cuda.is_available():
+            if self._poisoner is None:
+                self._poisoner = m.fast.cuda_kernel(
+                    name="ksearch_poison", input_names=["dst", "nbytes"], output_names=["done"],
+                    source=_POISON_CUDA, ensure_row_contiguous=False)
+            done = []
+            for a in arrays:
+                nbytes = int(a.nbytes)
+                threads = max(-(-nbytes // 4), 1)
+                done += self._poisoner(inputs=[a, m.array(nbytes, dtype=m.uint64)], output_shapes=[(1,)],
+                                       output_dtypes=[m.int32], grid=(-(-threads // 256) * 256, 1, 1),
+                                       threadgroup=(256, 1, 1), stream=m.gpu)
+            m.eval(done)
+            m.synchronize()
+            return
+        # Unified memory (Apple silicon, MLX's CPU build): write through a view of the same memory.
+        m.eval(arrays)
+        m.synchronize()
+        for a in arrays:
+            try:
+                view = np.array(a.view(m.uint8), copy=False)
+                view[...] = 0xFF
+            except (ValueError, TypeError):
+                pass  # a copy would be needed: nothing to poison in place
+
+    def time(self, sessions: Sequence[MlxSession], plan: Any, verify: Any, cfg: TimingConfig,
+             paired: bool) -> Measurement:
+        """Each session timed as a chain of dependent calls (`Chain`), with its calls per evaluation probed,
+        minus a chain of the links alone at the same count (`NullChain`), interleaved with it."""
+        first = sessions[0]
+        dev = [self.device_set(i, s, first.dtypes) for i, s in zip(plan.ids, plan.sets, strict=True)]
+        link = smallest_input(first.task_inputs, dev[0])
+        ks = [s.calls_per_eval(dev, link) for s in sessions]
+        if paired:
+            ks = [max(ks)] * len(ks)
+        entries = [Chain(s, dev, k, link, plan, verify, who)
+                   for s, k, who in zip(sessions, ks, ("candidate", "incumbent"))]
+        nulls = {k: NullChain(dev, k, link) for k in sorted(set(ks))}
+
+        def grow(start: int, evals: int) -> int:
+            # Samples count evaluations of k calls; the plan counts calls.
+            k = max(ks)
+            last = plan.extend(start * k, evals * k)
+            dev[:] = [self.device_set(i, s, first.dtypes) for i, s in zip(plan.ids, plan.sets, strict=True)]
+            for e in [*entries, *nulls.values()]:
+                e.entry.sets = len(dev)
+            return last // k
+
+        try:
+            m = measure([*(e.entry for e in entries), *(n.entry for n in nulls.values())], cfg, paired=paired,
+                        grow=grow)
+        except (TimedRunWrong, CandidateFailure, WorkerError):
+            raise
+        except Exception as exc:  # the candidate failed while being timed (a fault surfaces at evaluation)
+            raise _failure(exc, first) from None
+        for s in sessions:
+            s.timed_ids, s.checked = list(plan.ids), list(plan.checked)
+        changed = self.verify_sets(plan.ids)
+        if changed:
+            raise TimedRunWrong(f"a timed call changed its input sets while timed ({len(changed)} of {len(dev)} "
+                                "sets no longer match their fingerprint)")
+        null_median = {k: m.stats[len(entries) + i]["median_s"] for i, k in enumerate(nulls)}
+        out = per_call(m, ks, null_median, cfg, len(entries), len(dev))
+        if cfg.throughput:
+            for st, s, k in zip(out.stats, sessions, ks, strict=True):
+                st.update(throughput(s, dev, k))
+        return out
+
+    def time_baselines(self, fns: Mapping[str, Callable[..., Any]], sets: Sequence[Mapping[str, np.ndarray]],
+                       dims: dict[str, int], layout: Any, cfg: TimingConfig) -> dict[str, dict[str, Any]]:
+        """Baselines timed as chains like the candidate, on sets uploaded afresh (no candidate ever held them)."""
+        dtypes = {n: d for n, _, d in layout.inputs}
+        per_set = max(layout.input_bytes(), 1)
+        count = max(2, min(len(sets), 16, -(-2 * self.cache_bytes() // per_set)))
+        dev = [upload(s, dtypes) for s in sets[:count]]
+        link = smallest_input([n for n, _, _ in layout.inputs], dev[0])
+        out_name = layout.outputs[0][0]
+        names = list(fns)
+        runners = []
+        for name in names:
+            fn = fns[name]
+
+            def call(s: Mapping[str, Any], fn: Callable[..., Any] = fn) -> dict[str, Any]:
+                return dict(fn(dict(s), dict(dims)))
+            try:
+                _mlx().eval(list(call(dev[0]).values()))
+            except Exception as exc:
+                raise WorkerError("bad_task", f"baseline {name} raised: {exc}") from None
+            runners.append(Baseline(self, call, out_name))
+        ks = [b.calls_per_eval(dev, link) for b in runners]
+        entries = [Chain(b, dev, k, link, None, None, "baseline") for b, k in zip(runners, ks, strict=True)]
+        nulls = {k: NullChain(dev, k, link) for k in sorted(set(ks))}
+        m = measure([*(e.entry for e in entries), *(n.entry for n in nulls.values())], cfg)
+        null_median = {k: m.stats[len(entries) + i]["median_s"] for i, k in enumerate(nulls)}
+        timed = per_call(m, ks, null_median, cfg, len(entries), len(dev))
+        if cfg.throughput:
+            for st, b, k in zip(timed.stats, runners, ks, strict=True):
+                st.update(throughput(b, dev, k))
+        return dict(zip(names, timed.stats, strict=True))
+
+    # -- Metal without a Mac ----------------------------------------------------------------------
     def metal_sources(self, r: Any, dtypes: Mapping[str, str]) -> list[str]:
         """The Metal source MLX generates for every launch, without a Metal device.
 
@@ -256,7 +424,8 @@ class MlxTarget:
             outs: list[Any] = []
             for launch in r.launches:
                 kernel, _, _ = self._kernel(r.key, launch)
-                ins = [env[n] for n in launch["inputs"]] + [self._scalar(int(s)) for s in launch.get("scalars") or []]
+                ins = [env[n] for n in launch["inputs"]] + [m.array(int(s), dtype=m.int32)
+                                                             for s in launch.get("scalars") or []]
                 template = [(k, int(v)) for k, v in (launch.get("template") or {}).items()]
                 template += [(k, _mx_dtype(str(d))) for k, d in (launch.get("type_args") or {}).items()]
                 res = kernel(inputs=ins, output_shapes=[tuple(r.shapes[n]) for n in launch["outputs"]],
@@ -273,287 +442,381 @@ class MlxTarget:
             _, text = cluster.stdout_of(lambda: m.export_function(os.path.join(tmp, "f.mlxfn"), traced, *args))
         return [part.split("```")[0].strip() for part in text.split("```\n")[1::2]] or [text]
 
-    def evaluate(self, r: Any, task: Any) -> dict[str, Any]:
-        """Checks every seed on fresh inputs, then times the candidate next to the baselines. A run that let a
-        launch in thread-block clusters run asks for a fresh worker afterwards: under MLX's CUDA graphs the
-        cluster shape reaches later kernels of the process (cluster.py), which must not be blamed for it."""
-        result = self._evaluate(r, task)
-        if self.name == "mlx-cuda" and isinstance(result.get("message"), str):
-            # A header handed over as a file (header_file.py) is named by its path in compiler messages.
-            for spec in self._builds[r.key].kernels.values():
-                result["message"] = header_file.plain_path(result["message"], spec["header"], spec["header_name"])
-        if any(launch.get("cluster") for launch in r.launches) and cluster.refusal() is None:
-            result["restart_worker"] = True
-        return result
 
-    def _evaluate(self, r: Any, task: Any) -> dict[str, Any]:
+DEVICE_SETS_BYTES = 4 << 30  # device copies of input sets kept between candidates
+
+# Fills `nbytes` bytes at `dst` with 0xFF (a NaN in every float type): the worker's own kernel, which writes
+# through the pointer MLX hands it as a read-only input.
+_POISON_CUDA = """
+    unsigned long long n = nbytes[0];
+    unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+    unsigned long long words = n / 4;
+    if (i < words) reinterpret_cast<unsigned int*>(const_cast<void*>((const void*)dst))[i] = 0xFFFFFFFFu;
+    if (i < n % 4) reinterpret_cast<unsigned char*>(const_cast<void*>((const void*)dst))[words * 4 + i] = 0xFF;
+    if (i == 0) done[0] = 1;
+"""
+
+_UINT = {1: "uint8", 2: "uint16", 4: "uint32", 8: "uint64"}
+
+
+def _nbytes(arrays: Mapping[str, Any]) -> int:
+    return sum(int(a.nbytes) for a in arrays.values())
+
+
+def upload(arrays: Mapping[str, np.ndarray], dtypes: Mapping[str, str]) -> dict[str, Any]:
+    """Device arrays of a set (bfloat16 inputs hold exactly the values the reference saw), materialised."""
+    m = _mlx()
+    out = {}
+    for n, a in arrays.items():
+        x = m.array(a)
+        if dtypes.get(n) == "bfloat16":
+            x = x.astype(m.bfloat16)  # exact: the pool rounded these values to bfloat16 already
+        out[n] = x
+    m.eval(list(out.values()))
+    return out
+
+
+def fingerprint(arrays: Mapping[str, Any]) -> Any:
+    """Two wrapping sums over each array's bytes as unsigned words (plain and weighted by position modulo a
+    prime), on the device: any change of a word changes them but for a crafted collision."""
+    m = _mlx()
+    parts = []
+    for name in sorted(arrays):
+        a = arrays[name]
+        width = next(w for w in (4, 2, 1) if int(a.nbytes) % w == 0)
+        words = a.reshape(-1).view(getattr(m, _UINT[width])).astype(m.uint32)
+        weights = (m.arange(words.size, dtype=m.uint32) % 65521) + 1
+        parts += [m.sum(words), m.sum(words * weights)]
+    return m.stack(parts) if parts else m.zeros((0,), dtype=m.uint32)
+
+
+def smallest_input(names: Sequence[str], arrays: Mapping[str, Any]) -> str:
+    """The input that carries the dependency from one call to the next: the smallest, so the link is cheap."""
+    return min(names, key=lambda n: (int(arrays[n].nbytes), names.index(n)))
+
+
+def link(x: Any, previous: Any) -> Any:
+    """`x`, bit for bit, made to depend on `previous` (a call's output), so the device runs the call that
+    reads it only after the previous call finished: the previous output's first element, as bits and-ed with
+    zero, added to x's bits."""
+    m = _mlx()
+    tok = previous.reshape(-1)[:1]
+    tok = tok.astype(m.uint8) if tok.dtype == m.bool_ else tok.view(getattr(m, _UINT[tok.dtype.size]))
+    if x.dtype == m.bool_:
+        zero = (tok & 0).astype(m.uint8).reshape(())
+        return (x.astype(m.uint8) + zero).astype(m.bool_)
+    unsigned = getattr(m, _UINT[x.dtype.size])
+    zero = (tok & 0).astype(unsigned).reshape(())
+    return (x.view(unsigned) + zero).view(x.dtype)
+
+
+class Chain:
+    """Timed evaluations of `k` dependent calls each: call j of an evaluation takes the next input set in the
+    plan's order, its smallest input linked to call j-1's output. The graph is built in `before` (off the
+    clock); `run` evaluates and synchronises; `after` compares the calls on checked sets, checks the plan's
+    scalars, and poisons everything the calls produced before it goes back to MLX's allocator."""
+
+    def __init__(self, runner: Any, sets: list[dict[str, Any]], k: int, link_name: str, plan: Any, verify: Any,
+                 who: str) -> None:
+        self.runner, self.sets, self.k, self.link_name = runner, sets, k, link_name
+        self.plan, self.verify, self.who = plan, verify, who
+        self.graphs: list[list[tuple[int, dict[str, Any]]]] = []
+        self.entry = Batches(self.run, len(sets), self.before, self.after)
+
+    def before(self, start: int, count: int) -> None:
+        self.graphs = []
+        for e in range(count):
+            calls: list[tuple[int, dict[str, Any]]] = []
+            previous = None
+            for j in range(self.k):
+                index = ((start + e) * self.k + j) % len(self.sets)
+                inputs = self.sets[index]
+                if previous is not None:
+                    inputs = {**inputs, self.link_name: link(inputs[self.link_name], previous)}
+                produced = self.runner.call(inputs)
+                previous = produced[self.runner.out_name]
+                calls.append((index, produced))
+            self.graphs.append(calls)
+
+    def run(self, start: int, count: int) -> None:
         m = _mlx()
-        if self.name == "mlx-metal" and not self._available():
-            dtypes = dict(r.mx_dtypes)
-            try:
-                sources = self.metal_sources(r, dtypes)
-            except Exception as exc:
-                return {"status": "error", "message": f"generating the Metal source failed: {exc}", "checks": [],
-                        "timing": None, "baselines": {}}
-            return {"status": "unavailable", "checks": [], "timing": None, "baselines": {}, "metal_sources": sources,
-                    "message": "Metal is not available on this machine, so nothing ran; checked instead: MLX "
-                               "generated the Metal source of every launch (signature and template instantiation), "
-                               "returned in metal_sources"}
-        if not self._available():
-            raise WorkerError("backend_unavailable", f"{self.name}: this machine's MLX has no "
-                              f"{'Metal' if self.name == 'mlx-metal' else 'CUDA'} back-end")
-        dtypes = {n: str(d) if not isinstance(d, str) else d for n, d in r.mx_dtypes.items()}
-        if self.name == "mlx-cuda":
-            # Each header as a file, written again if something removed it since the last workload (MLX
-            # compiles at a workload's first call).
-            for spec in self._builds[r.key].kernels.values():
-                spec["included"] = header_file.by_include(spec["header"])
-        checks: list[dict[str, Any]] = []
+        for calls in self.graphs:
+            m.eval([a for _, produced in calls for a in produced.values()])
+            m.synchronize()
+
+    def after(self, start: int, count: int) -> None:
         try:
-            pristine_mx: dict[str, Any] = {}
-            for i, seed in enumerate(r.seeds):
-                check, problems, mx_inputs = self._check_seed(r, task, seed, dtypes, twice=i == 0)
-                checks.append(check)
-                if problems:
-                    return {"status": "wrong", "message": "; ".join(problems), "checks": checks, "timing": None,
-                            "baselines": {}}
-                pristine_mx = mx_inputs
-            if not r.timing.enabled:
-                return {"status": "passed", "message": f"passed {len(r.seeds)} seeds", "checks": checks,
-                        "timing": None, "baselines": {}}
-            try:
-                timing, baselines, timed_sets = self._time(r, task, pristine_mx, dtypes)
-            except (WorkerError, _KernelFailure):
-                raise
-            except Exception as exc:  # the candidate failed while being timed
-                raise _KernelFailure(str(exc)) from None
-            # Fresh inputs written into every input set timing used (or, where MLX cannot write them in
-            # place, fresh arrays made after the timed ones are freed, so that its allocator hands their
-            # buffers out again): caches keyed by address, stale outputs and kernels that stop working
-            # after a number of calls or a span of time all fail here.
-            pristine_mx = mx_inputs = {}
-            recheck = (r.seeds[-1] * 6364136223846793005 + 1442695040888963407) % (1 << 63)
-            self._timed_sets = timed_sets  # _check_seed takes the only reference (see there)
-            del timed_sets
-            check, problems, _ = self._check_seed(r, task, recheck, dtypes, into_timed=True)
-            check["after_timing"] = True
-            checks.append(check)
-            if problems:
-                where = "in the timed buffers" if check["in_place"] else "in fresh buffers"
-                return {"status": "wrong", "message": f"after timing, on fresh inputs {where}: " + "; ".join(problems),
-                        "checks": checks, "timing": timing, "baselines": baselines}
-        except _KernelFailure as exc:
-            return exc.result(checks)
-        except WorkerError:
+            if self.plan is not None:
+                for calls in self.graphs:
+                    for index, produced in calls:
+                        if index in self.plan.checked:
+                            self.verify(index, self.runner.host_outputs(produced), self.who)
+            self.runner.check_scalars()
+        finally:
+            self.runner.release([a for calls in self.graphs for _, produced in calls for a in produced.values()])
+            self.graphs = []
+
+
+class NullChain:
+    """What a chain of k calls costs besides the calls: one evaluation of k-1 links alone (and MLX's fixed
+    cost of an evaluation), taken off the chains of the same k."""
+
+    def __init__(self, sets: list[dict[str, Any]], k: int, link_name: str) -> None:
+        self.sets, self.k, self.link_name = sets, k, link_name
+        self.graphs: list[Any] = []
+        self.entry = Batches(self.run, len(sets), self.before)
+
+    def before(self, start: int, count: int) -> None:
+        self.graphs = []
+        for e in range(count):
+            x = self.sets[((start + e) * self.k) % len(self.sets)][self.link_name]
+            for j in range(1, self.k):
+                x = link(self.sets[((start + e) * self.k + j) % len(self.sets)][self.link_name], x)
+            self.graphs.append(x)
+
+    def run(self, start: int, count: int) -> None:
+        m = _mlx()
+        for x in self.graphs:
+            m.eval(x)
+            m.synchronize()
+
+
+def per_call(m: Measurement, ks: Sequence[int], null_median: Mapping[int, float], cfg: TimingConfig,
+             n: int, sets: int) -> Measurement:
+    """Per-call figures of the first `n` entries: each sample (one evaluation of k calls) less the null chain's
+    median at that k, over k; statistics and the pair's verdict recomputed from those."""
+    samples = [[max(s - null_median[k], 1e-12) / k for s in m.samples[i]] for i, k in enumerate(ks[:n])]
+    stats_ = []
+    for i, k in enumerate(ks[:n]):
+        st = stats(samples[i], m.stats[i]["reps"] * k, m.stats[i]["distinct_inputs"], cfg.noisy_iqr)
+        st.update(launches_per_eval=k, link_s=null_median[k] / k, evals_per_sample=m.stats[i]["reps"])
+        st["calls"] = m.stats[i]["calls"] * k
+        st["distinct_inputs"] = min(st["calls"], sets)
+        stats_.append(st)
+    verdict = paired_verdict(samples[0], samples[1], cfg.verdict_z) if m.verdict is not None else None
+    return Measurement(stats_, samples, verdict, m.sampled_s)
+
+
+def throughput(runner: Any, sets: list[dict[str, Any]], k: int, evals: int = 15) -> dict[str, float]:
+    """What the clock used to report, beside the chained latency: `independent_s`, per call, k independent
+    calls in one evaluation (the GPU may overlap them: a throughput, not the latency a model sees), and
+    `alone_s`, one call per evaluation (MLX's fixed cost of an evaluation included). Medians of `evals`."""
+    m = _mlx()
+    out = {}
+    for name, n in (("independent_s", max(k, 8)), ("alone_s", 1)):
+        times = []
+        for e in range(evals + 2):
+            produced = [runner.call(sets[(e * n + i) % len(sets)]) for i in range(n)]
+            t0 = time.perf_counter()
+            m.eval([a for p in produced for a in p.values()])
+            m.synchronize()
+            if e >= 2:
+                times.append((time.perf_counter() - t0) / n)
+            runner.release([a for p in produced for a in p.values()])
+        out[name] = float(np.median(times))
+    return out
+
+
+class Runner:
+    """What a Chain calls: one call of the candidate (every launch), its first output, host copies of its
+    outputs, and the clean-up after a sample."""
+    out_name: str
+
+    def call(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def host_outputs(self, produced: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        raise NotImplementedError
+
+    def check_scalars(self) -> None:
+        pass
+
+    def release(self, arrays: Sequence[Any]) -> None:
+        pass
+
+    def calls_per_eval(self, sets: list[dict[str, Any]], link_name: str) -> int:
+        """Probed on the chain itself: one call alone and eight dependent calls per evaluation
+        (timing.calls_per_eval), after three warm-up calls (a library's first calls may build plans)."""
+        m = _mlx()
+
+        def once(n: int) -> float:
+            chain = Chain(self, sets, n, link_name, None, None, "probe")
+            chain.before(0, 1)
+            t0 = time.perf_counter()
+            chain.run(0, 1)
+            dt = time.perf_counter() - t0
+            chain.after(0, 1)
+            return dt
+
+        for _ in range(3):
+            once(1)
+        one = min(once(1) for _ in range(3))
+        eight = min(once(8) for _ in range(3)) if one < PROBE_EIGHT_UNDER_S else 8 * one
+        m.synchronize()
+        return calls_per_eval(one, eight)
+
+
+class Baseline(Runner):
+    def __init__(self, target: MlxTarget, fn: Callable[[Mapping[str, Any]], dict[str, Any]], out_name: str) -> None:
+        self.target, self.fn, self.out_name = target, fn, out_name
+
+    def call(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
+        return self.fn(inputs)
+
+
+class MlxSession(Runner):
+    """One candidate build on one workload: checks, the chain's calls, rechecks in the timed sets."""
+
+    def __init__(self, target: MlxTarget, build: Any, task: Any) -> None:
+        self.target, self.build = target, build
+        self.key, self.launches = build.key, build.launches
+        self.task_inputs = [n for n, _ in task.inputs]
+        self.outputs = list(task.outputs)
+        self.out_name = self.outputs[0]
+        self.dtypes = dict(build.dtypes)
+        self.shapes = dict(build.shapes)
+        # The plan's scalars as int32 arrays, made for this session alone and checked after every run: a
+        # kernel that wrote one would change every later call's work, and no other candidate shares them.
+        m = _mlx()
+        values = sorted({int(s) for launch in build.launches for s in launch.get("scalars") or []})
+        self.scalars = {v: m.array(v, dtype=m.int32) for v in values}
+        m.eval(list(self.scalars.values()))
+        if target.name == "mlx-cuda":
+            # Each header as a file (header_file.py), written again if something removed it since.
+            for spec in target._builds[build.key].kernels.values():
+                spec["included"] = header_file.by_include(spec["header"])
+        self.timed_sets: list[dict[str, Any]] = []
+        self.timed_ids: list[tuple[str, int, int]] = []
+        self.checked: list[int] = []
+
+    def __enter__(self) -> MlxSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        _mlx().synchronize()
+
+    def call(self, inputs: Mapping[str, Any], poison: bool = False) -> dict[str, Any]:
+        """One call of every launch, lazily; the arrays the launches produced (outputs and buffers)."""
+        env = self.target.launch_all(self.key, self.launches, dict(inputs), self.shapes, self.dtypes, poison=poison,
+                                     scalars=self.scalars)
+        given = [*inputs.values(), *self.scalars.values()]
+        return {n: a for n, a in env.items() if n not in inputs and not any(a is x for x in given)}
+
+    def host_outputs(self, produced: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        m = _mlx()
+        return {n: _host(m, produced[n], self.dtypes[n]) for n in self.outputs}
+
+    def check_scalars(self) -> None:
+        m = _mlx()
+        bad = [v for v, a in self.scalars.items() if int(a.item()) != v]
+        if bad:
+            m.synchronize()
+            raise TimedRunWrong(f"a launch changed the plan's scalar arrays (values {bad} no longer hold): work "
+                                "skipped or changed for later calls")
+
+    def release(self, arrays: Sequence[Any]) -> None:
+        self.target.poison(list(arrays))
+
+    def calls_per_eval(self, sets: list[dict[str, Any]], link_name: str) -> int:
+        try:
+            return super().calls_per_eval(sets, link_name)
+        except (TimedRunWrong, CandidateFailure, WorkerError):
             raise
         except Exception as exc:
-            # A launch error surfaces on the next device call, which may be a read of the outputs: the
-            # candidate's failure all the same (and a sticky one restarts the worker).
-            return _KernelFailure(str(exc)).result(checks)
-        return {"status": "passed", "message": f"passed {len(r.seeds)} seeds", "checks": checks, "timing": timing,
-                "baselines": baselines}
+            raise _failure(exc, self) from None
 
-    def _launch_checked(self, r: Any, task: Any, mx_inputs: dict[str, Any], dtypes: Mapping[str, str]) -> dict[str, Any]:
-        """One poisoned run of every launch, evaluated; the candidate's failures become _KernelFailure."""
+    def _launch(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
+        """One poisoned run of every launch, evaluated; the candidate's failures become CandidateFailure."""
         m = _mlx()
         try:
-            env = self.launch_all(r.key, r.launches, mx_inputs, r.shapes, dtypes)
-            m.eval([env[n] for n in task.outputs])
+            produced = self.call(inputs, poison=True)
+            m.eval(list(produced.values()))
             m.synchronize()
-        except _KernelFailure:
-            raise  # already says what happened (a launch refused before it ran)
+        except CandidateFailure:
+            raise
         except Exception as exc:
-            text = str(exc)
-            if any(n in text for n in _LAUNCH_REFUSED):
-                sizes = ", ".join(f"{launch['kernel']}: threadgroup {math.prod(launch['threadgroup'])} threads, "
-                                  f"grid {launch['grid']}, shared memory {launch.get('shared_memory') or 0} bytes"
-                                  for launch in r.launches)
-                text = (f"the device refused the launch configuration ({sizes}). Limits: at most 1024 threads per "
-                        "threadgroup, fewer when registers per thread x threads exceed a multiprocessor's 65536 "
-                        "registers (CUDA) or the pipeline's maxTotalThreadsPerThreadgroup (Metal); dynamic shared "
-                        f"memory up to the device's per-block maximum; grid extents within the device's. MLX said: {text}")
-                raise _KernelFailure(text, status="error") from None
-            raise _KernelFailure(text) from None
-        return env
+            raise _failure(exc, self) from None
+        return produced
 
-    def _check_seed(self, r: Any, task: Any, seed: int, dtypes: Mapping[str, str], twice: bool = False,
-                    into_timed: bool = False) -> tuple[dict[str, Any], list[str], dict[str, Any]]:
-        """Checks the candidate on the inputs of one seed against the reference: every output within
-        tolerance and fully written, the inputs unchanged, and (with `twice`) a second run on the same
-        inputs bit-identical to the first (races). With `into` (the input sets timing rotated through),
-        the inputs are written into every one of them when MLX allows it, and the candidate is checked
-        on each: a cache keyed by any address timing used is stale there."""
+    def check(self, inputs: Mapping[str, np.ndarray], twice: bool) -> CheckRun:
         m = _mlx()
-        into, self._timed_sets = (self._timed_sets, None) if into_timed else (None, None)
-        pristine, mx_inputs = self._inputs(r, task, seed, dtypes)
-        targets = [mx_inputs]
-        in_place = bool(into) and all(_refill(m, s, mx_inputs) for s in into or [])
-        if in_place:
-            assert into is not None
-            targets = into
-        elif into:
-            # MLX would not let us write the timed arrays: free them first, then make fresh ones, which
-            # its allocator places in the buffers just freed.
-            into = None
-            pristine, mx_inputs = self._inputs(r, task, seed, dtypes)
-            targets = [mx_inputs]
-        ref_inputs = {n: a.astype(np.float64) if a.dtype.kind == "f" else a.copy() for n, a in pristine.items()}
-        expected = task.reference(ref_inputs, dict(r.dims))
-        problems: list[str] = []
-        outputs: dict[str, Any] = {}
-        changed: list[str] = []
-        for i, arrays in enumerate(targets):
-            where = f" (timed input set {i})" if len(targets) > 1 else ""
-            env = self._launch_checked(r, task, arrays, dtypes)
-            got = {n: _host(m, env[n], dtypes[n]) for n in task.outputs}
-            changed = [n for n in pristine if not _same_bits(_host(m, arrays[n], dtypes[n]), pristine[n])]
-            problems += [f"input {n} modified by the kernel (inputs are read-only){where}" for n in changed]
-            if twice and not changed:
-                again = self._launch_checked(r, task, arrays, dtypes)
-                for n in task.outputs:
-                    if not _same_bits(_host(m, again[n], dtypes[n]), got[n]):
-                        diff = int(np.sum(got[n].view(np.uint8) != _host(m, again[n], dtypes[n]).view(np.uint8)))
-                        problems.append(f"output {n}: nondeterministic: two runs on the same inputs differ in {diff} "
+        dev = upload({n: inputs[n] for n in self.task_inputs}, self.dtypes)
+        return self._check(dev, inputs, twice)
+
+    def _check(self, dev: Mapping[str, Any], pristine: Mapping[str, np.ndarray], twice: bool,
+               where: int | None = None) -> CheckRun:
+        m = _mlx()
+        t0 = time.perf_counter()
+        produced = self._launch(dev)
+        seconds = time.perf_counter() - t0
+        run = CheckRun(outputs=self.host_outputs(produced), seconds=seconds, where=where)
+        run.inputs_modified = [n for n in self.task_inputs
+                               if not _same_bits(_host(m, dev[n], self.dtypes[n]), pristine[n].astype(
+                                   np.float32) if self.dtypes[n] == "bfloat16" else pristine[n])]
+        run.problems += [f"input {n} modified by the kernel (inputs are read-only)" for n in run.inputs_modified]
+        if twice and not run.inputs_modified:
+            again = self._launch(dev)
+            for n in self.outputs:
+                b = _host(m, again[n], self.dtypes[n])
+                if not _same_bits(b, run.outputs[n]):
+                    diff = int(np.sum(run.outputs[n].view(np.uint8) != b.view(np.uint8)))
+                    run.problems.append(f"output {n}: nondeterministic: two runs on the same inputs differ in {diff} "
                                         "bytes (a race between threads, or state kept between launches)")
-            for name in task.outputs:
-                atol, rtol = task.tolerances[dtypes[name]]
-                result = compare(name, got[name], np.asarray(expected[name]), atol, rtol, any_nan_is_poison=True)
-                outputs[name] = result.to_json()
-                if result.problem:
-                    problems.append(result.problem + where)
-            if problems:
-                break
-        check = {"seed": seed, "passed": not problems, "outputs": outputs, "inputs_modified": changed,
-                 "overruns": []}
-        if into_timed:
-            check["in_place"] = in_place
-            check["input_sets"] = len(targets)
-        return check, problems, mx_inputs
+            self.release(list(again.values()))
+        try:
+            self.check_scalars()
+        except TimedRunWrong as exc:
+            run.problems.append(str(exc))
+        self.release(list(produced.values()))
+        return run
 
-    def _inputs(self, r: Any, task: Any, seed: int, dtypes: Mapping[str, str]) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-        """Fresh inputs; bfloat16 ones are drawn in float32 and rounded by MLX, and the reference sees
-        exactly the rounded values."""
+    def recheck(self, inputs: Mapping[str, np.ndarray]) -> list[CheckRun]:
+        """Fresh inputs written into timed input sets in place (the first and the checked ones), where MLX
+        allows it, each checked: a cache keyed by an address timing used is stale there. Where it cannot write
+        them, fresh arrays (MLX's allocator tends to hand out the buffers just freed)."""
         m = _mlx()
-        np_dtypes = {n: np.dtype("float32") if d == "bfloat16" else np.dtype(d) for n, d in dtypes.items()}
-        raw = make_inputs(task.inputs, r.shapes, np_dtypes, r.dims, np.random.default_rng(seed), task.make_inputs)
-        mx_in: dict[str, Any] = {}
-        pristine: dict[str, np.ndarray] = {}
-        for n, a in raw.items():
-            x = m.array(a)
-            if dtypes[n] == "bfloat16":
-                x = x.astype(m.bfloat16)
-                pristine[n] = np.array(x.astype(m.float32))
-            else:
-                pristine[n] = a
-            mx_in[n] = x
-        m.eval(list(mx_in.values()))
-        return pristine, mx_in
-
-    def _time(self, r: Any, task: Any, inputs: dict[str, Any],
-              dtypes: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]]]:
-        """Timing of the candidate and the baselines; also returns the input sets timing rotated through."""
-        from ..timing import PROBE_EIGHT_UNDER_S, measure, shared_calls_per_eval
-
-        m = _mlx()
-        nbytes = sum(int(a.nbytes) for a in inputs.values())
-        copies = max(1, min(8, math.ceil(2 * self.cache_bytes() / max(nbytes, 1)))) if nbytes < 2 * self.cache_bytes() else 1
-        sets = [inputs] + [{n: m.array(a) + 0 if a.dtype != m.bool_ else m.array(a) for n, a in inputs.items()}
-                           for _ in range(copies - 1)]
-        for s in sets:
-            m.eval(list(s.values()))
-
-        def candidate(s: dict[str, Any]) -> list[Any]:
-            env = self.launch_all(r.key, r.launches, s, r.shapes, dtypes, poison=False)
-            return [env[n] for n in task.outputs]
-
-        def baseline(fn: Any) -> Any:
-            return lambda s: list(fn(dict(s), dict(r.dims)).values())
-
-        runs = [candidate] + [baseline(task.baselines[n]) for n in r.baselines]
-        names = ["candidate", *r.baselines]
-        # Several calls per evaluation for short work: MLX's cost per evaluation (graph, launch, sync) is
-        # tens of µs, which in a real program many operations share; one count for every short entry
-        # (shared_calls_per_eval).
-        probes: list[tuple[float, float]] = []  # (one call, eight calls) per entry
-        for name, fn in zip(names, runs, strict=True):
-            def once(k: int, fn: Any = fn) -> float:
-                outs = [fn(sets[i % len(sets)]) for i in range(k)]
-                t0 = time.perf_counter()
-                m.eval(outs)
-                m.synchronize()
-                return time.perf_counter() - t0
-            try:
-                for _ in range(3):  # warm-up: a library's first calls on a shape may build plans (cuDNN)
-                    once(1)
-                one = min(once(1) for _ in range(3))
-                eight = min(once(8) for _ in range(3)) if one < PROBE_EIGHT_UNDER_S else 8 * one
-            except Exception as exc:
-                if name == "candidate":
-                    raise
-                raise WorkerError("bad_task", f"baseline {name} raised: {exc}") from None
-            probes.append((one, eight))
-        per_eval = shared_calls_per_eval(probes)
-
-        class Timed:
-            """k calls of `fn`. `prepare` builds their lazy graph (Python work: our launch code for the
-            candidate, the task's function for a baseline) before the clock starts; the clock sees MLX's
-            dispatch, the device's work and one synchronisation."""
-
-            def __init__(self, fn: Any, k: int) -> None:
-                self.fn, self.k = fn, k
-                self.next = 0  # the input set the next call takes: calls rotate through all of them
-
-            def prepare(self) -> Any:
-                outs = [self.fn(sets[(self.next + i) % len(sets)]) for i in range(self.k)]
-                self.next = (self.next + self.k) % len(sets)
-
-                def run() -> None:
-                    m.eval(outs)
-                    m.synchronize()
-                    outs.clear()  # back to MLX's cache for the next run
-
-                return run
-
-            def __call__(self) -> None:
-                self.prepare()()
-
-        def timed(fn: Any, k: int) -> Any:
-            return Timed(fn, k)
-
-        stats = measure([[timed(fn, k)] for fn, k in zip(runs, per_eval, strict=True)], r.timing)
-        for s, k, (one, eight) in zip(stats, per_eval, probes, strict=True):
-            for key in ("median_s", "iqr_s", "min_s", "max_s"):
-                s[key] /= k
-            s.update(launches_per_eval=k, eval_of_1_s=one, eval_of_8_s=eight)
-        # One more untimed call on the first set, so that the recheck, which starts there, meets a
-        # cache keyed by address at its most recent entry whatever the rotation ended on.
-        m.eval(candidate(sets[0]))
-        m.synchronize()
-        return stats[0], dict(zip(r.baselines, stats[1:], strict=True)), sets
+        fresh = upload({n: inputs[n] for n in self.task_inputs}, self.dtypes)
+        ids = list(dict.fromkeys([*self.timed_ids[:1], *[self.timed_ids[i] for i in self.checked[:RECHECK_SETS - 1]]]))
+        runs = []
+        for ident in ids:
+            got = self.target._sets.get(ident)
+            if got is None:
+                continue
+            dev = got[0]
+            if _refill(m, dev, fresh):
+                # The set now holds the recheck's inputs: it is uploaded afresh for the next candidate.
+                self.target._sets.pop(ident, None)
+                runs.append(self._check(dev, inputs, False, where=self.timed_ids.index(ident)))
+        if not runs:
+            runs.append(self._check(fresh, inputs, False))
+        return runs
 
 
-class _KernelFailure(Exception):
-    """The candidate failed to compile or to run; `result` is the reply's body. `status` is set when the
-    cause is already known, else it is read from MLX's message."""
+def _failure(exc: Exception, session: Any) -> CandidateFailure:
+    """The candidate's failure, its status read from MLX's message."""
+    text = str(exc)
+    if any(n in text for n in _LAUNCH_REFUSED):
+        sizes = ", ".join(f"{launch['kernel']}: threadgroup {math.prod(launch['threadgroup'])} threads, "
+                          f"grid {launch['grid']}, shared memory {launch.get('shared_memory') or 0} bytes"
+                          for launch in session.launches)
+        return CandidateFailure("error", (
+            f"the device refused the launch configuration ({sizes}). Limits: at most 1024 threads per "
+            "threadgroup, fewer when registers per thread x threads exceed a multiprocessor's 65536 "
+            "registers (CUDA) or the pipeline's maxTotalThreadsPerThreadgroup (Metal); dynamic shared "
+            f"memory up to the device's per-block maximum; grid extents within the device's. MLX said: {text}"))
+    if _breaks_the_context(text):
+        # A sticky CUDA error leaves this process's device context unusable: report the crash and have the
+        # Rust side start a fresh worker, so the next candidate is not blamed.
+        return CandidateFailure("crash", text, restart_worker=True)
+    if _looks_like_compile_error(text):
+        return CandidateFailure("compile_error", text)
+    return CandidateFailure("error", text)
 
-    def __init__(self, text: str, status: str | None = None) -> None:
-        super().__init__(text)
-        self.status = status
 
-    def result(self, checks: list[dict[str, Any]]) -> dict[str, Any]:
-        text = str(self)
-        out: dict[str, Any] = {"message": text[-8000:], "checks": checks, "timing": None, "baselines": {}}
-        if self.status is not None:
-            out["status"] = self.status
-        elif _breaks_the_context(text):
-            # A sticky CUDA error leaves this process's device context unusable: report the crash and
-            # have the Rust side start a fresh worker, so the next candidate is not blamed.
-            out.update(status="crash", restart_worker=True)
-        elif _looks_like_compile_error(text):
-            out["status"] = "compile_error"
-        else:
-            out["status"] = "error"
-        return out
+RECHECK_SETS = 4
 
 
 def _host(m: Any, a: Any, dtype: str) -> np.ndarray:

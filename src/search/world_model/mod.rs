@@ -117,6 +117,16 @@ impl WorldModelStrategy {
         self.st.wm.as_mut().expect("initialised")
     }
 
+    /// What a round of the cycle is timed beside for its verdict: the cycle's best so far, else its parent.
+    fn compare_with(&self) -> Option<String> {
+        let cyc = self.st.cycle.as_ref()?;
+        Some(
+            cyc.best
+                .as_ref()
+                .map_or_else(|| cyc.parent.clone(), |b| b.0.clone()),
+        )
+    }
+
     /// Folds an evaluation into the current cycle. Candidates the cycle did not ask for are tuned variants
     /// of its candidates (the hybrid search): they can become the cycle's best but are not rounds.
     fn absorb(&mut self, obs: &Observation, history: &[Observation]) {
@@ -130,8 +140,13 @@ impl WorldModelStrategy {
             return;
         };
         let own = cyc.proposed.contains(&obs.hash);
+        // Better than the cycle's best: by the verdict of the two timed side by side where this round was
+        // compared with it (a difference within noise is no improvement), else by their medians.
         let improved = match (obs.cost(), &cyc.best) {
-            (Some(c), Some((_, b))) => c < *b,
+            (Some(c), Some((h, b))) => match &obs.summary.verdict {
+                Some(v) if &v.incumbent == h => v.verdict == crate::eval::Verdict::Faster,
+                _ => c < *b,
+            },
             (Some(_), None) => true,
             _ => false,
         };
@@ -150,7 +165,15 @@ impl WorldModelStrategy {
             cyc.streak += 1;
             cyc.last_failure = Some(if obs.summary.passed {
                 format!(
-                    "it passed but was not faster than the cycle's best ({})",
+                    "it passed but was not faster than the cycle's best{} ({})",
+                    match &obs.summary.verdict {
+                        Some(v) => format!(
+                            ": timed side by side, {} ({:.3}x)",
+                            v.verdict.name(),
+                            v.speedup
+                        ),
+                        None => String::new(),
+                    },
                     agent::perf(obs, history.first())
                 )
             } else {
@@ -461,6 +484,7 @@ impl WorldModelStrategy {
                     candidate: c,
                     parent: Some(cyc.parent.clone()),
                     origin: format!("world-model: {purpose} {}", cyc.node),
+                    compare_with: self.compare_with(),
                 }))
             }
             Err(e) => {
@@ -545,6 +569,7 @@ impl WorldModelStrategy {
                 candidate,
                 parent: p.parent.clone(),
                 origin: p.origin.clone(),
+                compare_with: self.compare_with(),
             }));
         }
         self.st.pending = None;

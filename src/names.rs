@@ -1,0 +1,241 @@
+//! The one rule for the file names a candidate gives its kernel sources and headers.
+//!
+//! Those names come from plan.toml files and LLM replies, become files in a build folder, and reach a
+//! compiler's command line (`cc ... matmul.c`). A name there must not be read as anything but a file:
+//! gcc reads `@file` as a file of further options, and `-include`, `-o` and the like are options. So
+//! the rule allows only a small, plain alphabet and refuses a leading `-` or `.` (options, hidden
+//! files, `.` and `..`); with no `/` or `\` in the alphabet, a name cannot leave its folder.
+
+/// The most bytes a file name may have.
+pub const MAX_FILE_NAME: usize = 128;
+
+/// What a file name may be, in words, for error messages.
+pub const FILE_NAME_RULE: &str = "a file name is 1 to 128 characters, each an ASCII letter, a digit, `_`, `.` or `-`, and does not start with `-` or `.`";
+
+/// Ok when `name` is a plain file name (see [`FILE_NAME_RULE`]); otherwise a message saying what is
+/// wrong with it and what is allowed.
+pub fn check_file_name(name: &str) -> Result<(), String> {
+    match problem(name) {
+        None => Ok(()),
+        Some(p) => Err(format!(
+            "{} is not a plain file name: {p}; {FILE_NAME_RULE}",
+            shown(name)
+        )),
+    }
+}
+
+/// Whether `name` is a plain file name (see [`FILE_NAME_RULE`]).
+pub fn is_file_name(name: &str) -> bool {
+    problem(name).is_none()
+}
+
+fn allowed(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-')
+}
+
+/// What is wrong with `name`, if anything.
+fn problem(name: &str) -> Option<String> {
+    if name.is_empty() {
+        return Some("it is empty".into());
+    }
+    if name.len() > MAX_FILE_NAME {
+        return Some(format!("it is {} bytes long", name.len()));
+    }
+    if let Some(c) = name.chars().find(|c| !allowed(*c)) {
+        return Some(format!("it contains {}", describe(c)));
+    }
+    if name.starts_with('-') {
+        return Some("it starts with `-`, so a compiler would take it as an option".into());
+    }
+    if name.starts_with('.') {
+        return Some("it starts with `.` (a hidden file, or the folder `.` or `..`)".into());
+    }
+    None
+}
+
+fn describe(c: char) -> String {
+    match c {
+        '@' => "`@` (a compiler reads `@name` as a file of options)".into(),
+        '/' | '\\' => format!("the path separator `{c}` (a name must not leave its folder)"),
+        c if c.is_whitespace() => format!("whitespace ({})", c.escape_unicode()),
+        c if c.is_control() => format!("a control character ({})", c.escape_unicode()),
+        c if !c.is_ascii() => format!("the non-ASCII character `{c}`"),
+        c => format!("`{c}`"),
+    }
+}
+
+/// The name as messages show it: quoted, escaped, and cut short when long.
+fn shown(name: &str) -> String {
+    let head: String = name.chars().take(40).collect();
+    let more = if head.len() < name.len() { "…" } else { "" };
+    format!("`{}{more}`", head.escape_debug())
+}
+
+/// Ok when every file `text` (C, C++, CUDA or Metal source) asks its preprocessor to read is a header
+/// found through the compiler's own include paths: `#include <name>` or `#include "name"` with a relative
+/// name that does not climb out (`..`). GPU kernels are compiled inside the worker (NVRTC, the Metal
+/// compiler), where no jail applies: an absolute include, or a computed one (`#include MACRO`), could copy
+/// any file the worker can read into a compiler message, the store and a prompt. `#embed` (which reads a
+/// file as data) is refused outright, `__has_include` (which tests for a file) follows the same rule.
+pub fn check_includes(text: &str) -> Result<(), String> {
+    let compact = crate::cpplex::compact(text);
+    let joined = compact.replace("\\\n", "");
+    for (n, line) in joined.lines().enumerate() {
+        let t = line.trim_start();
+        let rest = if let Some(r) = t.strip_prefix('#') {
+            r
+        } else if let Some(r) = t.strip_prefix("%:") {
+            r
+        } else {
+            continue;
+        };
+        let rest = rest.trim_start();
+        let word: String = rest
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        let operand = rest[word.len()..].trim();
+        match word.as_str() {
+            "include" | "include_next" | "import" => include_operand(operand)
+                .map_err(|p| format!("`#{word} {operand}` (logical line {}): {p}", n + 1))?,
+            "embed" => {
+                return Err(format!(
+                    "`#embed` (logical line {}) reads a file into the program: not allowed in a kernel",
+                    n + 1
+                ));
+            }
+            _ => {}
+        }
+    }
+    let mut at = 0;
+    while let Some(p) = joined[at..].find("__has_include") {
+        let start = at + p;
+        let after = joined[start..]
+            .trim_start_matches("__has_include_next")
+            .trim_start_matches("__has_include");
+        let after = after.trim_start();
+        if let Some(inner) = after.strip_prefix('(') {
+            let operand: String = inner.chars().take_while(|c| *c != ')').collect();
+            include_operand(operand.trim())
+                .map_err(|e| format!("`__has_include({})`: {e}", operand.trim()))?;
+        }
+        at = start + "__has_include".len();
+    }
+    Ok(())
+}
+
+fn include_operand(operand: &str) -> Result<(), String> {
+    let name = if let Some(r) = operand.strip_prefix('<') {
+        r.split('>').next().unwrap_or("")
+    } else if let Some(r) = operand.strip_prefix('"') {
+        r.split('"').next().unwrap_or("")
+    } else {
+        return Err(
+            "a computed include (a macro as the file name) is not allowed: name the header as <name> or \"name\""
+                .into(),
+        );
+    };
+    if name.is_empty() {
+        return Err("an empty file name".into());
+    }
+    if name.starts_with('/') || name.starts_with('\\') || name.contains(':') {
+        return Err(
+            "an absolute path: a kernel may include headers of the compiler's include paths only"
+                .into(),
+        );
+    }
+    if name.contains('\\') || name.split('/').any(|c| c == "..") {
+        return Err("a path that climbs out of the include paths (`..` or `\\`)".into());
+    }
+    if name.chars().any(|c| c.is_control()) {
+        return Err("a control character in the file name".into());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_names_are_accepted() {
+        for name in [
+            "matmul.c",
+            "attn_decode-2.cuh",
+            "K1.h",
+            "a",
+            "x.tar.gz",
+            "_k.metal",
+        ] {
+            assert_eq!(check_file_name(name), Ok(()), "{name}");
+            assert!(is_file_name(name), "{name}");
+        }
+        let longest = "a".repeat(MAX_FILE_NAME);
+        assert!(is_file_name(&longest));
+    }
+
+    #[test]
+    fn options_paths_and_odd_characters_are_refused() {
+        let too_long = "a".repeat(MAX_FILE_NAME + 1);
+        for (name, why) in [
+            ("@opts.h", "`@`"),
+            ("a@b.c", "`@`"),
+            ("-include", "starts with `-`"),
+            ("-o", "starts with `-`"),
+            ("a/b.c", "path separator `/`"),
+            ("a\\b.c", "path separator `\\`"),
+            ("../x.c", "path separator `/`"),
+            ("..", "starts with `.`"),
+            (".", "starts with `.`"),
+            (".hidden", "starts with `.`"),
+            ("x y.c", "whitespace"),
+            ("x\ny.c", "whitespace"),
+            ("x\u{0}.c", "control character"),
+            ("é.c", "non-ASCII character `é`"),
+            ("k+1.c", "`+`"),
+            ("", "empty"),
+            (too_long.as_str(), "129 bytes"),
+        ] {
+            assert!(!is_file_name(name), "{name:?}");
+            let e = check_file_name(name).unwrap_err();
+            assert!(e.contains(why), "{name:?}: {e}");
+            assert!(e.contains(FILE_NAME_RULE), "{name:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn messages_show_the_name_escaped_and_short() {
+        let e = check_file_name("a\nb").unwrap_err();
+        assert!(e.starts_with("`a\\nb` is not a plain file name"), "{e}");
+        let e = check_file_name(&format!("@{}", "x".repeat(300))).unwrap_err();
+        assert!(e.starts_with(&format!("`@{}…`", "x".repeat(39))), "{e}");
+    }
+
+    #[test]
+    fn includes_stay_in_the_compilers_include_paths() {
+        for ok in [
+            "#include <cuda_fp16.h>\n",
+            "#include <metal_stdlib>\nusing namespace metal;\n",
+            "  #  include \"mlx/backend/metal/kernels/utils.h\"\n",
+            "#if __has_include(<mma.h>)\n#include <mma.h>\n#endif\n",
+            "// #include \"/etc/passwd\" in a comment is nothing\n",
+            "const char* s = \"#include </etc/passwd>\";\n",
+        ] {
+            assert!(check_includes(ok).is_ok(), "{ok}: {:?}", check_includes(ok));
+        }
+        for bad in [
+            "#include \"/root/.config/ksearch/config.toml\"\n",
+            "#include </etc/shadow>\n",
+            "#include \"../../secret.h\"\n",
+            "#include <cuda/../../../etc/passwd>\n",
+            "#define F \"/etc/passwd\"\n#include F\n",
+            "%:include \"/etc/passwd\"\n",
+            "#include_next \"/etc/passwd\"\n",
+            "#embed \"data.bin\"\n",
+            "#if __has_include(\"/root/.ssh/id_rsa\")\n#endif\n",
+            "#inc\\\nlude \"/etc/passwd\"\n",
+        ] {
+            assert!(check_includes(bad).is_err(), "{bad} was accepted");
+        }
+    }
+}

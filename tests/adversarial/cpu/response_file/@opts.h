@@ -1,0 +1,1 @@
+-wrapper /bin/sh,-c,touch\ /tmp/ksearch-pwned-response-file
