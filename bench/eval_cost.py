@@ -3,9 +3,10 @@
 Runs `ksearch run TASK --strategy tune --budget N` from a seed (every candidate a real one of the search:
 compiled, checked, timed beside the run's best, rechecked), then reads every evaluation back from the store
 (`ksearch show RUN --json`) and sums, per candidate, its search-phase workloads: wall time, compile, the
-worker's split (kernel time, checks, timing, recheck, setup) and the evaluator's own overhead. The first
-candidate (the seed) also pays the run's own work (reference outputs, input sets, baselines), reported
-apart; the per-candidate figures are over the candidates after it.
+worker's split (kernel time, checks, timing, recheck, setup) and the evaluator's own overhead. The run's own
+work for each workload (`prepare`: reference outputs, input sets, baselines) is done before the first
+candidate meets the workload and is reported apart (`prepare_s`); a candidate's wall time excludes it. The
+per-candidate figures are over the candidates after the seed.
 
 Usage: python3 bench/eval_cost.py TASK [--target T] [--seed NAME] [--budget N] [--checks N] [--bin PATH]
        [--timing-budget S] [--out FILE]
@@ -61,15 +62,17 @@ def main() -> None:
     for e in shown["evaluations"]:
         if e["phase"] != "search":
             continue
-        c = per.setdefault(e["candidate"], {"wall_s": 0.0, "compile_s": 0.0, "overhead_s": 0.0, "workloads": 0,
-                                            "passed": True, **{p: 0.0 for p in PARTS}})
-        c["wall_s"] += e.get("elapsed_s", 0.0)
+        c = per.setdefault(e["candidate"], {"wall_s": 0.0, "prepare_s": 0.0, "compile_s": 0.0, "overhead_s": 0.0,
+                                            "workloads": 0, "passed": True, **{p: 0.0 for p in PARTS}})
+        c["wall_s"] += e.get("elapsed_s", 0.0) - e.get("prepare_s", 0.0)
+        c["prepare_s"] += e.get("prepare_s", 0.0)
         c["compile_s"] += e.get("compile_s", 0.0)
         split = e.get("split") or {}
         for p in PARTS:
             c[p] += split.get(p, 0.0)
         worker = split.get("total_s", 0.0) - split.get("overhead_s", 0.0)
-        c["overhead_s"] += max(e.get("elapsed_s", 0.0) - e.get("compile_s", 0.0) - worker, 0.0)
+        c["overhead_s"] += max(e.get("elapsed_s", 0.0) - e.get("prepare_s", 0.0) - e.get("compile_s", 0.0) - worker,
+                               0.0)
         c["workloads"] += 1
         c["passed"] &= e["status"] == "passed"
     rows = [{"candidate": h, **per[h]} for h in order if h in per]
@@ -86,7 +89,7 @@ def main() -> None:
         "task": args.task, "target": args.target, "run_wall_s": round(wall, 2),
         "hardware": result.get("hardware"),
         "first_candidate": rows[0] if rows else None,
-        "per_candidate_median": {k: med(k) for k in ("wall_s", "compile_s", "overhead_s", *PARTS)},
+        "per_candidate_median": {k: med(k) for k in ("wall_s", "compile_s", "overhead_s", "prepare_s", *PARTS)},
         "per_candidate_max_wall_s": round(max((r["wall_s"] for r in later), default=0.0), 4),
         "candidates": rows,
     }

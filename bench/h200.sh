@@ -1,88 +1,105 @@
 #!/usr/bin/env bash
 # Everything the H200 must show, in one call on the device machine (MLX staged by
-# ../shared/device/prepare-mlx-cuda.sh; the ksearch binary as bench/device_bin.sh finds it):
-# every mlx-cuda seed of every MLX task evaluated on every workload (held-out ones included), then a
-# tune run from the expert seed. Results: $OUT/h200.json (one object per command, with the command,
-# the machine and the versions) and $OUT/h200.log.
+# ../shared/device/prepare-mlx-cuda.sh; the ksearch binary as bench/device_bin.sh finds it). Sections, in
+# order (SECTIONS picks some; each step is time-boxed so one stuck part cannot eat the call):
+#   chain      bench/mlx_chain_check.py: a low-occupancy kernel chained the evaluator's way costs its time
+#              alone, far above its independent throughput (the clock is serial on this GPU)
+#   clock      `ksearch eval --throughput` of the seeds and workloads the clock issue and the milestones
+#              name: the chained latency the evaluator reports, beside the old clock's independent-call
+#              throughput and one call alone, for the candidate and every baseline
+#   cost       bench/eval_cost.py: what one candidate's evaluation costs inside a tune search, with its split
+#   adversarial  bench/adversarial_mlx.sh: the mlx-cuda adversarial suite
+#   export     each expert seed exported as an MLX module, and its own test
+# Results land in $OUT (h200.json with every command and its result, plus one file per section's tool).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source bench/device_bin.sh  # PYTHONPATH, out, bin
-tasks=${TASKS:-mamba-scan}
-budget=${BUDGET:-12}
-checks=${CHECKS:-3}      # fresh random inputs per workload in the evals
-tune=${TUNE:-1}          # 0 skips the tune runs
+sections=${SECTIONS:-chain clock cost adversarial}
 store=$(mktemp -d)
 log="$out/h200.log"
 results="$out/h200.jsonl"
 : > "$results"
+export PYTHONPATH="$PYTHONPATH:$PWD/python"
 {
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
-  python3 -c "import mlx.core as mx, mlx_lm; print('mlx', mx.__version__, 'cuda', mx.cuda.is_available(), 'mlx_lm', mlx_lm.__version__)"
+  python3 -c "import mlx.core as mx; print('mlx', mx.__version__, 'cuda', mx.cuda.is_available())"
 } >> "$log" 2>&1
-record() {  # record NAME CMD...: runs ksearch, appends {name, command, result} to the results
-  local name=$1; shift
-  local t0=$(date +%s.%N)
-  local line
-  line=$("$bin" --python python3 --store "$store" "$@" --json 2>>"$log" | tail -n 1)
-  local t1=$(date +%s.%N)
+has() { [[ " $sections " == *" $1 "* ]]; }
+record() {  # record NAME LIMIT_S CMD...: runs ksearch (time-boxed), appends {name, command, wall_s, result}
+  local name=$1 limit=$2; shift 2
+  local t0 t1 line
+  t0=$(date +%s.%N)
+  line=$(timeout "$limit" "$bin" --python python3 --store "$store" "$@" --json 2>>"$log" | tail -n 1)
+  t1=$(date +%s.%N)
   python3 - "$name" "$*" "$line" "$t0" "$t1" >> "$results" <<'PY'
 import json, sys
 name, cmd, line, t0, t1 = sys.argv[1:]
 try:
     result = json.loads(line)
 except Exception:
-    result = {"error": "no JSON result", "stdout_tail": line[-2000:]}
-print(json.dumps({"name": name, "command": "ksearch " + cmd + " --json", "wall_s": round(float(t1) - float(t0), 2), "result": result}))
+    result = {"error": "no JSON result (failed or timed out)", "stdout_tail": line[-2000:]}
+print(json.dumps({"name": name, "command": "ksearch " + cmd + " --json", "wall_s": round(float(t1) - float(t0), 2),
+                  "result": result}))
 PY
-  echo "== $name: $(tail -c 300 <<< "$line")" >> "$log"
+  echo "== $name ($(python3 -c "print(round($(date +%s.%N) - $t0, 1))") s): $(tail -c 300 <<< "$line")" >> "$log"
 }
-for task in $tasks; do
-  for seed in tasks/$task/seeds/mlx-cuda/*/; do
-    s=$(basename "$seed")
-    record "$task/eval/$s" eval "tasks/$task" "$seed" --target mlx-cuda --checks "$checks"
+seeds=tasks/attention/seeds/mlx-cuda
+if has chain; then
+  timeout 120 python3 bench/mlx_chain_check.py > "$out/chain-check.json" 2>>"$log"
+  echo "== chain: $(cat "$out/chain-check.json")" >> "$log"
+fi
+if has clock; then
+  clock=(--checks 1 --throughput)
+  record attention/decode 240 eval tasks/attention $seeds/naive $seeds/expert --workload decode_gqa_8k "${clock[@]}"
+  record attention/prefill 240 eval tasks/attention $seeds/expert --workload prefill_causal_4k "${clock[@]}"
+  record mamba-scan/m130m 240 eval tasks/mamba-scan tasks/mamba-scan/seeds/mlx-cuda/naive \
+    tasks/mamba-scan/seeds/mlx-cuda/expert --workload m130m_l4096 "${clock[@]}"
+  record ssd/nemo 180 eval tasks/ssd tasks/ssd/seeds/mlx-cuda/expert --workload nemo_l4096 "${clock[@]}"
+fi
+if has cost; then
+  for task in ${COST_TASKS:-mamba-scan ssd attention}; do
+    timeout 420 python3 bench/eval_cost.py "$task" --target mlx-cuda --seed expert --budget "${COST_BUDGET:-4}" \
+      --checks 1 --python python3 --bin "$bin" --out "$out/eval-cost-$task.json" >> "$log" 2>&1
+    echo "== cost $task: $(tail -n 1 "$log")" >> "$log"
   done
-  if [ "$tune" = 1 ] && [ -d "tasks/$task/seeds/mlx-cuda/expert" ]; then
-    record "$task/tune/expert" run "tasks/$task" --target mlx-cuda --seed expert --budget "$budget"
-  fi
-done
-# The exported module of each expert seed, and its own test, on the kernel's path.
-for task in ${EXPORT_TASKS:-$tasks}; do
-  seed="tasks/$task/seeds/mlx-cuda/expert"
-  [ -d "$seed" ] || continue
-  exp=$(mktemp -d)
-  if "$bin" export "$seed" --task "tasks/$task" --out "$exp" >> "$log" 2>&1; then
-    f=$(ls "$exp" | grep -v _test.py | head -1)
-    line=$(cd "$exp" && python3 "${f%.py}_test.py" 2>&1 | tail -n 1)
-  else
-    line="export failed"
-  fi
-  echo "== $task/export: $line" >> "$log"
-  python3 -c 'import json,sys; print(json.dumps({"name": sys.argv[1], "command": sys.argv[2], "result": {"test": sys.argv[3]}}))' \
-    "$task/export" "ksearch export $seed --task tasks/$task --format mlx-python; python3 <module>_test.py" "$line" >> "$results"
-done
-# Optional suites in the same call: ADVERSARIAL=1 (tests/adversarial/mlx-cuda), BACK=1 (every shipped
-# Metal seed back-translated and evaluated), OVERHEAD=1 (where a short MLX call's time goes), each
-# writing its own JSON next to h200.json.
-[ "${ADVERSARIAL:-0}" = 1 ] && KSEARCH_BIN=$bin OUT=$out bash bench/adversarial_mlx.sh >> "$log" 2>&1
-[ "${BACK:-0}" = 1 ] && KSEARCH_BIN=$bin OUT=$out bash bench/back_translate.sh >> "$log" 2>&1
-[ "${OVERHEAD:-0}" = 1 ] && python3 bench/mlx_call_overhead.py > "$out/mlx-call-overhead.json" 2>> "$log"
+fi
+if has adversarial; then
+  KSEARCH_BIN=$bin OUT=$out timeout 540 bash bench/adversarial_mlx.sh >> "$log" 2>&1
+fi
+if has export; then
+  for task in ${EXPORT_TASKS:-mamba-scan}; do
+    seed="tasks/$task/seeds/mlx-cuda/expert"
+    exp=$(mktemp -d)
+    if "$bin" export "$seed" --task "tasks/$task" --out "$exp" >> "$log" 2>&1; then
+      f=$(ls "$exp" | grep -v _test.py | head -1)
+      line=$(cd "$exp" && timeout 300 python3 "${f%.py}_test.py" 2>&1 | tail -n 1)
+    else
+      line="export failed"
+    fi
+    echo "== $task/export: $line" >> "$log"
+    python3 -c 'import json,sys; print(json.dumps({"name": sys.argv[1], "command": sys.argv[2], "result": {"test": sys.argv[3]}}))' \
+      "$task/export" "ksearch export $seed --task tasks/$task --format mlx-python; python3 <module>_test.py" "$line" >> "$results"
+  done
+fi
 python3 - "$results" "$out/h200.json" <<'PY'
 import json, platform, subprocess, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
                      capture_output=True, text=True).stdout.strip()
 try:
-    import mlx.core as mx, mlx_lm
-    versions = {"mlx": mx.__version__, "mlx_lm": mlx_lm.__version__}
+    import mlx.core as mx
+    versions = {"mlx": mx.__version__}
 except Exception as e:
     versions = {"error": str(e)}
 json.dump({"machine": {"gpu": smi, "system": platform.platform()}, "versions": versions, "runs": rows},
           open(sys.argv[2], "w"), indent=1)
 for r in rows:
     res = r["result"]
-    ws = res.get("workloads") or (res.get("best") or {}).get("workloads") or []
-    if "test" in res:
-        print(r["name"], "|", res["test"])
-        continue
-    print(r["name"], "|", ", ".join(f"{w['workload']}: {w['status']} {w.get('median_s')}" for w in ws)[:600])
+    cands = res.get("candidates") or [res]
+    for c in cands:
+        ws = c.get("workloads") or []
+        print(r["name"], c.get("name"), "|", ", ".join(
+            f"{w['workload']}: {w['status']} {w.get('median_s')} (indep {w.get('independent_s')}, alone {w.get('alone_s')}) "
+            f"base {w.get('baselines')}" for w in ws)[:700])
 PY
+tail -n 5 "$log"

@@ -53,7 +53,7 @@ do_start() {
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
   # The GGUF has no chat template; a minimal Gemma turn format (prompts/gemma.jinja would be the
   # wrong place: this belongs to the test server, not to ksearch).
-  setsid "$build/bin/llama-server" -m "$model" --host 127.0.0.1 --port "$port" -t 2 -c 4096 \
+  setsid "$build/bin/llama-server" -m "$model" --host 127.0.0.1 --port "$port" -t 2 -c 8192 \
     --alias gemma3-270m --jinja --chat-template-file "$here/gemma.jinja" > "$root/server.log" 2>&1 &
   echo $! > "$pidfile"
   for _ in $(seq 120); do

@@ -70,7 +70,7 @@ enum Command {
         /// Fresh random inputs checked per workload.
         #[arg(long, default_value_t = 3)]
         checks: usize,
-        /// Seconds of timing per workload (more samples, tighter medians; default 0.25 on the CPU, 0.5 on GPUs).
+        /// Seconds of timing per workload (more samples, tighter medians; default 0.15 on the CPU, 0.3 on GPUs).
         #[arg(long)]
         timing_budget: Option<f64>,
         /// Evaluations spent tuning the tunables of each generated candidate (hybrid search).
@@ -125,7 +125,7 @@ enum Command {
         timeout: Option<f64>,
         #[arg(long, default_value_t = 3)]
         checks: usize,
-        /// Seconds of timing per workload (default 0.25 on the CPU, 0.5 on GPUs).
+        /// Seconds of timing per workload (default 0.15 on the CPU, 0.3 on GPUs).
         #[arg(long)]
         timing_budget: Option<f64>,
         /// Evaluate with this tunable value instead of its default (repeatable), e.g. `--set U=4`.
@@ -137,6 +137,10 @@ enum Command {
         /// MLX targets: also report independent calls' throughput and one call alone, beside the latency.
         #[arg(long)]
         throughput: bool,
+        /// Time each candidate side by side with this one (a candidate folder), on the same inputs, and give
+        /// the verdict: faster, slower or within noise.
+        #[arg(long, value_name = "DIR")]
+        incumbent: Option<PathBuf>,
         #[arg(long)]
         json: bool,
     },
@@ -423,6 +427,7 @@ fn dispatch(cli: Cli) -> Result<u8> {
             set,
             workloads,
             throughput,
+            incumbent,
             json,
         } => {
             let task = Task::load(&builtin::task_dir(&task)?)?;
@@ -430,6 +435,7 @@ fn dispatch(cli: Cli) -> Result<u8> {
                 set: parse_sets(&set)?,
                 workloads,
                 throughput,
+                incumbent,
             };
             cmd_eval(
                 task,
@@ -781,6 +787,7 @@ struct EvalPick {
     set: crate::candidate::Params,
     workloads: Vec<String>,
     throughput: bool,
+    incumbent: Option<PathBuf>,
 }
 
 /// `--set NAME=VALUE` arguments as tunable values.
@@ -846,6 +853,13 @@ fn cmd_eval(
             names.join(", ")
         );
     }
+    let incumbent = match &pick.incumbent {
+        Some(dir) => {
+            let c = load_candidate(dir, &task, target)?;
+            Some((c.hash(), c))
+        }
+        None => None,
+    };
     let env = pyenv::ensure(python)?;
     env.ensure_target(target)?;
     let build = std::env::temp_dir().join(format!("ksearch-eval-{}", std::process::id()));
@@ -868,7 +882,11 @@ fn cmd_eval(
             .iter()
             .filter(|w| pick.workloads.is_empty() || pick.workloads.contains(&w.name));
         for w in picked {
-            let r = ev.evaluate_workload(cand, w);
+            let opts = eval::EvalOptions {
+                incumbent: incumbent.as_ref().map(|(h, c)| (h.as_str(), c)),
+                retime_baselines: false,
+            };
+            let r = ev.evaluate_workload_with(cand, w, opts);
             if !json {
                 eprintln!(
                     "{}{}: {}",
@@ -879,13 +897,17 @@ fn cmd_eval(
             }
             results.push(r);
         }
-        let summary = eval::summarize(&results);
+        let mut summary = eval::summarize(&results);
         all_passed &= summary.passed;
+        if summary.passed {
+            summary.verdict = eval::overall_verdict(&results, ev.settings.timing.verdict_z);
+        }
         if json {
             reports.push(json!({
                 "task": task.name(), "target": target.name(), "candidate": cand.hash(), "name": cand.plan.name,
                 "params": cand.params(), "passed": summary.passed, "hardware": ev.hardware(), "sandbox": ev.hello["sandbox"],
                 "speedup_vs_baselines": summary.speedup_vs_baseline,
+                "verdict": summary.verdict,
                 "elapsed_s": results.iter().map(|r| r.elapsed_s).sum::<f64>(),
                 "assertions": crate::assertions::assess(&task, cand, &results),
                 "workloads": results.iter().map(|r| {
@@ -895,7 +917,11 @@ fn cmd_eval(
                     if let Some(t) = &r.timing {
                         v["independent_s"] = json!(t.independent_s);
                         v["alone_s"] = json!(t.alone_s);
+                        v["launches_per_eval"] = json!(t.launches_per_eval);
+                        v["link_s"] = json!(t.link_s);
                     }
+                    // Every baseline's full timing (spread, and with --throughput the old clock's figures).
+                    v["baselines_timing"] = json!(r.baselines);
                     if !r.metal_sources.is_empty() {
                         v["metal_sources"] = json!(r.metal_sources);
                     }
@@ -910,6 +936,15 @@ fn cmd_eval(
                 task.name()
             );
             println!("{}", report::workloads_table(&results));
+            if let Some(v) = &summary.verdict {
+                println!(
+                    "against {}: {} ({:.3}x over every workload, {:.1} standard errors)",
+                    v.incumbent,
+                    v.verdict.name(),
+                    v.speedup,
+                    v.z.abs()
+                );
+            }
             if target.is_gpu() {
                 let lacking = crate::assertions::missing_text(&crate::assertions::assess(
                     &task, cand, &results,

@@ -5,7 +5,9 @@
 //! turns every outcome (a wrong answer, a compiler error, a hang, a crash) into a recorded fate.
 
 use crate::candidate::Candidate;
-use crate::protocol::{BuildRef, InputSeeds, RunReply, RunRequest};
+use crate::protocol::{
+    BuildRef, InputSeeds, PoolSeeds, PrepareReply, PrepareRequest, RunReply, RunRequest,
+};
 pub use crate::protocol::{PairVerdict, Split, Timing, TimingSettings, Verdict};
 use crate::pyenv::PythonEnv;
 use crate::target::Target;
@@ -116,6 +118,10 @@ pub struct WorkloadResult {
     /// The baselines were timed for this evaluation (not reused from earlier in the run).
     #[serde(default)]
     pub baselines_timed_now: bool,
+    /// Seconds the run's own work for this workload took before the candidate ran (`prepare`: references,
+    /// inputs, baselines); part of `elapsed_s`, not the candidate's cost.
+    #[serde(default)]
+    pub prepare_s: f64,
 }
 
 /// A challenger's workload timed side by side with the incumbent's.
@@ -132,11 +138,17 @@ impl WorkloadResult {
         self.timing.as_ref().map(|t| t.median_s)
     }
 
-    /// Wall time not spent compiling, in the worker, running kernels or making the run's inputs: the
-    /// evaluator's own cost for this workload (the worker's `overhead_s` plus the protocol's).
+    /// Wall time not spent compiling, preparing the run's inputs, in the worker's accounted parts or
+    /// running kernels: the evaluator's own cost for this workload (the worker's `overhead_s` plus the
+    /// protocol's).
     pub fn overhead_s(&self) -> f64 {
         let worker_parts = self.split.total_s - self.split.overhead_s;
-        (self.elapsed_s - self.compile_s - worker_parts).max(0.0)
+        (self.elapsed_s - self.compile_s - self.prepare_s - worker_parts).max(0.0)
+    }
+
+    /// What this evaluation cost the candidate: its wall time less the run's own work (`prepare_s`).
+    pub fn candidate_s(&self) -> f64 {
+        (self.elapsed_s - self.prepare_s).max(0.0)
     }
 }
 
@@ -188,6 +200,9 @@ pub struct Evaluator {
 }
 
 const HELLO_DEADLINE: Duration = Duration::from_secs(180);
+/// The run's own work for a workload (references of large workloads take minutes in float64 on a CPU) gets
+/// at least this long, whatever the candidates' deadline.
+const PREPARE_DEADLINE: Duration = Duration::from_secs(1800);
 
 impl Evaluator {
     /// Starts a worker for `task` on `target`. `secret` is the run's input secret (a fresh one from
@@ -246,6 +261,51 @@ impl Evaluator {
 
     pub fn hardware(&self) -> Value {
         self.hello["hardware"].clone()
+    }
+
+    /// The workload's whole pool (every reference seed, the supply), for `prepare`.
+    fn pool(&self, workload: &str) -> PoolSeeds {
+        let all = self.inputs("", workload);
+        let mut seeds: Vec<u64> = all
+            .checks
+            .iter()
+            .chain(std::iter::once(&all.recheck))
+            .chain(&all.timed_checks)
+            .copied()
+            .collect();
+        seeds.sort_unstable();
+        PoolSeeds {
+            pool: all.pool,
+            seeds,
+            supply: all.supply,
+        }
+    }
+
+    /// The run's own work for a workload, before the candidate meets it (reference outputs, inputs,
+    /// baselines): their times, or why it failed (never the candidate's fault).
+    fn prepare(
+        &mut self,
+        rw: &ResolvedWorkload,
+        baselines: &[String],
+        retime: bool,
+    ) -> Result<PrepareReply, String> {
+        let body = PrepareRequest {
+            workload: rw,
+            inputs: self.pool(&rw.name),
+            timing: &self.settings.timing,
+            baselines,
+            retime_baselines: retime,
+        };
+        let body = serde_json::to_value(&body).expect("a prepare request serialises");
+        match self.worker.request("prepare", body, PREPARE_DEADLINE) {
+            Ok(Reply::Ok(v)) => serde_json::from_value(v)
+                .map_err(|e| format!("the worker's prepare result is malformed: {e}")),
+            Ok(Reply::Err { kind, message }) => Err(format!("{kind}: {message}")),
+            Err(f) => {
+                self.compiled.clear();
+                Err(f.to_string())
+            }
+        }
     }
 
     /// The input sets `cand_hash` meets on `workload`. The workload's pool of reference sets is the run's
@@ -436,6 +496,7 @@ impl Evaluator {
             split: Split::default(),
             compile_s: 0.0,
             baselines_timed_now: false,
+            prepare_s: 0.0,
         };
         let fail = |mut r: WorkloadResult, (status, message, compile): (Status, String, Value)| {
             r.status = status;
@@ -465,6 +526,29 @@ impl Evaluator {
             .incumbent
             .filter(|(h, _)| *h != hash && self.settings.timing.enabled && self.can_time())
             .and_then(|(h, c)| Some((h, c, c.resolve(&self.task, &rw).ok()?)));
+        let prepared_at = std::time::Instant::now();
+        let prepared = if self.can_time() {
+            self.prepare(&rw, &baselines, opts.retime_baselines)
+        } else {
+            Ok(PrepareReply::default()) // nothing will run here (mlx-metal off a Mac)
+        };
+        match prepared {
+            Ok(p) => {
+                result.baselines_timed_now = p.baselines_timed_now;
+                result.baselines = p.baselines;
+            }
+            Err(m) => {
+                return fail(
+                    result,
+                    (
+                        Status::Error,
+                        format!("preparing workload {} for the run failed: {m}", rw.name),
+                        Value::Null,
+                    ),
+                );
+            }
+        }
+        result.prepare_s = prepared_at.elapsed().as_secs_f64();
         let deadline = Duration::from_secs_f64(self.settings.timeout_s);
         // A restarted worker has forgotten its builds: compile again and retry once.
         for _ in 0..2 {
@@ -492,7 +576,6 @@ impl Evaluator {
                 inputs: inputs.clone(),
                 timing: &self.settings.timing,
                 baselines: &baselines,
-                retime_baselines: opts.retime_baselines,
                 incumbent: incumbent
                     .as_ref()
                     .zip(incumbent_key.as_ref())
@@ -596,8 +679,13 @@ impl Evaluator {
         out.max_abs = worst("max_abs");
         out.max_rel = worst("max_rel");
         out.timing = r.timing;
-        out.baselines = r.baselines;
-        out.baselines_timed_now = r.baselines_timed_now;
+        if !r.baselines.is_empty() {
+            // As `prepare` timed them; the flag and any others stay as `prepare` said.
+            out.baselines.extend(r.baselines);
+        }
+        if out.status != Status::Passed {
+            out.baselines.clear();
+        }
         out.split = r.split;
         if let (Some(hash), Some(timing), Some(verdict)) = (incumbent, r.incumbent, r.verdict) {
             out.comparison = Some(Comparison {

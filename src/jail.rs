@@ -136,9 +136,13 @@ mod linux {
             if fd < 0 {
                 return (-1, 0);
             }
+            // Read the system's paths; write the folder and the null device (compilers discard output there).
             let rules = system_read()
                 .map(|p| (Path::new(p).to_path_buf(), EXECUTE | READ_FILE | READ_DIR))
-                .chain(std::iter::once((folder.to_path_buf(), every)));
+                .chain([
+                    (folder.to_path_buf(), every),
+                    (Path::new("/dev/null").to_path_buf(), READ_FILE | WRITE_FILE),
+                ]);
             for (path, rights) in rules {
                 let Ok(c) = CString::new(path.as_os_str().as_bytes()) else {
                     continue;

@@ -18,10 +18,39 @@ pub struct RunRequest<'a> {
     pub inputs: InputSeeds,
     pub timing: &'a TimingSettings,
     pub baselines: &'a [String],
-    /// Time the baselines now even if the worker has their times from earlier in the run.
-    pub retime_baselines: bool,
     /// A compiled candidate to time side by side with this one, on the same inputs, for a verdict.
     pub incumbent: Option<BuildRef<'a>>,
+}
+
+/// A `prepare` request: the run's own work for a workload (references, timing supply, baselines), under a
+/// deadline of its own, before a candidate meets it. Sent before every `run`; cheap once done.
+#[derive(Debug, Clone, Serialize)]
+pub struct PrepareRequest<'a> {
+    pub workload: &'a ResolvedWorkload,
+    pub inputs: PoolSeeds,
+    pub timing: &'a TimingSettings,
+    pub baselines: &'a [String],
+    /// Time the baselines now even if the worker has their times from earlier in the run.
+    pub retime_baselines: bool,
+}
+
+/// A workload's whole pool of reference sets and its timing supply.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+pub struct PoolSeeds {
+    pub pool: String,
+    pub seeds: Vec<u64>,
+    pub supply: u64,
+}
+
+/// A `prepare` result.
+#[derive(Debug, Clone, Deserialize, Default)]
+pub struct PrepareReply {
+    #[serde(default)]
+    pub baselines: BTreeMap<String, Timing>,
+    #[serde(default)]
+    pub baselines_timed_now: bool,
+    #[serde(default)]
+    pub split: Split,
 }
 
 /// Which input sets a candidate meets, by seed: reference sets (inputs and the reference's outputs, made
@@ -85,12 +114,12 @@ impl TimingSettings {
                 warmup_s: 0.05,
                 min_samples: 5,
                 max_samples: 25,
-                budget_s: 0.5,
+                budget_s: 0.3,
                 min_sample_s: 0.0002,
                 noisy_iqr: 0.1,
                 verdict_z: 3.0,
                 max_rounds: 40,
-                compare_budget_s: 1.0,
+                compare_budget_s: 0.6,
                 supply_bytes: 1 << 30,
                 throughput: false,
             }
@@ -100,12 +129,12 @@ impl TimingSettings {
                 warmup_s: 0.02,
                 min_samples: 5,
                 max_samples: 15,
-                budget_s: 0.25,
+                budget_s: 0.15,
                 min_sample_s: 0.0002,
                 noisy_iqr: 0.1,
                 verdict_z: 3.0,
-                max_rounds: 40,
-                compare_budget_s: 0.5,
+                max_rounds: 30,
+                compare_budget_s: 0.3,
                 supply_bytes: 256 << 20,
                 throughput: false,
             }
@@ -207,7 +236,7 @@ pub struct PairVerdict {
     pub z: f64,
     pub rounds: u64,
     pub log_ratio_iqr: f64,
-    /// Decided, or known to lie within half a percent of equal.
+    /// Decided, or known to lie within 3% of equal.
     pub settled: bool,
 }
 
@@ -255,8 +284,6 @@ pub struct RunReply {
     pub verdict: Option<PairVerdict>,
     #[serde(default)]
     pub baselines: BTreeMap<String, Timing>,
-    #[serde(default)]
-    pub baselines_timed_now: bool,
     #[serde(default)]
     pub split: Split,
     #[serde(default)]
@@ -342,7 +369,6 @@ mod tests {
             inputs: InputSeeds::default(),
             timing: &timing,
             baselines: &[],
-            retime_baselines: false,
             incumbent: Some(BuildRef {
                 key: "i".into(),
                 launches: &[],
@@ -350,6 +376,27 @@ mod tests {
             }),
         };
         same("run request", fields(serde_json::to_value(&req).unwrap()));
+        let prep = PrepareRequest {
+            workload: &w,
+            inputs: PoolSeeds::default(),
+            timing: &timing,
+            baselines: &[],
+            retime_baselines: false,
+        };
+        same(
+            "prepare request",
+            fields(serde_json::to_value(&prep).unwrap()),
+        );
+        same(
+            "prepare.inputs",
+            fields(serde_json::to_value(PoolSeeds::default()).unwrap()),
+        );
+        same(
+            "prepare result",
+            ["baselines", "baselines_timed_now", "split"]
+                .map(String::from)
+                .to_vec(),
+        );
         same(
             "run.inputs",
             fields(serde_json::to_value(InputSeeds::default()).unwrap()),
@@ -387,7 +434,6 @@ mod tests {
                 "incumbent",
                 "verdict",
                 "baselines",
-                "baselines_timed_now",
                 "split",
                 "metal_sources",
                 "restart_worker",
@@ -412,7 +458,7 @@ mod tests {
             "status": "passed", "message": "m", "checks": [], "timing": {"median_s": 1.0, "iqr_s": 0.1,
             "min_s": 0.9, "max_s": 1.2, "samples": 5, "reps": 2}, "incumbent": null, "verdict": {"verdict":
             "within noise", "speedup": 1.0, "z": 0.1, "rounds": 5, "log_ratio_iqr": 0.01, "settled": false},
-            "baselines": {}, "baselines_timed_now": false, "split": {"total_s": 1.0}, "metal_sources": [],
+            "baselines": {}, "split": {"total_s": 1.0}, "metal_sources": [],
             "restart_worker": false
         }))
         .unwrap();

@@ -58,7 +58,6 @@ class RunRequest:
     order: int
     timing: TimingConfig
     baselines: list[str]
-    retime_baselines: bool
     incumbent: Build | None
 
     def layout(self, task: Task) -> Layout:
@@ -135,7 +134,6 @@ def parse_request(req: Mapping[str, Any], task: Task) -> RunRequest:
         checks=list(checks), recheck=_seed(inputs, "recheck"), timed_checks=list(timed_checks),
         supply=_seed(inputs, "supply"), order=_seed(inputs, "order"),
         timing=TimingConfig.from_json(req.get("timing")), baselines=list(req.get("baselines") or []),
-        retime_baselines=bool(req.get("retime_baselines")),
         incumbent=_build(incumbent, shapes, dtypes, "run.incumbent") if isinstance(incumbent, dict) else None,
     )
 
@@ -248,7 +246,6 @@ def _wrong(message: str, checks: list[dict[str, Any]], **extra: Any) -> dict[str
 def run(req: Mapping[str, Any], task: Task | None, target: Target, state: RunState) -> dict[str, Any]:
     if task is None:
         raise WorkerError("bad_request", "run before load_task")
-    start = time.perf_counter()
     r = parse_request(req, task)
     target.validate(r)
     for b in [r.build, *([r.incumbent] if r.incumbent else [])]:
@@ -275,8 +272,9 @@ def run(req: Mapping[str, Any], task: Task | None, target: Target, state: RunSta
                   "baselines": {}}
     result = target.finish(r, result)
     if result["status"] == "passed" and r.timing.enabled and r.baselines:
-        with split.phase("baselines_s"):
-            result["baselines"], result["baselines_timed_now"] = _baselines(r, task, target, state, layout)
+        # Timed by `prepare` (with no candidate alive, before this candidate ran): only their times here.
+        result["baselines"] = {n: {**got[1], "cached": True} for n in r.baselines
+                               if (got := state.baselines.get((layout.key(), n))) is not None}
     result["split"] = split.report()
     return result
 
@@ -334,19 +332,71 @@ def _candidate(r: RunRequest, task: Task, target: Target, state: RunState, layou
             "baselines": {}, **extra}
 
 
-def _baselines(r: RunRequest, task: Task, target: Target, state: RunState,
-               layout: Layout) -> tuple[dict[str, Any], bool]:
+SUPPLY_MAX_SETS = 2048  # supply sets `prepare` draws at most (memory permitting); timing draws more if needed
+
+
+def prepare(req: Mapping[str, Any], task: Task | None, target: Target, state: RunState) -> dict[str, Any]:
+    """The `prepare` op: the run's own work for one workload, done before a candidate meets it and under a
+    deadline of its own (a slow reference must not count against a candidate): every reference set of the
+    pool computed or loaded, the timing supply drawn, the baselines timed (with no candidate code alive, on
+    inputs of their own) unless their times are recent. Cheap once done, so it precedes every `run`."""
+    if task is None:
+        raise WorkerError("bad_request", "prepare before load_task")
+    workload = _field(req, "workload", dict, "prepare")
+    dims = {k: int(v) for k, v in _field(workload, "dims", dict, "prepare.workload").items()}
+    shapes = {n: tuple(int(d) for d in s) for n, s in _field(workload, "shapes", dict, "prepare.workload").items()}
+    dtypes = {n: str(d) for n, d in _field(workload, "dtypes", dict, "prepare.workload").items()}
+    for name in [n for n, _ in task.inputs] + task.outputs:
+        if name not in shapes or name not in dtypes:
+            raise WorkerError("bad_request", f"prepare: the workload gives no shape or dtype for {name!r}")
+    inputs = _field(req, "inputs", dict, "prepare")
+    seeds = _field(inputs, "seeds", list, "prepare.inputs")
+    if not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in seeds):
+        raise WorkerError("bad_request", "prepare.inputs: `seeds` must hold non-negative integers")
+    fingerprint = _field(inputs, "pool", str, "prepare.inputs")
+    supply = _seed(inputs, "supply")
+    timing = TimingConfig.from_json(req.get("timing"))
+    names = list(req.get("baselines") or [])
+    for name in names:
+        if name not in task.baselines:
+            raise WorkerError("bad_request", f"baseline {name!r} is not available (loaded: {sorted(task.baselines)})")
+    layout = Layout.of(dims, shapes, dtypes, [n for n, _ in task.inputs], task.outputs)
+    split = Split(state.pool)
+    result: dict[str, Any] = {"baselines": {}, "baselines_timed_now": False}
+    if not target.runs_here():
+        # Nothing will run (mlx-metal off a Mac): no reference, input or baseline is needed.
+        result["split"] = split.report()
+        return result
+    try:
+        for seed in seeds:
+            state.pool.reference(task, layout, fingerprint, seed)
+        if timing.enabled:
+            state.pool.supply(task, layout, supply, SUPPLY_MAX_SETS, timing.supply_bytes)
+            if names:
+                with split.phase("baselines_s"):
+                    result["baselines"], result["baselines_timed_now"] = _baselines(
+                        task, target, state, layout, dims, supply, names, timing, bool(req.get("retime_baselines")))
+    except WorkerError:
+        raise
+    except Exception:
+        raise WorkerError("bad_task", f"preparing workload {workload.get('name')!r} failed (the task's own code):\n"
+                                      f"{tail(traceback.format_exc())}") from None
+    result["split"] = split.report()
+    return result
+
+
+def _baselines(task: Task, target: Target, state: RunState, layout: Layout, dims: dict[str, int], supply: int,
+               names: list[str], timing: TimingConfig, retime: bool) -> tuple[dict[str, Any], bool]:
     """The baselines' times: reused within a run unless older than BASELINE_MAX_AGE_S or asked to be timed
     again (beside the final best). Timed with no candidate code alive, on supply sets of their own."""
     now = time.monotonic()
-    cached = {n: state.baselines.get((layout.key(), n)) for n in r.baselines}
-    if not r.retime_baselines and all(c is not None and now - c[0] < BASELINE_MAX_AGE_S for c in cached.values()):
+    cached = {n: state.baselines.get((layout.key(), n)) for n in names}
+    if not retime and all(c is not None and now - c[0] < BASELINE_MAX_AGE_S for c in cached.values()):
         return {n: {**c[1], "cached": True} for n, c in cached.items() if c is not None}, False
     # The baselines' own inputs: another supply stream, never handed to a candidate.
-    seed = (r.supply ^ 0x5A5A5A5A5A5A5A5A) & ((1 << 63) - 1)
-    sets = state.pool.supply(task, layout, seed, 64, r.timing.supply_bytes)
-    fns = {n: task.baselines[n] for n in r.baselines}
-    timed = target.time_baselines(fns, sets, dict(r.dims), layout, r.timing)
-    for n, s in timed.items():
-        state.baselines[(layout.key(), n)] = (now, s)
-    return {n: {**s, "cached": False} for n, s in timed.items()}, True
+    seed = (supply ^ 0x5A5A5A5A5A5A5A5A) & ((1 << 63) - 1)
+    sets = state.pool.supply(task, layout, seed, 64, timing.supply_bytes)
+    timed = target.time_baselines({n: task.baselines[n] for n in names}, sets, dict(dims), layout, timing)
+    for n, st in timed.items():
+        state.baselines[(layout.key(), n)] = (now, st)
+    return {n: {**st, "cached": False} for n, st in timed.items()}, True

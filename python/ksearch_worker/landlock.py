@@ -15,6 +15,7 @@ import ctypes
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 _SYS_CREATE_RULESET, _SYS_ADD_RULE, _SYS_RESTRICT_SELF = 444, 445, 446  # the same on x86_64 and aarch64
 _CREATE_RULESET_VERSION = 1
@@ -108,7 +109,7 @@ class Ruleset:
         return self.version
 
 
-def _syscall() -> ctypes._CFuncPtr:
+def _syscall() -> Any:
     syscall = ctypes.CDLL(None, use_errno=True).syscall
     syscall.restype = ctypes.c_long
     return syscall

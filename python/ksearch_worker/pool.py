@@ -205,7 +205,7 @@ class Pool:
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(f".tmp{os.getpid()}.npz")
             with open(tmp, "wb") as f:
-                np.savez(f, **expected)
+                np.savez(f, **expected)  # type: ignore[arg-type]  # numpy's stub takes the names as flags
             os.replace(tmp, path)
             self._trim()
         except OSError:

@@ -35,7 +35,8 @@ class Worker:
         # The run's input pool and baselines' times, kept between requests (a new task starts afresh).
         self.state = evaluate.RunState(pool=Pool(os.environ.get("KSEARCH_REFERENCE_CACHE") or None))
         self.ops: dict[str, Handler] = {
-            "hello": self.hello, "load_task": self.load_task, "compile": self.compile, "run": self.run,
+            "hello": self.hello, "load_task": self.load_task, "compile": self.compile, "prepare": self.prepare,
+            "run": self.run,
         }
 
     def hello(self, req: dict[str, Any]) -> dict[str, Any]:
@@ -62,6 +63,9 @@ class Worker:
                 and all(isinstance(s, str) for s in sources) and (include is None or isinstance(include, str))):
             raise WorkerError("bad_request", "compile needs `key`, `dir`, `sources` (strings) and `include`")
         return self.target.compile(key, dir, sources, include)
+
+    def prepare(self, req: dict[str, Any]) -> dict[str, Any]:
+        return evaluate.prepare(req, self.task, self.target, self.state)
 
     def run(self, req: dict[str, Any]) -> dict[str, Any]:
         return evaluate.run(req, self.task, self.target, self.state)

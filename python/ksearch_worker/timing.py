@@ -25,6 +25,9 @@ import numpy as np
 MAX_REPS = 100_000
 # A difference smaller than this is "within noise" however many rounds measured it.
 MIN_EFFECT = 0.005
+# A comparison still open is settled as "within noise" once the two are known to differ by less than this:
+# more rounds would only tell apart what no search should act on.
+EQUAL_BAND = 0.03
 # Standard error of a median, in standard deviations of one sample over sqrt(n), for normal-like data.
 MEDIAN_SE = 1.2533
 IQR_PER_SIGMA = 1.349
@@ -140,8 +143,8 @@ def paired_verdict(challenger: Sequence[float], incumbent: Sequence[float], z: f
         verdict = "slower"
     else:
         verdict = "within noise"
-    # Settled: decided, or known to lie within MIN_EFFECT of equal.
-    settled = verdict != "within noise" or abs(m) + z * se < 2 * MIN_EFFECT
+    # Settled: decided, or known to lie within EQUAL_BAND of equal.
+    settled = verdict != "within noise" or abs(m) + z * se < EQUAL_BAND
     return {"verdict": verdict, "speedup": math.exp(-m), "z": score, "rounds": n, "log_ratio_iqr": q75 - q25,
             "settled": settled}
 
@@ -227,31 +230,16 @@ def measure(entries: Sequence[Batches | Sequence[Callable[[], object]]], cfg: Ti
 # -- MLX: calls per evaluation ---------------------------------------------------------------------------
 
 MAX_CALLS_PER_EVAL = 64
-# A call whose own cost reaches this is timed alone (one call per evaluation).
-LONG_CALL_S = 1e-3
-# Evaluations of one call longer than this are not probed with eight (a slow baseline would take seconds):
-# their calls count as long.
-PROBE_EIGHT_UNDER_S = 0.05
+# An evaluation of a chain lasts about this long (or holds MAX_CALLS_PER_EVAL calls), so that MLX's fixed cost
+# of an evaluation (tens of microseconds, at times more) is a few percent of it before the null chain takes it
+# off; a call that takes this long by itself is timed alone.
+CHAIN_EVAL_S = 2e-3
 
 
-def own_cost(one_s: float, eight_s: float) -> float:
-    """A call's own cost: the marginal time of one more call in an evaluation (noise that makes eight calls
-    look cheaper than one is bounded below)."""
-    return max((eight_s - one_s) / 7, one_s / 100, 1e-9)
-
-
-def calls_per_eval(one_s: float, eight_s: float, share: float = 0.05) -> int:
-    """Calls per evaluation for a runtime that pays a fixed cost per evaluation (MLX: building and launching
-    its command graph, then synchronising), from the time of one evaluation of 1 call and of 8 calls.
-
-    In a real program a kernel is one of many operations in an evaluation, so that cost is not the kernel's:
-    enough calls share one evaluation that it falls under `share` of a call's own cost (at most
-    MAX_CALLS_PER_EVAL). A call whose own cost is a millisecond or more is timed alone. Its own cost, not
-    the evaluation of one call: on the H200 MLX's cost per evaluation of one call sometimes exceeded a
-    millisecond by itself, which once timed a 78 µs kernel alone at 234 µs.
-    """
-    own = own_cost(one_s, eight_s)
-    if own >= LONG_CALL_S:
+def chain_length(one_s: float) -> int:
+    """Dependent calls per evaluation for a call whose evaluation alone takes `one_s` (fixed cost included,
+    so short calls are given fewer than they could take: never more than needed). Chained calls cannot
+    overlap, so candidate and baselines need not share a count."""
+    if one_s >= CHAIN_EVAL_S:
         return 1
-    fixed = max(one_s - own, 0.0)
-    return max(1, min(MAX_CALLS_PER_EVAL, math.ceil(fixed / (share * own))))
+    return max(1, min(MAX_CALLS_PER_EVAL, math.ceil(CHAIN_EVAL_S / max(one_s, 1e-9))))

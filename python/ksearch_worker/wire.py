@@ -44,8 +44,22 @@ class RunRequest(TypedDict):
     inputs: InputSeeds
     timing: TimingSettings
     baselines: list[str]
-    retime_baselines: bool
     incumbent: BuildRef | None
+
+
+class PoolSeeds(TypedDict):
+    pool: str
+    seeds: list[int]
+    supply: int
+
+
+class PrepareRequest(TypedDict):
+    workload: dict[str, Any]
+    inputs: PoolSeeds
+    timing: TimingSettings
+    baselines: list[str]
+    retime_baselines: bool
+
 
 
 class TimingResult(TypedDict, total=False):
@@ -97,10 +111,15 @@ class RunResult(TypedDict, total=False):
     incumbent: TimingResult | None
     verdict: Verdict | None
     baselines: dict[str, TimingResult]
-    baselines_timed_now: bool
     split: Split
     metal_sources: list[str]
     restart_worker: bool
+
+
+class PrepareResult(TypedDict):
+    baselines: dict[str, TimingResult]
+    baselines_timed_now: bool
+    split: Split
 
 
 RUN_STATUSES = ("passed", "wrong", "compile_error", "unavailable", "invalid", "crash", "error")

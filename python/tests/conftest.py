@@ -62,12 +62,20 @@ def add_run(key: str, *, seeds: list[int] | None = None, timing: dict[str, Any] 
         "inputs": run_inputs(seeds),
         "timing": timing or {"enabled": False},
         "baselines": baselines or [],
-        "retime_baselines": False,
         "incumbent": None if incumbent is None else {
             "key": incumbent, "buffers": [],
             "launches": [{"kernel": "add", "inputs": ["A", "B"], "outputs": ["C"], "scalars": [M, N],
                           "grid": None, "threadgroup": None, "template": None}]},
     }
+
+
+def prepare_request(run: dict[str, Any], retime: bool = False) -> dict[str, Any]:
+    """The `prepare` request the Rust side sends before `run`: the pool's every seed, the supply, baselines."""
+    i = run["inputs"]
+    return {"workload": run["workload"], "timing": run["timing"], "baselines": run["baselines"],
+            "retime_baselines": retime,
+            "inputs": {"pool": i["pool"], "seeds": [*i["checks"], i["recheck"], *i["timed_checks"]],
+                       "supply": i["supply"]}}
 
 
 class Worker:
@@ -124,6 +132,8 @@ class Worker:
         return key
 
     def run(self, req: dict[str, Any]) -> dict[str, Any]:
+        """`prepare`, then `run`, as the Rust side sends them."""
+        self.last_prepare = self.ok("prepare", **prepare_request(req))
         return self.ok(req.pop("op"), **req)
 
     def stderr(self) -> str:

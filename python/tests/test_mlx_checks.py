@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import ADD_BASELINES, ADD_REFERENCE, M, N, add_run, add_task
-from ksearch_worker.evaluate import RunState
+from conftest import ADD_BASELINES, ADD_REFERENCE, M, N, add_run, add_task, prepare_request
+from ksearch_worker.evaluate import RunState, prepare
 from ksearch_worker.evaluate import run as run_request
 from ksearch_worker.pool import Pool
 from ksearch_worker.targets.mlx import MlxTarget, link
@@ -51,7 +51,9 @@ def evaluate(tmp_path: Path, kernel: Any, timing: dict[str, Any] | None = None,
     target.compile_mlx("k1", [{"name": "add", "source": "", "header": ""}])
     req = add_run("k1", seeds=[1, 2], timing=timing)
     req["launches"][0].update(grid=[M * N, 1, 1], threadgroup=[64, 1, 1])
-    return run_request(req, task, target, RunState(pool=Pool()))
+    state = RunState(pool=Pool())
+    prepare(prepare_request(req), task, target, state)
+    return run_request(req, task, target, state)
 
 
 def correct(a: dict[str, Any], calls: int) -> Any:
@@ -214,6 +216,23 @@ def test_a_sticky_device_error_is_a_crash_that_restarts_the_worker(tmp_path: Pat
 
     r = evaluate(tmp_path, faults)
     assert r["status"] == "crash" and r["restart_worker"] is True, r
+
+
+def test_a_fault_that_surfaces_when_outputs_are_read_is_the_candidates(tmp_path: Path) -> None:
+    """A sticky CUDA fault shows at the next device call, which may be the read of the outputs."""
+
+    class Poisoned:
+        """An output whose every use raises what MLX raises after a kernel trapped."""
+
+        def __getattr__(self, name: str) -> Any:
+            raise RuntimeError("[CUDA] unspecified launch failure")
+
+    class Trapping(FakeDevice):
+        def launch_all(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+            return {**super().launch_all(*args, **kwargs), "C": Poisoned()}
+
+    r = evaluate(tmp_path, correct, target=Trapping(correct))
+    assert r["status"] == "crash" and r.get("restart_worker") is True, r
 
 
 def test_an_ordinary_launch_error_keeps_the_worker(tmp_path: Path) -> None:

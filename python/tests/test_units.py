@@ -16,7 +16,7 @@ from ksearch_worker.timing import (
     MAX_CALLS_PER_EVAL,
     Batches,
     TimingConfig,
-    calls_per_eval,
+    chain_length,
     measure,
     paired_verdict,
     reps_for,
@@ -101,20 +101,12 @@ def test_modified_is_bytewise() -> None:
     assert msg is not None and "1 of 3 elements changed; first at [0]" in msg
 
 
-def test_calls_per_eval_amortise_a_fixed_cost_per_evaluation() -> None:
-    # 40 µs per evaluation, 10 µs per call: 80 calls would bring the fixed part to 5%; capped.
-    assert calls_per_eval(50e-6, 120e-6) == MAX_CALLS_PER_EVAL
-    # 30 µs fixed, 400 µs per call: 1.5 calls make it 5%, so 2.
-    assert calls_per_eval(430e-6, 3230e-6) == 2
-    # No fixed cost (eight calls cost eight times one): one call per evaluation.
-    assert calls_per_eval(100e-6, 800e-6) == 1
-    # A millisecond or more of its own: alone.
-    assert calls_per_eval(1.5e-3, 12e-3) == 1
-    # An evaluation of one call that takes over a millisecond by MLX's fixed cost, of a call that costs 80 µs
-    # of its own: shared with others, not timed alone with that cost.
-    assert calls_per_eval(1.05e-3, 1.61e-3) == MAX_CALLS_PER_EVAL
-    # Noise that makes eight calls look cheaper than one must not blow up.
-    assert 1 <= calls_per_eval(60e-6, 30e-6) <= MAX_CALLS_PER_EVAL
+def test_chains_are_long_enough_to_bury_mlxs_fixed_cost() -> None:
+    assert chain_length(50e-6) == 40  # 2 ms of 50 µs calls
+    assert chain_length(10e-6) == MAX_CALLS_PER_EVAL
+    assert chain_length(1.5e-3) == 2
+    assert chain_length(5e-3) == 1  # long calls are timed alone
+    assert chain_length(0.0) == MAX_CALLS_PER_EVAL
 
 
 def test_measure_interleaves_and_respects_sample_bounds() -> None:

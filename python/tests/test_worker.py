@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import PYTHON_DIR, M, N, Worker, add_run, add_task, run_inputs
+from conftest import PYTHON_DIR, M, N, Worker, add_run, add_task, prepare_request, run_inputs
 
 CORRECT = """
 void add(const float* A, const float* B, float* C, int64_t M, int64_t N) {
@@ -135,10 +135,10 @@ def test_timing_is_sane_and_baseline_timed(worker: Worker, add_dir: Path) -> Non
         assert t["distinct_inputs"] > 1 and t["calls"] >= t["samples"]
     # Every timed call of the candidate ran on inputs of its own, a sample of them compared afterwards.
     assert r["timing"]["distinct_inputs"] == r["timing"]["calls"] and r["timing"]["sampled_checks"] >= 1
-    assert r["timing"]["rtt_s"] > 0 and r["baselines_timed_now"] is True
-    # The baselines are timed once per run: the next candidate gets them from the cache.
+    assert r["timing"]["rtt_s"] > 0 and worker.last_prepare["baselines_timed_now"] is True
+    # The baselines are timed once per run (by `prepare`): the next candidate gets them from the cache.
     again = worker.run(add_run(key, timing=timing, baselines=["numpy"]))
-    assert again["baselines"]["numpy"]["cached"] is True and again["baselines_timed_now"] is False
+    assert again["baselines"]["numpy"]["cached"] is True and worker.last_prepare["baselines_timed_now"] is False
     split = again["split"]
     assert split["total_s"] >= split["kernel_s"] > 0 and split["overhead_s"] >= 0
 
@@ -240,7 +240,13 @@ def test_baselines_for_other_targets_are_skipped(worker: Worker, add_dir: Path) 
 def test_reference_exception_is_status_error(worker: Worker, tmp_path: Path) -> None:
     (tmp_path / "reference.py").write_text("def reference(inputs, dims):\n    raise ValueError('boom in reference')\n")
     worker.load(tmp_path, add_task(baselines=[]))
-    r = worker.run(add_run(worker.compiled(CORRECT)))
+    req = add_run(worker.compiled(CORRECT))
+    # Preparing the workload fails as the task's fault, not a candidate's...
+    reply = worker.request("prepare", **prepare_request(req))
+    assert not reply["ok"] and reply["error"]["kind"] == "bad_task" and "boom in reference" in reply["error"]["message"]
+    # ...and a run without it (the reference computed in the run) is an error, never the candidate's failure.
+    req.pop("op")
+    r = worker.ok("run", **req)
     assert r["status"] == "error" and "boom in reference" in r["message"]
     assert worker.ok("load_task", dir=str(tmp_path), task=add_task(baselines=[])) == {"baselines": []}
 

@@ -136,7 +136,15 @@ pub fn compile(unit: &str, user_files: &[&str]) -> Result<Outcome, CheckError> {
         })?;
     drop(jail);
     let text = String::from_utf8_lossy(&out.stderr);
-    Ok(parse(&text, user_files, &dir))
+    let outcome = parse(&text, user_files, &dir);
+    if !out.status.success() && outcome.errors.is_empty() && outcome.threadgroup.is_empty() {
+        // The compiler failed without a diagnostic on the candidate's code and without the probes' own
+        // messages (which end every unit that declares threadgroup memory): say so, never "no findings".
+        return Err(CheckError::CompilerFailed(
+            text.lines().take(5).collect::<Vec<_>>().join("\n"),
+        ));
+    }
+    Ok(outcome)
 }
 
 /// Splits `file:line:col: rest` (or `file:line: rest`).

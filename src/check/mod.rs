@@ -84,6 +84,10 @@ pub enum CheckError {
         file.display()
     )]
     NotMetal { file: PathBuf, target: String },
+    #[error(
+        "the C++ compiler failed without a diagnostic on the kernel (it runs confined: src/jail.rs): {0}"
+    )]
+    CompilerFailed(String),
 }
 
 pub fn has_errors(f: &[Finding]) -> bool {

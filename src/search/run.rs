@@ -598,6 +598,7 @@ pub fn workload_json(r: &WorkloadResult) -> Value {
         "max_rel": r.max_rel,
         "message": r.message,
         "elapsed_s": r.elapsed_s,
+        "prepare_s": r.prepare_s,
         "compile_s": r.compile_s,
         "split": r.split,
         "overhead_s": r.overhead_s(),

@@ -153,6 +153,7 @@ impl Tune {
         &mut self,
         seen: &BTreeSet<Vec<usize>>,
         data: &[(Vec<usize>, Option<f64>)],
+        anchor: Option<Vec<usize>>,
     ) -> Option<Proposal> {
         // Training set: log time of what passed; failures get a penalty above the worst success.
         let ok: Vec<f64> = data.iter().filter_map(|(_, c)| c.map(f64::ln)).collect();
@@ -171,6 +172,14 @@ impl Tune {
         let mut ranked: Vec<&(Vec<usize>, Option<f64>)> =
             data.iter().filter(|d| d.1.is_some()).collect();
         ranked.sort_by(|a, b| a.1.partial_cmp(&b.1).unwrap());
+        // The run's best by the verdicts of side-by-side timing comes first: a configuration whose median
+        // was lower only within noise does not displace it.
+        if let Some(a) = &anchor
+            && let Some(pos) = ranked.iter().position(|d| &d.0 == a)
+        {
+            let best = ranked.remove(pos);
+            ranked.insert(0, best);
+        }
         let mut cands: Vec<Vec<usize>> = Vec::new();
         for (parent, _) in ranked.iter().take(3) {
             for d in 0..parent.len() {
@@ -261,7 +270,9 @@ impl Tune {
         if seen.len() >= self.pool.len() {
             return None;
         }
-        self.model_step(&seen, &data)
+        let anchor =
+            super::run::best_of(history).and_then(|o| self.index_of(&o.candidate.params()));
+        self.model_step(&seen, &data, anchor)
     }
 }
 

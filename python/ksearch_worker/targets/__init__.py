@@ -102,12 +102,20 @@ class Target(Protocol):
         """`hardware` and `compiler` of the hello reply."""
         ...
 
+    def compile(self, key: str, dir: str, sources: Sequence[str], include: str | None) -> dict[str, Any]:
+        """The `compile` op (the CPU target; MLX targets record kernel bodies through `compile_mlx`)."""
+        ...
+
     def compiled(self, key: str) -> bool:
         """Whether `compile` built this key in this process."""
         ...
 
     def validate(self, r: RunRequest) -> None:
         """Refuses what this target cannot run (a dtype) with WorkerError, before anything runs."""
+        ...
+
+    def runs_here(self) -> bool:
+        """Whether this machine can run the target's kernels (mlx-metal needs a Mac)."""
         ...
 
     def unavailable(self, r: RunRequest, task: Task) -> dict[str, Any] | None:
@@ -120,8 +128,10 @@ class Target(Protocol):
 
     def session(self, build: Build, r: RunRequest, task: Task) -> Session: ...
 
-    def time(self, sessions: Sequence[Session], plan: TimedPlan, verify: Verify, cfg: TimingConfig,
-             paired: bool) -> Measurement: ...
+    def time(self, sessions: Sequence[Any], plan: TimedPlan, verify: Verify, cfg: TimingConfig,
+             paired: bool) -> Measurement:
+        """Times the sessions (the candidate, and its incumbent when `paired`) on the plan's input sets."""
+        ...
 
     def time_baselines(self, fns: Mapping[str, Callable[..., Any]], sets: Sequence[Arrays], dims: dict[str, int],
                        layout: Layout, cfg: TimingConfig) -> dict[str, dict[str, Any]]: ...

@@ -21,8 +21,7 @@ import numpy as np
 
 from .. import cluster, header_file
 from ..errors import WorkerError
-from ..timing import (PROBE_EIGHT_UNDER_S, Batches, Measurement, TimingConfig, calls_per_eval, measure, paired_verdict,
-                      stats)
+from ..timing import Batches, Measurement, TimingConfig, chain_length, measure, paired_verdict, stats
 from . import CandidateFailure, CheckRun, TimedRunWrong
 
 # MLX is imported lazily: a worker for another target must not need it.
@@ -240,6 +239,9 @@ class MlxTarget:
             for name in b.dtypes.values():
                 _mx_dtype(name)
 
+    def runs_here(self) -> bool:
+        return self._available()
+
     def unavailable(self, r: Any, task: Any) -> dict[str, Any] | None:
         """mlx-metal off a Mac: nothing runs; the Metal source MLX generates for every launch comes back."""
         if self.name == "mlx-metal" and not self._available():
@@ -278,7 +280,9 @@ class MlxTarget:
             self._sets.move_to_end(ident)
             return got[0]
         dev = upload(arrays, dtypes)
-        self._sets[ident] = (dev, fingerprint(dev))
+        stamp = fingerprint(dev)
+        _mlx().eval(stamp)  # now, before any candidate could touch the set
+        self._sets[ident] = (dev, stamp)
         total = sum(_nbytes(d) for d, _ in self._sets.values())
         while total > DEVICE_SETS_BYTES and len(self._sets) > 1:
             _, (old, _) = self._sets.popitem(last=False)
@@ -349,8 +353,8 @@ class MlxTarget:
             k = max(ks)
             last = plan.extend(start * k, evals * k)
             dev[:] = [self.device_set(i, s, first.dtypes) for i, s in zip(plan.ids, plan.sets, strict=True)]
-            for e in [*entries, *nulls.values()]:
-                e.entry.sets = len(dev)
+            for entry in [*(e.entry for e in entries), *(n.entry for n in nulls.values())]:
+                entry.sets = len(dev)
             return last // k
 
         try:
@@ -495,11 +499,46 @@ def smallest_input(names: Sequence[str], arrays: Mapping[str, Any]) -> str:
     return min(names, key=lambda n: (int(arrays[n].nbytes), names.index(n)))
 
 
+# y = x, bit for bit; `previous` is an input only so that MLX runs the copy after the call that made it.
+_LINK_CUDA = """
+    const unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < (unsigned long long)SIZE) y[i] = x[i];
+"""
+_LINK_METAL = """
+    const uint i = thread_position_in_grid.x;
+    if (i < SIZE) y[i] = x[i];
+"""
+_link_kernel: list[Any] = []
+
+
+def _gpu_link_kernel() -> Any | None:
+    """One kernel for a link (a copy that lists the previous output as an input) where MLX has a GPU back-end:
+    a single launch per call, so the chain's own cost stays small beside the calls it links."""
+    m = _mlx()
+    if not _link_kernel:
+        kernel = None
+        if getattr(m, "cuda", None) is not None and m.cuda.is_available():
+            kernel = m.fast.cuda_kernel(name="ksearch_link", input_names=["x", "previous"], output_names=["y"],
+                                        source=_LINK_CUDA, ensure_row_contiguous=True)
+        elif getattr(m, "metal", None) is not None and m.metal.is_available():
+            kernel = m.fast.metal_kernel(name="ksearch_link", input_names=["x", "previous"], output_names=["y"],
+                                         source=_LINK_METAL, ensure_row_contiguous=True)
+        _link_kernel.append(kernel)
+    return _link_kernel[0]
+
+
 def link(x: Any, previous: Any) -> Any:
     """`x`, bit for bit, made to depend on `previous` (a call's output), so the device runs the call that
-    reads it only after the previous call finished: the previous output's first element, as bits and-ed with
-    zero, added to x's bits."""
+    reads it only after the previous call finished. On a GPU one copy kernel; elsewhere MLX ops: the previous
+    output's first element, as bits and-ed with zero, added to x's bits."""
     m = _mlx()
+    kernel = _gpu_link_kernel()
+    if kernel is not None:
+        size = max(int(x.size), 1)
+        threads = -(-size // 256) * 256
+        (y,) = kernel(inputs=[x, previous.reshape(-1)[:1]], output_shapes=[x.shape], output_dtypes=[x.dtype],
+                      grid=(threads, 1, 1), threadgroup=(256, 1, 1), template=[("SIZE", size)], stream=m.gpu)
+        return y
     tok = previous.reshape(-1)[:1]
     tok = tok.astype(m.uint8) if tok.dtype == m.bool_ else tok.view(getattr(m, _UINT[tok.dtype.size]))
     if x.dtype == m.bool_:
@@ -597,15 +636,20 @@ def per_call(m: Measurement, ks: Sequence[int], null_median: Mapping[int, float]
     return Measurement(stats_, samples, verdict, m.sampled_s)
 
 
-def throughput(runner: Any, sets: list[dict[str, Any]], k: int, evals: int = 15) -> dict[str, float]:
+def throughput(runner: Any, sets: list[dict[str, Any]], k: int, evals: int = 15,
+               budget_s: float = 1.0) -> dict[str, float]:
     """What the clock used to report, beside the chained latency: `independent_s`, per call, k independent
     calls in one evaluation (the GPU may overlap them: a throughput, not the latency a model sees), and
-    `alone_s`, one call per evaluation (MLX's fixed cost of an evaluation included). Medians of `evals`."""
+    `alone_s`, one call per evaluation (MLX's fixed cost of an evaluation included). Medians of up to
+    `evals` evaluations, within `budget_s` each (at least three)."""
     m = _mlx()
     out = {}
     for name, n in (("independent_s", max(k, 8)), ("alone_s", 1)):
-        times = []
+        times: list[float] = []
+        start = time.perf_counter()
         for e in range(evals + 2):
+            if len(times) >= 3 and time.perf_counter() - start > budget_s:
+                break
             produced = [runner.call(sets[(e * n + i) % len(sets)]) for i in range(n)]
             t0 = time.perf_counter()
             m.eval([a for p in produced for a in p.values()])
@@ -635,12 +679,12 @@ class Runner:
         pass
 
     def calls_per_eval(self, sets: list[dict[str, Any]], link_name: str) -> int:
-        """Probed on the chain itself: one call alone and eight dependent calls per evaluation
-        (timing.calls_per_eval), after three warm-up calls (a library's first calls may build plans)."""
+        """From one call per evaluation (timing.chain_length), after three warm-up calls (a library's first
+        calls may build plans; a kernel's first compiles it)."""
         m = _mlx()
 
-        def once(n: int) -> float:
-            chain = Chain(self, sets, n, link_name, None, None, "probe")
+        def once() -> float:
+            chain = Chain(self, sets, 1, link_name, None, None, "probe")
             chain.before(0, 1)
             t0 = time.perf_counter()
             chain.run(0, 1)
@@ -649,11 +693,10 @@ class Runner:
             return dt
 
         for _ in range(3):
-            once(1)
-        one = min(once(1) for _ in range(3))
-        eight = min(once(8) for _ in range(3)) if one < PROBE_EIGHT_UNDER_S else 8 * one
+            once()
+        one = min(once() for _ in range(3))
         m.synchronize()
-        return calls_per_eval(one, eight)
+        return chain_length(one)
 
 
 class Baseline(Runner):
@@ -742,12 +785,22 @@ class MlxSession(Runner):
         return produced
 
     def check(self, inputs: Mapping[str, np.ndarray], twice: bool) -> CheckRun:
-        m = _mlx()
         dev = upload({n: inputs[n] for n in self.task_inputs}, self.dtypes)
         return self._check(dev, inputs, twice)
 
     def _check(self, dev: Mapping[str, Any], pristine: Mapping[str, np.ndarray], twice: bool,
                where: int | None = None) -> CheckRun:
+        # A launch's fault surfaces at the next device call, which may be a read of its outputs: the
+        # candidate's failure all the same (and one that broke the device context restarts the worker).
+        try:
+            return self._checked(dev, pristine, twice, where)
+        except (CandidateFailure, TimedRunWrong, WorkerError):
+            raise
+        except Exception as exc:
+            raise _failure(exc, self) from None
+
+    def _checked(self, dev: Mapping[str, Any], pristine: Mapping[str, np.ndarray], twice: bool,
+                 where: int | None) -> CheckRun:
         m = _mlx()
         t0 = time.perf_counter()
         produced = self._launch(dev)
@@ -777,6 +830,14 @@ class MlxSession(Runner):
         """Fresh inputs written into timed input sets in place (the first and the checked ones), where MLX
         allows it, each checked: a cache keyed by an address timing used is stale there. Where it cannot write
         them, fresh arrays (MLX's allocator tends to hand out the buffers just freed)."""
+        try:
+            return self._recheck(inputs)
+        except (CandidateFailure, TimedRunWrong, WorkerError):
+            raise
+        except Exception as exc:
+            raise _failure(exc, self) from None
+
+    def _recheck(self, inputs: Mapping[str, np.ndarray]) -> list[CheckRun]:
         m = _mlx()
         fresh = upload({n: inputs[n] for n in self.task_inputs}, self.dtypes)
         ids = list(dict.fromkeys([*self.timed_ids[:1], *[self.timed_ids[i] for i in self.checked[:RECHECK_SETS - 1]]]))
@@ -816,7 +877,7 @@ def _failure(exc: Exception, session: Any) -> CandidateFailure:
     return CandidateFailure("error", text)
 
 
-RECHECK_SETS = 4
+RECHECK_SETS = 2  # timed input sets the recheck writes fresh inputs into (large GPU outputs take long to compare)
 
 
 def _host(m: Any, a: Any, dtype: str) -> np.ndarray:
