@@ -2,7 +2,8 @@
 //! kernel with the system's C++ compiler, so whatever the kernel `#include`s is read by that compiler.
 //! The policy is the worker's jail's (`python/ksearch_worker/jail.py`), whose list of readable system paths
 //! this shares: the compiler reads only the system's headers and tools and its own scratch folder (Landlock),
-//! writes only there, runs as `nobody` when ksearch is root, under resource limits, and what it starts lives
+//! writes only there, runs as a user of its own when ksearch is root (so no two confined commands share a
+//! user's process limit or files), under resource limits, and what it starts lives
 //! in a PID namespace of its own (emptied when the compiler's first child ends). Linux only; elsewhere the
 //! command runs as it is (`docs/sandbox.md`).
 
@@ -11,8 +12,15 @@ use std::process::Command;
 
 /// What candidate code may read besides its folder (one path per line, `#` comments).
 const SYSTEM_READ: &str = include_str!("../python/ksearch_worker/jail_read.txt");
-/// The unprivileged user and group a root ksearch runs the compiler as.
-pub const NOBODY: u32 = 65534;
+/// The range of unprivileged uids (and gids) a root ksearch runs confined commands as, one per command:
+/// the worker's jail draws its own from the same range (`jail.UID_BASE`).
+const UID_BASE: u32 = 1_000_000;
+const UID_SPAN: u32 = 1_000_000_000;
+
+/// A uid no other confined command is likely to hold.
+fn fresh_uid() -> u32 {
+    UID_BASE + (crate::rng::os_random_u64() % u64::from(UID_SPAN)) as u32
+}
 
 /// The readable system paths of the shared list.
 pub fn system_read() -> impl Iterator<Item = &'static str> {
@@ -42,14 +50,14 @@ impl Drop for Jail {
     }
 }
 
-/// Confines `cmd`, which must run in `folder` and name its files relative to it (as `nobody` it may not be
-/// able to walk a path through its parents). The rule set is built here, with this process's rights, and
+/// Confines `cmd`, which must run in `folder` and name its files relative to it (as its own user it may not
+/// be able to walk a path through its parents). When ksearch is root the folder is handed to that user. The rule set is built here, with this process's rights, and
 /// enforced in the child before it runs; keep the returned `Jail` until the command was spawned.
 pub fn confine(cmd: &mut Command, folder: &Path) -> Jail {
     cmd.current_dir(folder);
     #[cfg(target_os = "linux")]
     {
-        let (fd, abi) = linux::confine(cmd, folder);
+        let (fd, abi) = linux::confine(cmd, folder, fresh_uid());
         Jail {
             landlock_abi: abi,
             fd,
@@ -66,7 +74,7 @@ pub fn confine(cmd: &mut Command, folder: &Path) -> Jail {
 
 #[cfg(target_os = "linux")]
 mod linux {
-    use super::{NOBODY, system_read};
+    use super::system_read;
     use std::ffi::CString;
     use std::os::unix::ffi::OsStrExt;
     use std::os::unix::process::CommandExt;
@@ -141,7 +149,7 @@ mod linux {
                 .map(|p| (Path::new(p).to_path_buf(), EXECUTE | READ_FILE | READ_DIR))
                 .chain([
                     (folder.to_path_buf(), every),
-                    (Path::new("/dev/null").to_path_buf(), READ_FILE | WRITE_FILE),
+                    (Path::new("/dev/null").to_path_buf(), every),
                 ]);
             for (path, rights) in rules {
                 let Ok(c) = CString::new(path.as_os_str().as_bytes()) else {
@@ -173,8 +181,17 @@ mod linux {
         }
     }
 
-    pub fn confine(cmd: &mut Command, folder: &Path) -> (i32, i32) {
+    pub fn confine(cmd: &mut Command, folder: &Path, uid: u32) -> (i32, i32) {
         let (fd, abi) = ruleset(folder);
+        // SAFETY: geteuid has no preconditions.
+        let root = unsafe { libc::geteuid() } == 0;
+        if root {
+            use std::os::unix::fs::PermissionsExt;
+            // The folder becomes the command's own and no one else's; a failure shows as the command's
+            // inability to write there.
+            let _ = std::os::unix::fs::chown(folder, Some(uid), Some(uid));
+            let _ = std::fs::set_permissions(folder, std::fs::Permissions::from_mode(0o700));
+        }
         // SAFETY: between fork and exec only async-signal-safe system calls on values prepared above.
         unsafe {
             cmd.pre_exec(move || {
@@ -191,10 +208,10 @@ mod linux {
                 limit(libc::RLIMIT_NPROC, 256);
                 // What the compiler starts (its cc1plus, an assembler) lives in a namespace of its own.
                 libc::unshare(libc::CLONE_NEWPID);
-                if libc::geteuid() == 0 {
+                if root {
                     libc::setgroups(0, std::ptr::null());
-                    if libc::setgid(NOBODY) != 0 || libc::setuid(NOBODY) != 0 {
-                        return Err(std::io::Error::other("cannot become nobody"));
+                    if libc::setgid(uid) != 0 || libc::setuid(uid) != 0 {
+                        return Err(std::io::Error::other("cannot become an unprivileged user"));
                     }
                 }
                 libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
@@ -227,12 +244,11 @@ mod tests {
         std::fs::write(&secret, "no").unwrap();
         let folder = tempfile::tempdir().unwrap();
         std::fs::write(folder.path().join("mine.txt"), "yes").unwrap();
-        // As root the command becomes nobody: let it into its folder.
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(folder.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        // The command's first child is the first process of its PID namespace (the namespace ends with it),
+        // so the work runs in an inner shell, as a compiler's work runs in its driver's first child.
         let mut cmd = Command::new("/bin/sh");
         cmd.arg("-c").arg(format!(
-            "cat mine.txt; cat {} 2>/dev/null || echo denied; echo $$",
+            "/bin/sh -c 'cat mine.txt; cat {} 2>/dev/null || echo denied; echo $$'; true",
             secret.display()
         ));
         let jail = confine(&mut cmd, folder.path());
@@ -240,9 +256,15 @@ mod tests {
         let abi = jail.landlock_abi;
         drop(jail);
         let text = String::from_utf8_lossy(&out.stdout);
-        assert!(text.starts_with("yes"), "{text}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(text.starts_with("yes"), "{text} {err}");
         if abi > 0 {
-            assert!(text.contains("denied"), "{text}");
+            assert!(text.contains("denied"), "{text} {err}");
+        }
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } == 0 {
+            // As root the inner shell is the first process of a PID namespace of its own.
+            assert!(text.trim_end().ends_with("\n1"), "{text}");
         }
     }
 }

@@ -13,7 +13,8 @@ it dies with the launcher, runs the confined program as PID 2 (init ignores sign
 program that calls abort() must not), reaps orphans, and exits with the program's status; when init ends,
 the kernel kills every process left in the namespace (setsid daemons, double forks included). So killing the
 launcher ends all of it. The program's process, before any candidate code runs: sets the resource limits,
-becomes `nobody` when root (else gives up every capability), arranges to die with init, and applies
+becomes an unprivileged user of its own when root (`uid` of the config, one per candidate: see `uid_for`;
+else it gives up every capability), arranges to die with init, and applies
 Landlock (read only the system's libraries, headers and tools plus `read`, write only `dir`, no signals out
 of its domain). The launcher waits and exits with the program's status (a signal passed on as the same).
 """
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import hashlib
 import json
 import os
 import resource
@@ -32,7 +34,18 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-NOBODY = 65534  # the unprivileged uid and gid a root jail runs as
+# A root jail runs as a user of its own, one per candidate folder, from this range (no account needed): the
+# per-user limit on processes and the folders' permissions then separate candidates, where one shared
+# `nobody` would let one candidate's fork bomb starve every other jailed process.
+UID_BASE, UID_SPAN = 1_000_000, 1_000_000_000
+
+
+def uid_for(folder: str) -> int:
+    """The unprivileged uid (and gid) a root jail runs a candidate's folder as."""
+    digest = hashlib.blake2b(os.path.abspath(folder).encode(), digest_size=8).digest()
+    return UID_BASE + int.from_bytes(digest, "little") % UID_SPAN
+
+
 CLONE_NEWUSER, CLONE_NEWPID = 0x10000000, 0x20000000
 PR_SET_PDEATHSIG = 1
 PR_CAPBSET_DROP = 24
@@ -68,16 +81,16 @@ def _drop_capabilities() -> None:
         raise OSError(ctypes.get_errno(), "capset failed")
 
 
-def unprivileged() -> str:
-    """As root: become NOBODY (groups, gid, then uid); where that fails (a user namespace that maps no
-    such user), give up every capability. Returns what was done."""
+def unprivileged(uid: int) -> str:
+    """As root: become `uid` (groups, gid, then uid); where that fails (a user namespace that maps no such
+    user), give up every capability. Returns what was done."""
     if os.getuid() != 0 and os.geteuid() != 0:
         return "unprivileged user"
     try:
         os.setgroups([])
-        os.setgid(NOBODY)
-        os.setuid(NOBODY)
-        return "nobody"
+        os.setgid(uid)
+        os.setuid(uid)
+        return f"uid {uid}"
     except OSError:
         _drop_capabilities()
         return "root without capabilities"
@@ -126,7 +139,7 @@ def confine(config: dict[str, Any], watch_fd: int | None) -> dict[str, Any]:
     """Everything the program's process does before candidate code runs. `watch_fd` reads end of file once
     its parent is gone (the parent-death signal may have been armed too late).
 
-    The folder and the rule set's paths are opened while still privileged: as `nobody` the jail could not
+    The folder and the rule set's paths are opened while still privileged: unprivileged, the jail could not
     walk through a parent directory only its owner may enter. From then on the folder is the working
     directory and everything in it is named relative to it."""
     from .landlock import Ruleset
@@ -136,7 +149,7 @@ def confine(config: dict[str, Any], watch_fd: int | None) -> dict[str, Any]:
     _limits({**DEFAULT_LIMITS, **(config.get("limits") or {})})
     os.chdir(folder)
     os.environ.update(TMPDIR=".", TMP=".", TEMP=".", HOME=".")
-    who = unprivileged()
+    who = unprivileged(int(config.get("uid") or uid_for(folder)))
     if sys.platform.startswith("linux"):
         # After the change of credentials, which clears it.
         _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
@@ -258,7 +271,7 @@ def probe() -> dict[str, Any]:
         outside = Path(folder) / "canary"
         outside.write_text("canary")
         if os.geteuid() == 0:
-            os.chown(inside, NOBODY, NOBODY)
+            os.chown(inside, uid_for(str(inside)), uid_for(str(inside)))
             os.chmod(folder, 0o755)
             os.chmod(outside, 0o644)  # readable by anyone: only the jail's own confinement can refuse it
         try:

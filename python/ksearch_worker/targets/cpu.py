@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import hardware
+from .. import hardware, jail
 from ..arrays import Bank, fill_poison, poison_mask
 from ..check import modified
 from ..errors import WorkerError
@@ -43,7 +43,6 @@ MAX_REPLY = 64 << 10  # a reply is a few dozen bytes; anything longer is garbage
 POLL_S = 0.1  # how often a waiting worker looks whether the host still lives
 PR_SET_DUMPABLE = 4
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
-NOBODY = 65534
 # A timed request lasts at least this many trusted round trips, so the round trip's own noise vanishes.
 RTT_FACTOR = 25
 RECHECK_SETS = 2  # timed input sets the recheck after timing writes fresh inputs into
@@ -117,10 +116,12 @@ def _jail_config(folder: str, read: Sequence[str] = ()) -> str:
 
 def _own_folder(folder: Path) -> None:
     """As root, hand the candidate's folder to the unprivileged user its compiler and host run as (they
-    write the library and scratch files there, and nowhere else)."""
+    write the library and scratch files there, and nowhere else), and to no one else."""
     if os.geteuid() == 0:
         try:
-            os.chown(folder, NOBODY, NOBODY)
+            uid = jail.uid_for(str(folder))
+            os.chown(folder, uid, uid)
+            os.chmod(folder, 0o700)
         except OSError:
             pass
 
