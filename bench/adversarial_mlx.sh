@@ -14,9 +14,37 @@ rows="$out/adversarial.jsonl"
 canary=/tmp/ksearch-adversarial-canary.txt
 echo "KSEARCH-CANARY-5f1d0c" > "$canary" && chmod 600 "$canary"
 flags=(--target mlx-cuda --timeout 5 --checks 2 --timing-budget 0.5)
+# Candidates evaluated as they are (neither refused plans nor tune runs) go through one `ksearch eval` per task,
+# as the candidates of one search meet one run: its own work (references, baselines) is done once, and a
+# candidate that remembers something across candidates meets the others.
+grouped="$out/grouped"
+mkdir -p "$grouped"
+for task in $(sed -n 's/^task = "\(.*\)"/\1/p' tests/adversarial/mlx-cuda/*/expect.toml | sort -u); do
+  dirs=()
+  for dir in tests/adversarial/mlx-cuda/*/; do
+    grep -q "^task = \"$task\"" "$dir/expect.toml" || continue
+    grep -qE '^(run_budget|status = "refused")' "$dir/expect.toml" && continue
+    dirs+=("$dir")
+  done
+  started=$(date +%s)
+  "$bin" --python python3 --store "$store" eval "tasks/$task" "${dirs[@]}" "${flags[@]}" --json \
+    2>>"$out/adversarial.log" | tail -n 1 > "$out/group-$task.json"
+  python3 - "$out/group-$task.json" "$grouped" "$(( $(date +%s) - started ))" "${dirs[@]}" <<'PY'
+import json, os, sys
+path, folder, wall, dirs = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+try:
+    reports = json.load(open(path))["candidates"]
+except Exception:
+    sys.exit()
+for d, r in zip(dirs, reports):
+    r["group_wall_s"] = int(wall)
+    json.dump(r, open(os.path.join(folder, os.path.basename(d.rstrip("/")) + ".json"), "w"))
+PY
+done
 for dir in tests/adversarial/mlx-cuda/*/; do
   name=$(basename "$dir")
   task=$(sed -n 's/^task = "\(.*\)"/\1/p' "$dir/expect.toml")
+  started=$(date +%s)
   budget=$(sed -n 's/^run_budget = \([0-9]*\)/\1/p' "$dir/expect.toml")
   twin=$(sed -n 's/^twin = "\(.*\)"/\1/p' "$dir/expect.toml")
   if [ -n "$budget" ]; then
@@ -25,20 +53,28 @@ for dir in tests/adversarial/mlx-cuda/*/; do
     run_id=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1]).get("run_id",""))' "$run_line" 2>/dev/null)
     line=$("$bin" --store "$store" show "$run_id" --json 2>>"$out/adversarial.log" | tail -n 1)
     rc=0
+  elif [ -f "$grouped/$name.json" ]; then
+    args=(eval "tasks/$task" "<every candidate of the task>" "${flags[@]}" --json)
+    line=$(cat "$grouped/$name.json")
+    rc=0
+    : > "$out/last.err"
   else
     args=(eval "tasks/$task" "$dir" "${flags[@]}" --json)
     line=$("$bin" --python python3 --store "$store" "${args[@]}" 2>"$out/last.err" | tail -n 1)
     rc=${PIPESTATUS[0]}
     cat "$out/last.err" >> "$out/adversarial.log"
   fi
+  wall=$(( $(date +%s) - started ))
   twin_line=""
-  if [ -n "$twin" ]; then
+  if [ -n "$twin" ] && [ -f "$grouped/$twin.json" ]; then
+    twin_line=$(cat "$grouped/$twin.json")
+  elif [ -n "$twin" ]; then
     twin_line=$("$bin" --python python3 --store "$store" eval "tasks/$task" "tests/adversarial/mlx-cuda/$twin" \
       "${flags[@]}" --json 2>>"$out/adversarial.log" | tail -n 1)
   fi
-  python3 - "$name" "$dir" "ksearch ${args[*]}" "$line" "$rc" "$out/last.err" "$twin_line" >> "$rows" <<'PY'
+  python3 - "$name" "$dir" "ksearch ${args[*]}" "$line" "$rc" "$out/last.err" "$twin_line" "$wall" >> "$rows" <<'PY'
 import json, math, sys, tomllib
-name, folder, cmd, line, rc, err_path, twin_line = sys.argv[1:]
+name, folder, cmd, line, rc, err_path, twin_line, wall = sys.argv[1:]
 expect = tomllib.load(open(folder + "/expect.toml", "rb"))
 want = expect["status"]
 reason = expect.get("reason", "")
@@ -46,7 +82,7 @@ try:
     err = open(err_path).read()
 except OSError:
     err = ""
-row = {"name": name, "command": cmd, "expect": expect}
+row = {"name": name, "command": cmd, "expect": expect, "wall_s": int(wall)}
 if want == "refused":
     ok = rc != "0" and reason in err
     print(json.dumps({**row, "ok": ok, "status": "refused" if rc != "0" else "accepted", "message": err[-400:]}))

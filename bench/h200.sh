@@ -7,6 +7,7 @@
 #   clock      `ksearch eval --throughput` of the seeds and workloads the clock issue and the milestones
 #              name: the chained latency the evaluator reports, beside the old clock's independent-call
 #              throughput and one call alone, for the candidate and every baseline
+# ADV_LIMIT and COST_LIMIT (seconds) bound the adversarial suite and each cost task.
 #   cost       bench/eval_cost.py: what one candidate's evaluation costs inside a tune search, with its split
 #   adversarial  bench/adversarial_mlx.sh: the mlx-cuda adversarial suite
 #   export     each expert seed exported as an MLX module, and its own test
@@ -58,13 +59,13 @@ if has clock; then
 fi
 if has cost; then
   for task in ${COST_TASKS:-mamba-scan ssd attention}; do
-    timeout 420 python3 bench/eval_cost.py "$task" --target mlx-cuda --seed expert --budget "${COST_BUDGET:-4}" \
+    timeout "${COST_LIMIT:-420}" python3 bench/eval_cost.py "$task" --target mlx-cuda --seed expert --budget "${COST_BUDGET:-4}" \
       --checks 1 --python python3 --bin "$bin" --out "$out/eval-cost-$task.json" >> "$log" 2>&1
     echo "== cost $task: $(tail -n 1 "$log")" >> "$log"
   done
 fi
 if has adversarial; then
-  KSEARCH_BIN=$bin OUT=$out timeout 540 bash bench/adversarial_mlx.sh >> "$log" 2>&1
+  KSEARCH_BIN=$bin OUT=$out timeout "${ADV_LIMIT:-540}" bash bench/adversarial_mlx.sh >> "$log" 2>&1
 fi
 if has export; then
   for task in ${EXPORT_TASKS:-mamba-scan}; do

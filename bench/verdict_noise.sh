@@ -22,7 +22,9 @@ import pathlib, re, sys
 d = pathlib.Path(sys.argv[1])
 plan = (d / "plan.toml").read_text()
 for name, value in (("ACC", 8), ("FAST_EXP", 1), ("ONLINE", 1)):
-    plan = re.sub(rf"(\[tunable\.{name}\][^\[]*?default = )\d+", rf"\g<1>{value}", plan, flags=re.S)
+    plan, n = re.subn(rf"(\[tunable\.{name}\].*?\ndefault = )\d+", rf"\g<1>{value}", plan, count=1, flags=re.S)
+    if n != 1:
+        sys.exit(f"{d / 'plan.toml'}: no default for tunable {name}; the twin would not be the tuned code")
 (d / "plan.toml").write_text(plan)
 src = d / "softmax.c"
 src.write_text(src.read_text() + "\n/* the same code as the tuned candidate, under another hash */\n")

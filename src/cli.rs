@@ -900,7 +900,7 @@ fn cmd_eval(
         let mut summary = eval::summarize(&results);
         all_passed &= summary.passed;
         if summary.passed {
-            summary.verdict = eval::overall_verdict(&results, ev.settings.timing.verdict_z);
+            summary.verdict = eval::overall_verdict(&results, &ev.settings.timing);
         }
         if json {
             reports.push(json!({

@@ -816,7 +816,11 @@ pub struct OverallVerdict {
 }
 
 /// The overall verdict of `results` (every one passed and compared with the same incumbent), else None.
-pub fn overall_verdict(results: &[WorkloadResult], z: f64) -> Option<OverallVerdict> {
+pub fn overall_verdict(
+    results: &[WorkloadResult],
+    timing: &TimingSettings,
+) -> Option<OverallVerdict> {
+    let (z, min_effect) = (timing.verdict_z, timing.min_effect);
     let first = results.first()?.comparison.as_ref()?;
     let mut logs = Vec::new();
     let mut var = 0.0;
@@ -841,9 +845,9 @@ pub fn overall_verdict(results: &[WorkloadResult], z: f64) -> Option<OverallVerd
     let mean = logs.iter().sum::<f64>() / n;
     let se = var.sqrt() / n;
     let score = mean / se;
-    let verdict = if score < -z && mean < -0.005 {
+    let verdict = if score < -z && mean < -min_effect {
         Verdict::Faster
-    } else if score > z && mean > 0.005 {
+    } else if score > z && mean > min_effect {
         Verdict::Slower
     } else {
         Verdict::WithinNoise

@@ -94,6 +94,10 @@ pub struct TimingSettings {
     pub noisy_iqr: f64,
     /// Standard errors a paired difference must exceed to be called faster or slower.
     pub verdict_z: f64,
+    /// ... and the relative difference (of the median log-ratio) it must exceed: below it, what tells two
+    /// entries apart may be where each runs rather than its code.
+    #[serde(default = "TimingSettings::default_min_effect")]
+    pub min_effect: f64,
     /// A comparison still within noise goes on to this many rounds, or this many seconds.
     pub max_rounds: u64,
     pub compare_budget_s: f64,
@@ -118,6 +122,7 @@ impl TimingSettings {
                 min_sample_s: 0.0002,
                 noisy_iqr: 0.1,
                 verdict_z: 3.0,
+                min_effect: TimingSettings::default_min_effect(),
                 max_rounds: 40,
                 compare_budget_s: 0.6,
                 supply_bytes: 1 << 30,
@@ -133,12 +138,20 @@ impl TimingSettings {
                 min_sample_s: 0.0002,
                 noisy_iqr: 0.1,
                 verdict_z: 3.0,
+                // Identical code in two kernel hosts differed by up to 5% here, steadily, under load
+                // (`bench/verdict_noise.sh`): a smaller difference says nothing about the code.
+                min_effect: 0.05,
                 max_rounds: 30,
                 compare_budget_s: 0.3,
                 supply_bytes: 256 << 20,
                 throughput: false,
             }
         }
+    }
+
+    /// The smallest difference a verdict acts on where nothing else is known (half a percent).
+    pub fn default_min_effect() -> f64 {
+        0.005
     }
 
     /// Checks only, no timing.

@@ -36,6 +36,10 @@ from typing import Any
 MAX_MESSAGE = 16 << 20
 MAX_FDS = 4
 PROT_READ, PROT_WRITE, MAP_SHARED = 1, 2, 1
+# Linux: fault the whole bank into this process's page tables when it is mapped (outside any timed request),
+# so a timed call on a set the host has not touched yet does not pay a fault per page that a kernel in a
+# model, on memory its process has used before, would not pay.
+MAP_POPULATE = 0x8000 if sys.platform.startswith("linux") else 0
 # Failures of the host's own resources that a candidate causes by exhausting them.
 RESOURCE_ERRNOS = (errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EAGAIN, errno.ENOSPC)
 
@@ -116,7 +120,7 @@ class Host:
             raise HostError("map needs the bank's file descriptor")
         size = int(msg["size"])
         prot = PROT_READ | (PROT_WRITE if msg.get("writable") else 0)
-        addr = _libc.mmap(None, size, prot, MAP_SHARED, fds[0], 0)
+        addr = _libc.mmap(None, size, prot, MAP_SHARED | MAP_POPULATE, fds[0], 0)
         if addr is None or addr == ctypes.c_void_p(-1).value:
             err = ctypes.get_errno()
             raise HostError(f"mmap of {size} bytes failed: {os.strerror(err)}",

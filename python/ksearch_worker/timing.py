@@ -45,6 +45,9 @@ class TimingConfig:
     noisy_iqr: float = 0.1
     # Standard errors a paired difference must exceed before it is called faster or slower.
     verdict_z: float = 3.0
+    # ... and the relative difference it must exceed: below it, what tells two entries apart may be where
+    # each runs (its process, its memory), not its code.
+    min_effect: float = MIN_EFFECT
     # A comparison still within noise goes on to this many rounds, or this long.
     max_rounds: int = 60
     compare_budget_s: float = 3.0
@@ -127,24 +130,25 @@ def stats(samples: Sequence[float], reps: int, sets: int, noisy_iqr: float) -> d
     }
 
 
-def paired_verdict(challenger: Sequence[float], incumbent: Sequence[float], z: float) -> dict[str, Any]:
+def paired_verdict(challenger: Sequence[float], incumbent: Sequence[float], z: float,
+                   min_effect: float = MIN_EFFECT) -> dict[str, Any]:
     """Faster, slower or within noise, from per-round ratios of two entries timed side by side.
 
     The median log-ratio must lie more than `z` standard errors (estimated from the ratios' IQR) from zero,
-    and the difference must exceed MIN_EFFECT. `speedup` is incumbent time over challenger time."""
+    and the difference must exceed `min_effect`. `speedup` is incumbent time over challenger time."""
     r = np.log(np.asarray(challenger, dtype=np.float64) / np.asarray(incumbent, dtype=np.float64))
     n = len(r)
     q25, m, q75 = (float(x) for x in np.percentile(r, [25, 50, 75]))
     se = max(MEDIAN_SE * ((q75 - q25) / IQR_PER_SIGMA) / math.sqrt(max(n, 1)), 1e-4)
     score = m / se
-    if score < -z and m < -MIN_EFFECT:
+    if score < -z and m < -min_effect:
         verdict = "faster"
-    elif score > z and m > MIN_EFFECT:
+    elif score > z and m > min_effect:
         verdict = "slower"
     else:
         verdict = "within noise"
     # Settled: decided, or known to lie within EQUAL_BAND of equal.
-    settled = verdict != "within noise" or abs(m) + z * se < EQUAL_BAND
+    settled = verdict != "within noise" or abs(m) + z * se < max(EQUAL_BAND, min_effect)
     return {"verdict": verdict, "speedup": math.exp(-m), "z": score, "rounds": n, "log_ratio_iqr": q75 - q25,
             "settled": settled}
 
@@ -170,7 +174,8 @@ def measure(entries: Sequence[Batches | Sequence[Callable[[], object]]], cfg: Ti
     calls)` is told, before sampling, where it starts and how many calls it is expected to make (so that the
     inputs can be made to last, and checked calls spread over them); it may change the entries' `sets`, and
     returns the last call sampling must make before it may stop (the last checked one), if any. Sampling
-    goes on to it, within twice the usual samples and three times the budget (half a second at least)."""
+    goes on to it, within twice the usual samples and three times the budget (half a second at least); the
+    calls still ahead then are made untimed."""
     batches = [e if isinstance(e, Batches) else calls_as_batches(e) for e in entries]
     start = time.perf_counter()
     gc_was_enabled = gc.isenabled()
@@ -202,7 +207,7 @@ def measure(entries: Sequence[Batches | Sequence[Callable[[], object]]], cfg: Ti
             if enough and not paired:
                 break
             if paired and rounds >= max(cfg.min_samples, 1):
-                verdict = paired_verdict(samples[0], samples[1], cfg.verdict_z)
+                verdict = paired_verdict(samples[0], samples[1], cfg.verdict_z, cfg.min_effect)
                 open_ = not verdict["settled"] and rounds < cfg.max_rounds and elapsed < cfg.compare_budget_s
                 if enough and not open_:
                     break
@@ -218,11 +223,21 @@ def measure(entries: Sequence[Batches | Sequence[Callable[[], object]]], cfg: Ti
                 b.after(c, n)
                 cursors[e] = c + n
             rounds += 1
+        if must_reach is not None:
+            # A loaded machine stopped sampling before the last checked call: make the calls still ahead,
+            # untimed but indistinguishable from timed ones, so every checked call is compared however slow
+            # the machine (they are few: the calls the budget was expected to allow).
+            for e, b in enumerate(batches):
+                while cursors[e] <= must_reach:
+                    b.before(cursors[e], reps[e])
+                    b.run(cursors[e], reps[e])
+                    b.after(cursors[e], reps[e])
+                    cursors[e] += reps[e]
     finally:
         if gc_was_enabled:
             gc.enable()
     if paired:
-        verdict = paired_verdict(samples[0], samples[1], cfg.verdict_z)
+        verdict = paired_verdict(samples[0], samples[1], cfg.verdict_z, cfg.min_effect)
     return Measurement([stats(s, r, b.sets, cfg.noisy_iqr) for s, r, b in zip(samples, reps, batches, strict=True)],
                        samples, verdict, sampled)
 

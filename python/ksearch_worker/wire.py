@@ -24,6 +24,7 @@ class TimingSettings(TypedDict):
     min_sample_s: float
     noisy_iqr: float
     verdict_z: float
+    min_effect: float
     max_rounds: int
     compare_budget_s: float
     supply_bytes: int

@@ -433,8 +433,7 @@ impl<'a> Runner<'a> {
                 summary.workloads = feedback.len();
             }
             if summary.passed {
-                summary.verdict =
-                    eval::overall_verdict(&results, self.evaluator.settings.timing.verdict_z);
+                summary.verdict = eval::overall_verdict(&results, &self.evaluator.settings.timing);
             }
             self.store
                 .finish_attempt(&self.run_id, "search", seq as i64, &summary)?;

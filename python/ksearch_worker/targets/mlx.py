@@ -632,7 +632,7 @@ def per_call(m: Measurement, ks: Sequence[int], null_median: Mapping[int, float]
         st["calls"] = m.stats[i]["calls"] * k
         st["distinct_inputs"] = min(st["calls"], sets)
         stats_.append(st)
-    verdict = paired_verdict(samples[0], samples[1], cfg.verdict_z) if m.verdict is not None else None
+    verdict = paired_verdict(samples[0], samples[1], cfg.verdict_z, cfg.min_effect) if m.verdict is not None else None
     return Measurement(stats_, samples, verdict, m.sampled_s)
 
 
