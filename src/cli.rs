@@ -1099,8 +1099,8 @@ fn cmd_check(path: &Path, task: Option<String>, json: bool) -> Result<u8> {
                 path.display()
             );
         }
-        let src =
-            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let src = crate::translate::read_source(path)
+            .with_context(|| format!("reading {}", path.display()))?;
         crate::check::check_source(&src, &path.display().to_string())?
     };
     if json {

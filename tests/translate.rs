@@ -267,7 +267,11 @@ fn templates_in_place_parameters_and_dynamic_shared_memory() {
     let t = tr("misc_template_inplace.cu", Target::MlxMetal);
     let c = t.candidate.as_ref().unwrap();
     let l = &c.plan.launch[0];
-    assert_eq!(l.inputs, ["data"]);
+    assert_eq!(
+        l.inputs,
+        ["data", "alpha"],
+        "the float scalar is an input of one element"
+    );
     assert_eq!(l.outputs, ["data_out"]);
     assert_eq!(l.template, ["TILE", "SMEM_STAGE"]);
     assert_eq!(
@@ -283,8 +287,11 @@ fn templates_in_place_parameters_and_dynamic_shared_memory() {
     assert!(b.contains("threadgroup float stage[SMEM_STAGE];"), "{b}");
     assert!(b.contains("data_out[r * cols + c] ="), "{b}");
     assert!(b.contains("int r = thread_position_in_grid.y;"), "{b}");
-    assert!(b.contains("// TODO(T018)"), "{b}");
-    for code in ["T015", "T016", "T017", "T018", "T019", "T022"] {
+    assert!(
+        b.contains("alpha[0]"),
+        "a float scalar is read from its one-element input: {b}"
+    );
+    for code in ["T015", "T016", "T017", "T019", "T022", "T030"] {
         assert!(
             t.diagnostics.iter().any(|d| d.code == code),
             "{code}: {:?}",
@@ -727,4 +734,159 @@ fn the_exit_status_says_whether_the_translation_is_complete() {
         "{text}"
     );
     assert!(dir.path().join("wmma.cu/plan.toml").is_file());
+}
+
+fn role(t: &Translation, kernel: &str, param: &str) -> translate::ParamRole {
+    let k = t
+        .analysis
+        .kernels
+        .iter()
+        .find(|k| k.name == kernel)
+        .unwrap();
+    k.params.iter().find(|p| p.name == param).unwrap().role
+}
+
+#[test]
+fn pointers_moved_before_use_stay_inputs_and_const_parameters_are_never_outputs() {
+    use translate::ParamRole::{Input, Output, Scalar};
+    for target in [Target::MlxMetal, Target::MlxCuda] {
+        let t = tr("roles_tiled.cu", target);
+        for (kernel, param, want) in [
+            ("sgemm_tiled", "A", Input),
+            ("sgemm_tiled", "B", Input),
+            ("sgemm_tiled", "C", Output),
+            ("sgemm_tiled", "K", Scalar),
+            ("row_sums", "rows", Input),
+            ("row_sums", "sums", Output),
+        ] {
+            assert_eq!(
+                role(&t, kernel, param),
+                want,
+                "{kernel}.{param} on {target:?}"
+            );
+        }
+        // Neither is a store, so no kernel here is uncertain about its roles.
+        for code in ["T028", "T029", "T003"] {
+            assert!(
+                !t.diagnostics.iter().any(|d| d.code == code),
+                "{code} on {target:?}: {:?}",
+                t.diagnostics
+            );
+        }
+        let c = t.candidate.as_ref().expect("a candidate");
+        let gemm = c
+            .plan
+            .launch
+            .iter()
+            .find(|l| l.kernel == "sgemm_tiled")
+            .unwrap();
+        assert_eq!(gemm.inputs, ["A", "B"], "{target:?}");
+        assert_eq!(gemm.outputs, ["C"], "{target:?}");
+    }
+}
+
+#[test]
+fn a_translation_it_cannot_make_right_says_so_with_an_error_and_a_failing_exit() {
+    use translate::ParamRole::Input;
+    for target in [Target::MlxMetal, Target::MlxCuda] {
+        let t = tr("roles_uncertain.cu", target);
+        let errors = |code: &str, kernel: &str| {
+            t.diagnostics.iter().any(|d| {
+                d.code == code
+                    && d.severity == Severity::Error
+                    && d.kernel.as_deref() == Some(kernel)
+            })
+        };
+        assert!(errors("T028", "scale_const_cast"), "{:?}", t.diagnostics);
+        assert_eq!(
+            role(&t, "scale_const_cast", "x"),
+            Input,
+            "const stays an input"
+        );
+        assert!(errors("T029", "twice_in_place"), "{:?}", t.diagnostics);
+        assert!(
+            !errors("T029", "axpy"),
+            "read before its write: a sound split"
+        );
+        // A float scalar is never an int32: it becomes an input tensor of one element.
+        assert!(
+            t.diagnostics.iter().any(|d| d.code == "T030"),
+            "{:?}",
+            t.diagnostics
+        );
+        // The kernel with no output is left out; the file's other kernels are still written.
+        let c = t.candidate.as_ref().unwrap();
+        assert!(!c.plan.launch.iter().any(|l| l.kernel == "scale_const_cast"));
+        let l = c.plan.launch.iter().find(|l| l.kernel == "axpy").unwrap();
+        assert!(l.inputs.contains(&"alpha".to_string()), "{:?}", l.inputs);
+        assert!(!l.scalars.iter().any(|s| s.0.src() == "alpha"));
+        assert!(
+            body(&t, "axpy").contains("alpha[0] * x[i]"),
+            "{}",
+            body(&t, "axpy")
+        );
+    }
+    let out = tempfile::tempdir().unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_ksearch"))
+        .args(["translate", "--to", "mlx-cuda", "--out"])
+        .arg(out.path().join("c"))
+        .arg(fixture("roles_uncertain.cu"))
+        .output()
+        .unwrap();
+    assert!(
+        !o.status.success(),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+}
+
+#[test]
+fn deep_nesting_is_refused_with_a_clear_error_and_a_stray_latin1_byte_is_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let n = 10_000;
+    let deep = dir.path().join("deep.cu");
+    std::fs::write(
+        &deep,
+        format!(
+            "__global__ void k(float* y, const float* x) {{\n int i = threadIdx.x;\n y[i] = {}x[i]{};\n{}y[i] += 1.0f;{}\n}}\n",
+            "(".repeat(n),
+            ")".repeat(n),
+            "{".repeat(n),
+            "}".repeat(n)
+        ),
+    )
+    .unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_ksearch"))
+        .args(["translate", "--to", "mlx-metal", "--out"])
+        .arg(dir.path().join("out-deep"))
+        .arg(&deep)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("deep.cu:3") && err.contains("nested"), "{err}");
+
+    // Just under the bound, on a test thread's small stack: translated, not crashed.
+    let ok = dir.path().join("nested.cu");
+    let m = translate::MAX_NESTING / 2 - 10;
+    std::fs::write(
+        &ok,
+        format!(
+            "__global__ void k(float* y, const float* x) {{\n int i = threadIdx.x;\n y[i] = {}x[i]{};\n}}\n",
+            "(".repeat(m),
+            ")".repeat(m)
+        ),
+    )
+    .unwrap();
+    let t = translate::translate_file(&ok, Target::MlxCuda).unwrap();
+    assert!(t.candidate.is_some(), "{:?}", t.diagnostics);
+
+    let latin = dir.path().join("latin.cu");
+    std::fs::write(
+        &latin,
+        b"// r\xe9sum\xe9 of the kernel\n__global__ void k(float* y, const float* x) { int i = threadIdx.x; y[i] = x[i]; }\n",
+    )
+    .unwrap();
+    let t = translate::translate_file(&latin, Target::MlxCuda).unwrap();
+    assert_eq!(t.candidate.unwrap().plan.launch[0].outputs, ["y"]);
 }

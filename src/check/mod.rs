@@ -196,6 +196,18 @@ pub fn check_body(
     body: &str,
     launch: &LaunchInfo,
 ) -> Result<Vec<Finding>, CheckError> {
+    check_body_with(spec, header, body_file, body, launch, true)
+}
+
+/// `check_body`, with the compile step (a compiler process, tens of milliseconds) only when `compile`.
+pub fn check_body_with(
+    spec: &KernelSpec,
+    header: Option<(&str, &str)>,
+    body_file: &str,
+    body: &str,
+    launch: &LaunchInfo,
+    compile: bool,
+) -> Result<Vec<Finding>, CheckError> {
     let mut out = Vec::new();
     let (clean, directives) = lex::clean(body);
     let toks = lex::tokens(&clean);
@@ -329,6 +341,9 @@ pub fn check_body(
         }
     }
 
+    if !compile {
+        return Ok(finish(out));
+    }
     // Compile, with a size probe after every threadgroup declaration of the body.
     let probed = with_probes(body, &rules::threadgroup_decls(&toks));
     let mut files = vec![body_file];

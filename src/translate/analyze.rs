@@ -43,6 +43,11 @@ pub struct Param {
     pub atomic: bool,
     /// Its first access is an update (`+=`): the caller must have initialised it (to zero, assumed).
     pub accumulates: bool,
+    /// Declared `const` (so an input) yet seen written: through a cast, or a pattern the analysis misread.
+    pub const_written: bool,
+    /// In place, and read after this kernel's own write to it (or the pointer moved): split into an input and
+    /// an output, that read would see the old value (or the output half would not move).
+    pub read_after_write: bool,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -534,6 +539,21 @@ pub(crate) fn is_atomic(name: &str) -> bool {
         && name[6..].starts_with(|c: char| c.is_uppercase())
 }
 
+/// Whether an assignment or update target is a pointer itself (a parameter or an alias of one), not what it
+/// points to: `A += row * K;`, `p++`, `A = A + off` move the pointer and store nothing.
+pub(crate) fn reseats_pointer(
+    left: Node,
+    src: &str,
+    pointers: &BTreeSet<String>,
+    aliases: &BTreeMap<String, String>,
+) -> bool {
+    let n = strip_parens(left);
+    n.kind() == "identifier" && {
+        let t = text(n, src);
+        pointers.contains(t) || aliases.contains_key(t)
+    }
+}
+
 /// Local pointers initialised from a parameter: alias → parameter.
 pub(crate) fn pointer_aliases(
     body: Node,
@@ -649,6 +669,8 @@ fn analyze_kernel(
             is_const,
             atomic: false,
             accumulates: false,
+            const_written: false,
+            read_after_write: false,
         })
         .collect();
     let pointer_names: BTreeSet<String> = params
@@ -660,6 +682,7 @@ fn analyze_kernel(
     let mut constructs: BTreeMap<String, usize> = BTreeMap::new();
     let mut bump = |c: &str| *constructs.entry(c.to_string()).or_default() += 1;
     let mut written = BTreeSet::new();
+    let mut reseated = BTreeSet::new();
     let mut read = BTreeSet::new();
     let mut atomic_targets = BTreeSet::new();
     let mut shared = Vec::new();
@@ -713,6 +736,11 @@ fn analyze_kernel(
             }
             "assignment_expression" => {
                 let left = n.child_by_field_name("left")?;
+                if reseats_pointer(left, src, &pointer_names, &aliases) {
+                    // `A += row * K`: the pointer moves, nothing is stored.
+                    reseated.extend(lvalue_base(left, src, &aliases));
+                    continue;
+                }
                 if let Some(b) = lvalue_base(left, src, &aliases) {
                     written.insert(b.clone());
                     let op = n.child_by_field_name("operator").map(|o| text(o, src));
@@ -729,7 +757,12 @@ fn analyze_kernel(
                 }
             }
             "update_expression" => {
-                if let Some(b) = n
+                if let Some(a) = n
+                    .child_by_field_name("argument")
+                    .filter(|a| reseats_pointer(*a, src, &pointer_names, &aliases))
+                {
+                    reseated.extend(lvalue_base(a, src, &aliases));
+                } else if let Some(b) = n
                     .child_by_field_name("argument")
                     .and_then(|a| lvalue_base(a, src, &aliases))
                 {
@@ -937,7 +970,10 @@ fn analyze_kernel(
     for p in params.iter_mut().filter(|p| p.pointer) {
         p.atomic = atomic_targets.contains(&p.name);
         let first = events.iter().find(|(n, _)| n == &p.name).map(|e| e.1);
-        p.role = match (written.contains(&p.name), read.contains(&p.name), first) {
+        // A `const` pointer is never an output: a write the analysis saw is reported, not believed.
+        p.const_written = p.is_const && written.contains(&p.name);
+        let writes = written.contains(&p.name) && !p.is_const;
+        p.role = match (writes, read.contains(&p.name), first) {
             (false, _, _) => ParamRole::Input,
             (true, _, _) if p.atomic => ParamRole::Output,
             (true, true, Some(Access::Read)) => ParamRole::InOut,
@@ -947,6 +983,17 @@ fn analyze_kernel(
             }
             (true, _, _) => ParamRole::Output,
         };
+    }
+    for p in params.iter_mut().filter(|p| p.role == ParamRole::InOut) {
+        // Moving the pointer would move the input half only.
+        let mut wrote = reseated.contains(&p.name);
+        for (_, a) in events.iter().filter(|(n, _)| n == &p.name) {
+            match a {
+                Access::Read if wrote => p.read_after_write = true,
+                Access::Write | Access::Update => wrote = true,
+                Access::Read => {}
+            }
+        }
     }
     for s in shared.iter_mut() {
         s.atomic = atomic_targets.contains(&s.name);
@@ -1362,6 +1409,9 @@ fn access_events(
             let Some(l) = n.child_by_field_name("left") else {
                 return;
             };
+            if reseats_pointer(l, src, pointers, aliases) {
+                return; // the pointer moves; no data is read or written
+            }
             match base_of(l) {
                 Some(b) => {
                     // Indices are read; the target itself is written (or updated).
@@ -1384,7 +1434,11 @@ fn access_events(
                 None => rec(l, out),
             }
         }
-        "update_expression" => match n.child_by_field_name("argument").and_then(base_of) {
+        "update_expression" => match n
+            .child_by_field_name("argument")
+            .filter(|a| !reseats_pointer(*a, src, pointers, aliases))
+            .and_then(base_of)
+        {
             Some(b) => out.push((b, Access::Update)),
             None => {
                 for c in children(n) {

@@ -104,6 +104,8 @@ struct Rw<'a> {
     atomic_shared: BTreeSet<String>,
     atomic_outputs: BTreeSet<String>,
     int_scalars: BTreeSet<String>,
+    /// Floating-point scalars, passed as one-element input tensors: read as `name[0]`.
+    tensor_scalars: BTreeSet<String>,
     inout: BTreeSet<String>,
     pointers: BTreeSet<String>,
     /// Identifier start byte → replacement (renames of one occurrence).
@@ -431,8 +433,8 @@ impl<'a> Rw<'a> {
         }
         match n.kind() {
             "identifier" => {
-                if self.int_scalars.contains(t)
-                    && self.target == Target::MlxCuda
+                if (self.tensor_scalars.contains(t)
+                    || (self.int_scalars.contains(t) && self.target == Target::MlxCuda))
                     && !is_decl_name(n)
                 {
                     return Some(format!("{t}[0]"));
@@ -447,6 +449,7 @@ impl<'a> Rw<'a> {
                     if METAL_RESERVED.contains(&t)
                         && !self.pointers.contains(t)
                         && !self.int_scalars.contains(t)
+                        && !self.tensor_scalars.contains(t)
                     {
                         self.note("T025", line(n), format!("`{t}` renamed to `{t}_`"));
                         return Some(format!("{t}_"));
@@ -1120,7 +1123,6 @@ pub fn translate(src: &str, stem: &str, target: Target) -> Translation {
     let mut launches = Vec::new();
     let mut tunables = BTreeMap::new();
     let mut assumptions = Vec::new();
-    let mut meaningful = true;
     if analysis.kernels.len() > 1 {
         diags.push(diag(
             target,
@@ -1200,32 +1202,28 @@ pub fn translate(src: &str, stem: &str, target: Target) -> Translation {
             }
         }
         let mut rendered = rw.splice(body);
-        // Scalars that are not ints arrive as int32: say so where they are used.
+        // A floating-point scalar becomes a one-element input tensor (its value exactly, whatever the task
+        // gives); any other scalar that is not an integer cannot be passed at all.
         let mut prologue = String::new();
         for p in k.params.iter().filter(|p| !p.pointer) {
-            let int_like = matches!(
-                p.elem_type.trim_start_matches("const ").trim(),
-                "int"
-                    | "unsigned"
-                    | "unsigned int"
-                    | "uint"
-                    | "int32_t"
-                    | "uint32_t"
-                    | "size_t"
-                    | "long"
-                    | "int64_t"
-                    | "uint64_t"
-                    | "long long"
-                    | "short"
-                    | "bool"
-            );
-            if !int_like {
-                diags.push(kd("T018", k.line, format!("`{} {}`", p.elem_type, p.name)));
-                prologue.push_str(&format!(
-                    "// TODO(T018): `{} {}` arrives as an int32 scalar in MLX plans; see docs/translate.md\n",
-                    p.elem_type, p.name
-                ));
-                *blocked.entry("scalar_param".into()).or_default() += 1;
+            match scalar_kind(p, k) {
+                ScalarKind::Int => {}
+                ScalarKind::Float => diags.push(kd(
+                    "T030",
+                    k.line,
+                    format!(
+                        "`{} {}` → input `{1}` of one element, read as `{1}[0]`",
+                        p.elem_type, p.name
+                    ),
+                )),
+                ScalarKind::Other => {
+                    diags.push(kd("T018", k.line, format!("`{} {}`", p.elem_type, p.name)));
+                    prologue.push_str(&format!(
+                        "// TODO(T018): `{} {}` arrives as an int32 scalar in MLX plans; see docs/translate.md\n",
+                        p.elem_type, p.name
+                    ));
+                    *blocked.entry("scalar_param".into()).or_default() += 1;
+                }
             }
         }
         if let Some(b) = k.launch_bounds {
@@ -1237,6 +1235,12 @@ pub fn translate(src: &str, stem: &str, target: Target) -> Translation {
             .filter(|p| p.pointer && !p.is_const && p.role == ParamRole::Input)
         {
             diags.push(kd("T014", k.line, format!("`{}`", p.name)));
+        }
+        for p in k.params.iter().filter(|p| p.const_written) {
+            diags.push(kd("T028", k.line, format!("`{}`", p.name)));
+        }
+        for p in k.params.iter().filter(|p| p.read_after_write) {
+            diags.push(kd("T029", k.line, format!("`{}`", p.name)));
         }
         for p in k.params.iter().filter(|p| p.role == ParamRole::InOut) {
             diags.push(kd(
@@ -1307,19 +1311,27 @@ pub fn translate(src: &str, stem: &str, target: Target) -> Translation {
             })
             .collect();
         if outputs.is_empty() {
+            // This kernel is left out of the plan (an error says why); the file's other kernels are written.
             diags.push(kd("T003", k.line, format!("kernel `{}`", k.name)));
-            meaningful = false;
+            files.remove(&source);
+            continue;
         }
         let inputs: Vec<String> = k
             .params
             .iter()
-            .filter(|p| matches!(p.role, ParamRole::Input | ParamRole::InOut))
+            .filter(|p| {
+                if p.pointer {
+                    matches!(p.role, ParamRole::Input | ParamRole::InOut)
+                } else {
+                    scalar_kind(p, k) == ScalarKind::Float
+                }
+            })
             .map(|p| p.name.clone())
             .collect();
         let scalars: Vec<String> = k
             .params
             .iter()
-            .filter(|p| !p.pointer)
+            .filter(|p| !p.pointer && scalar_kind(p, k) != ScalarKind::Float)
             .map(|p| p.name.clone())
             .collect();
         let atomic = k
@@ -1451,6 +1463,7 @@ pub fn translate(src: &str, stem: &str, target: Target) -> Translation {
          the kernel parameters (make them the task's inputs, outputs and dims). Launch: {}.",
         assumptions.join("; ")
     );
+    let meaningful = !launches.is_empty();
     let candidate = meaningful.then(|| Candidate {
         plan: Plan {
             name: stem.to_string(),
@@ -1483,6 +1496,7 @@ fn rewriter<'a>(src: &'a str, target: Target, k: Option<&'a KernelAnalysis>, nam
         atomic_shared: BTreeSet::new(),
         atomic_outputs: BTreeSet::new(),
         int_scalars: BTreeSet::new(),
+        tensor_scalars: BTreeSet::new(),
         inout: BTreeSet::new(),
         pointers: BTreeSet::new(),
         rename_at: BTreeMap::new(),
@@ -1505,6 +1519,8 @@ fn rewriter<'a>(src: &'a str, target: Target, k: Option<&'a KernelAnalysis>, nam
         for p in &k.params {
             if p.pointer {
                 rw.pointers.insert(p.name.clone());
+            } else if scalar_kind(p, k) == ScalarKind::Float {
+                rw.tensor_scalars.insert(p.name.clone());
             } else {
                 rw.int_scalars.insert(p.name.clone());
             }
@@ -1839,4 +1855,46 @@ fn metal_macro(t: &str) -> String {
         out = out.replace(from, to);
     }
     out
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ScalarKind {
+    /// Passed as a plan scalar (int32).
+    Int,
+    /// Passed as a one-element input tensor of the task's dtype.
+    Float,
+    /// A struct, a handle: nothing in a plan can carry it.
+    Other,
+}
+
+/// How a scalar (non-pointer) parameter reaches an MLX kernel.
+fn scalar_kind(p: &super::analyze::Param, k: &KernelAnalysis) -> ScalarKind {
+    let t = p.elem_type.trim_start_matches("const ").trim();
+    let int_like = matches!(
+        t,
+        "int"
+            | "unsigned"
+            | "unsigned int"
+            | "uint"
+            | "int32_t"
+            | "uint32_t"
+            | "size_t"
+            | "long"
+            | "int64_t"
+            | "uint64_t"
+            | "long long"
+            | "short"
+            | "bool"
+    );
+    let float_like = matches!(
+        t,
+        "float" | "double" | "half" | "__half" | "__nv_bfloat16" | "nv_bfloat16" | "bfloat16"
+    ) || k.template_types.iter().any(|x| x == t);
+    if int_like {
+        ScalarKind::Int
+    } else if float_like {
+        ScalarKind::Float
+    } else {
+        ScalarKind::Other
+    }
 }

@@ -33,6 +33,56 @@ pub enum TranslateError {
     BadTarget { file: PathBuf, target: Target },
     #[error("{}: the translated plan does not validate: {message}", file.display())]
     Plan { file: PathBuf, message: String },
+    #[error(
+        "{}:{line}: code nested {depth} levels deep (the translator handles up to {MAX_NESTING}); split the expression or the blocks",
+        file.display()
+    )]
+    TooDeep {
+        file: PathBuf,
+        line: usize,
+        depth: usize,
+    },
+}
+
+/// Deepest syntax tree the translator walks: its analysis and rewriting recurse once per level, so deeper
+/// code (generated, or hostile) is refused with an error rather than overflowing the stack.
+pub const MAX_NESTING: usize = 1500;
+/// Stack of the translation's thread: 1500 levels took under 8 MiB; four times that.
+const TRANSLATE_STACK: usize = 32 << 20;
+
+/// A source file as text: UTF-8, or else read as Latin-1 (every byte a character), so a stray byte in a
+/// comment does not refuse the file. Identifiers and code are ASCII either way.
+pub fn read_source(file: &Path) -> std::io::Result<String> {
+    let bytes = std::fs::read(file)?;
+    Ok(match String::from_utf8(bytes) {
+        Ok(s) => s,
+        Err(e) => e.into_bytes().iter().map(|&b| b as char).collect(),
+    })
+}
+
+/// The deepest node of `tree` (its depth and 1-based line), walked without recursion.
+pub fn deepest(tree: &tree_sitter::Tree) -> (usize, usize) {
+    let mut cursor = tree.walk();
+    let (mut depth, mut best, mut line) = (0usize, 0usize, 1usize);
+    loop {
+        if depth > best {
+            best = depth;
+            line = cursor.node().start_position().row + 1;
+        }
+        if cursor.goto_first_child() {
+            depth += 1;
+            continue;
+        }
+        loop {
+            if cursor.goto_next_sibling() {
+                break;
+            }
+            if !cursor.goto_parent() {
+                return (best, line);
+            }
+            depth -= 1;
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -173,15 +223,32 @@ pub fn translate_file(file: &Path, target: Target) -> Result<Translation, Transl
             target,
         });
     }
-    let src = std::fs::read_to_string(file).map_err(|err| TranslateError::Read {
+    let src = read_source(file).map_err(|err| TranslateError::Read {
         file: file.to_path_buf(),
         err,
     })?;
+    let (depth, line) = deepest(&analyze::parse(&src));
+    if depth > MAX_NESTING {
+        return Err(TranslateError::TooDeep {
+            file: file.to_path_buf(),
+            line,
+            depth,
+        });
+    }
     let stem = file
         .file_stem()
         .map(|s| s.to_string_lossy().to_string())
         .unwrap_or_else(|| "kernel".into());
-    let t = translate(&src, &stem, target);
+    // The analysis and the rewriting recurse once per nesting level: on a stack of their own, sized for
+    // MAX_NESTING, whatever thread calls (test threads get 2 MiB).
+    let t = std::thread::scope(|s| {
+        std::thread::Builder::new()
+            .stack_size(TRANSLATE_STACK)
+            .spawn_scoped(s, || translate(&src, &stem, target))
+            .expect("a thread for the translation")
+            .join()
+    })
+    .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
     if t.analysis.kernels.is_empty() {
         return Err(TranslateError::NoKernel {
             file: file.to_path_buf(),
@@ -297,6 +364,10 @@ pub fn task_brief(task: &crate::task::Task, target: Target) -> String {
 
 /// Runs the Metal checker (`ksearch check`) on every launch of a translated `mlx-metal` candidate, with the
 /// dtypes the CUDA parameters imply (a checker run without a task would take every tensor as float32).
+/// Launches of one file whose Metal the checker also compiles (a compiler process each, about 50 ms); the
+/// rest get its rules only, and a T031 note says so. A file of 35,000 kernels would otherwise take half an hour.
+pub const COMPILE_CHECKED: usize = 256;
+
 pub fn check_metal(
     t: &Translation,
 ) -> Result<Vec<crate::check::Finding>, crate::check::CheckError> {
@@ -315,7 +386,7 @@ pub fn check_metal(
             .unwrap_or(crate::dtype::Dtype::Float32)
     };
     let mut out = Vec::new();
-    for l in &c.plan.launch {
+    for (i, l) in c.plan.launch.iter().enumerate() {
         let Some(k) = c.plan.kernel.iter().find(|k| k.name == l.kernel) else {
             continue;
         };
@@ -331,12 +402,13 @@ pub fn check_metal(
             .header
             .as_ref()
             .map(|h| (h.as_str(), header_text.as_str()));
-        out.extend(crate::check::check_body(
+        out.extend(crate::check::check_body_with(
             &spec,
             header,
             &k.source,
             &c.mlx_source(k),
             &info,
+            i < COMPILE_CHECKED,
         )?);
     }
     Ok(out)
@@ -369,6 +441,16 @@ pub fn translate_and_check(file: &Path, target: Target) -> Result<Translation, T
         Err(e) => t
             .diagnostics
             .push(diag(target, "T006", 0, None, e.to_string())),
+    }
+    let launches = t.candidate.as_ref().map_or(0, |c| c.plan.launch.len());
+    if launches > COMPILE_CHECKED {
+        t.diagnostics.push(diag(
+            target,
+            "T031",
+            0,
+            None,
+            format!("compiled the first {COMPILE_CHECKED} of {launches} launches"),
+        ));
     }
     Ok(t)
 }
