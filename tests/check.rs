@@ -575,3 +575,41 @@ fn the_generated_signature_is_the_one_mlx_writes() {
     assert!(compared >= 80, "only {compared} signatures compared");
     println!("{compared} generated signatures identical to MLX's");
 }
+
+/// M020 counts an extent written as a product, and a template kernel's declaration once per instantiation
+/// (the largest), never summed over its instantiations.
+#[test]
+fn threadgroup_sizes_count_products_and_not_the_sum_of_instantiations() {
+    let m020 = |src: &str| {
+        check::check_source(src, "k.metal")
+            .unwrap()
+            .iter()
+            .filter(|f| f.code == "M020")
+            .count()
+    };
+    let product = "#include <metal_stdlib>\nusing namespace metal;\n\
+        kernel void k(device float* y [[buffer(0)]], uint t [[thread_position_in_threadgroup]]) {\n\
+        threadgroup float As[128 * 128];\n  As[t] = y[t];\n\
+        threadgroup_barrier(mem_flags::mem_threadgroup);\n  y[t] = As[t ^ 1];\n}\n";
+    assert_eq!(m020(product), 1, "64 KB of threadgroup memory");
+    let instances = |a: i32, b: i32| {
+        format!(
+            "#include <metal_stdlib>\nusing namespace metal;\ntemplate <int N>\n\
+            kernel void k(device float* y [[buffer(0)]], uint t [[thread_position_in_threadgroup]]) {{\n\
+            threadgroup float a[N];\n  a[t] = y[t];\n  threadgroup_barrier(mem_flags::mem_threadgroup);\n\
+            y[t] = a[t ^ 1];\n}}\n\
+            template [[host_name(\"k_a\")]] kernel void k<{a}>(device float*, uint);\n\
+            template [[host_name(\"k_b\")]] kernel void k<{b}>(device float*, uint);\n"
+        )
+    };
+    assert_eq!(
+        m020(&instances(5000, 6000)),
+        0,
+        "20 KB and 24 KB, each within 32 KB"
+    );
+    assert_eq!(
+        m020(&instances(5000, 9000)),
+        1,
+        "one instantiation holds 36 KB"
+    );
+}

@@ -345,7 +345,9 @@ pub fn check_body_with(
         return Ok(finish(out));
     }
     // Compile, with a size probe after every threadgroup declaration of the body.
-    let probed = with_probes(body, &rules::threadgroup_decls(&toks));
+    let body_decls = rules::threadgroup_decls(&toks);
+    let per_line = declarators_per_line(&toks, &body_decls);
+    let probed = with_probes(body, &body_decls);
     let mut files = vec![body_file];
     if let Some((h, _)) = header {
         files.push(h);
@@ -396,7 +398,7 @@ pub fn check_body_with(
             message,
         ));
     }
-    threadgroup_total(body_file, &outcome.threadgroup, &targs, &mut out);
+    threadgroup_total(body_file, &outcome.threadgroup, &per_line, &targs, &mut out);
     Ok(finish(out))
 }
 
@@ -455,18 +457,44 @@ fn with_probes(src: &str, decls: &[(usize, String, usize)]) -> String {
     chars.into_iter().collect()
 }
 
+/// How many threadgroup declarators end on each line (the line of their `;`, where their probe reports).
+fn declarators_per_line(
+    toks: &[lex::Tok],
+    decls: &[(usize, String, usize)],
+) -> BTreeMap<usize, usize> {
+    let mut m = BTreeMap::new();
+    for (semi, _, _) in decls {
+        if let Some(t) = toks.get(*semi) {
+            *m.entry(t.line).or_default() += 1;
+        }
+    }
+    m
+}
+
+/// M020: a kernel's threadgroup bytes over Metal's limit. A template kernel instantiated several times
+/// reports each declaration once per instantiation: per line, only as many probes count as declarators end
+/// there (the largest ones: the worst instantiation), never their sum over instantiations.
 fn threadgroup_total(
     file: &str,
     probes: &[(String, usize, u64)],
+    per_line: &BTreeMap<usize, usize>,
     targs: &[String],
     out: &mut Vec<Finding>,
 ) {
-    let mut by_line: BTreeMap<usize, u64> = BTreeMap::new();
+    let mut seen: BTreeMap<usize, Vec<u64>> = BTreeMap::new();
     for (f, line, bytes) in probes {
         if f == file {
-            *by_line.entry(*line).or_default() += bytes;
+            seen.entry(*line).or_default().push(*bytes);
         }
     }
+    let by_line: BTreeMap<usize, u64> = seen
+        .into_iter()
+        .map(|(line, mut sizes)| {
+            sizes.sort_unstable_by(|a, b| b.cmp(a));
+            let n = per_line.get(&line).copied().unwrap_or(sizes.len()).max(1);
+            (line, sizes.iter().take(n).sum())
+        })
+        .collect();
     let total: u64 = by_line.values().sum();
     if total > MAX_THREADGROUP_BYTES {
         let first = by_line.keys().next().copied().unwrap_or(1);
@@ -633,6 +661,7 @@ pub fn check_source(src: &str, file: &str) -> Result<Vec<Finding>, CheckError> {
             ));
         }
     }
+    let per_line = declarators_per_line(&toks, &decls);
     let probed = with_probes(src, &decls);
     let includes_metal = directives
         .iter()
@@ -664,7 +693,7 @@ pub fn check_source(src: &str, file: &str) -> Result<Vec<Finding>, CheckError> {
             .filter(|(_, l, _)| l >= first && l <= last)
             .cloned()
             .collect();
-        threadgroup_total(file, &probes, &[], &mut out);
+        threadgroup_total(file, &probes, &per_line, &[], &mut out);
     }
     Ok(finish(out))
 }

@@ -442,11 +442,13 @@ pub fn threadgroup_decls(toks: &[Tok]) -> Vec<(usize, String, usize)> {
             parts.last_mut().expect("one").push(tk);
         }
         for (k, p) in parts.iter().enumerate() {
-            if p.iter().any(|t| t.is("*")) {
-                continue;
-            }
             // In the first part the name is the identifier just before `[` (or the last one).
             let upto = p.iter().position(|t| t.is("[")).unwrap_or(p.len());
+            // A pointer (`threadgroup float* p`) holds no threadgroup memory of its own; a `*` inside the
+            // extent (`As[128 * 128]`) is arithmetic.
+            if p[..upto].iter().any(|t| t.is("*")) {
+                continue;
+            }
             let name = if k == 0 {
                 p[..upto].iter().rev().find(|t| t.is_ident())
             } else {
