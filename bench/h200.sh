@@ -42,7 +42,7 @@ except Exception:
 print(json.dumps({"name": name, "command": "ksearch " + cmd + " --json", "wall_s": round(float(t1) - float(t0), 2),
                   "result": result}))
 PY
-  echo "== $name ($(python3 -c "print(round($(date +%s.%N) - $t0, 1))") s): $(tail -c 300 <<< "$line")" >> "$log"
+  echo "== $name ($(awk "BEGIN{printf \"%.1f\", $t1 - $t0}") s): $(tail -c 300 <<< "$line")" >> "$log"
 }
 seeds=tasks/attention/seeds/mlx-cuda
 if has chain; then

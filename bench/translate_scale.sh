@@ -20,7 +20,7 @@ rows=()
 for to in mlx-cuda mlx-metal; do
   /usr/bin/time -f "%e %M" -o "$work/time" "$bin" translate "$work/many.cu" --to "$to" --out "$work/out-$to" \
     > "$work/log-$to" 2>&1 || true
-  read -r secs kb < "$work/time"
+  read -r secs kb < <(tail -n 1 "$work/time")  # a failed command adds a line before the format
   rows+=("{\"target\": \"$to\", \"wall_s\": $secs, \"peak_rss_mb\": $(( kb / 1024 )), \"last_line\": $(tail -n 1 "$work/log-$to" | python3 -c 'import json,sys; print(json.dumps(sys.stdin.read().strip()[:300]))')}")
 done
 out="bench/results/translate-scale-$(date -u +%Y%m%d).json"

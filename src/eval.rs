@@ -145,11 +145,6 @@ impl WorkloadResult {
         let worker_parts = self.split.total_s - self.split.overhead_s;
         (self.elapsed_s - self.compile_s - self.prepare_s - worker_parts).max(0.0)
     }
-
-    /// What this evaluation cost the candidate: its wall time less the run's own work (`prepare_s`).
-    pub fn candidate_s(&self) -> f64 {
-        (self.elapsed_s - self.prepare_s).max(0.0)
-    }
 }
 
 #[derive(Debug, Clone)]
@@ -532,10 +527,12 @@ impl Evaluator {
         } else {
             Ok(PrepareReply::default()) // nothing will run here (mlx-metal off a Mac)
         };
-        match prepared {
+        result.prepare_s = prepared_at.elapsed().as_secs_f64();
+        // The baselines' times as `prepare` gave them: reported beside a candidate that passed, only.
+        let mut baselines_timed = match prepared {
             Ok(p) => {
                 result.baselines_timed_now = p.baselines_timed_now;
-                result.baselines = p.baselines;
+                p.baselines
             }
             Err(m) => {
                 return fail(
@@ -547,8 +544,7 @@ impl Evaluator {
                     ),
                 );
             }
-        }
-        result.prepare_s = prepared_at.elapsed().as_secs_f64();
+        };
         let deadline = Duration::from_secs_f64(self.settings.timeout_s);
         // A restarted worker has forgotten its builds: compile again and retry once.
         for _ in 0..2 {
@@ -589,9 +585,13 @@ impl Evaluator {
             match self.worker.request("run", body, deadline) {
                 Ok(Reply::Ok(r)) => {
                     match serde_json::from_value::<RunReply>(r) {
-                        Ok(reply) => {
-                            self.fill(&mut result, &rw, reply, incumbent.as_ref().map(|x| x.0))
-                        }
+                        Ok(reply) => self.fill(
+                            &mut result,
+                            &rw,
+                            reply,
+                            std::mem::take(&mut baselines_timed),
+                            incumbent.as_ref().map(|x| x.0),
+                        ),
                         Err(e) => {
                             return fail(
                                 result,
@@ -644,6 +644,7 @@ impl Evaluator {
         out: &mut WorkloadResult,
         rw: &ResolvedWorkload,
         r: RunReply,
+        baselines: BTreeMap<String, Timing>,
         incumbent: Option<&str>,
     ) {
         out.status = match r.status.as_str() {
@@ -679,12 +680,9 @@ impl Evaluator {
         out.max_abs = worst("max_abs");
         out.max_rel = worst("max_rel");
         out.timing = r.timing;
-        if !r.baselines.is_empty() {
-            // As `prepare` timed them; the flag and any others stay as `prepare` said.
-            out.baselines.extend(r.baselines);
-        }
-        if out.status != Status::Passed {
-            out.baselines.clear();
+        // As `prepare` timed them (the run reply's copy, marked cached, says no more), beside a pass only.
+        if out.status == Status::Passed {
+            out.baselines = baselines;
         }
         out.split = r.split;
         if let (Some(hash), Some(timing), Some(verdict)) = (incumbent, r.incumbent, r.verdict) {
@@ -804,7 +802,8 @@ pub struct Summary {
 
 /// A challenger against its incumbent over every workload: the per-workload log-ratios averaged (a
 /// geometric-mean speedup), with their standard errors combined; faster or slower only when the mean lies
-/// more than `z` combined standard errors from zero, and by more than half a percent.
+/// more than `z` combined standard errors from zero, and by more than the target's smallest effect
+/// (`TimingSettings::min_effect`).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct OverallVerdict {
     pub incumbent: String,

@@ -43,7 +43,7 @@ pub struct PoolSeeds {
 }
 
 /// A `prepare` result.
-#[derive(Debug, Clone, Deserialize, Default)]
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
 pub struct PrepareReply {
     #[serde(default)]
     pub baselines: BTreeMap<String, Timing>,
@@ -249,7 +249,7 @@ pub struct PairVerdict {
     pub z: f64,
     pub rounds: u64,
     pub log_ratio_iqr: f64,
-    /// Decided, or known to lie within 3% of equal.
+    /// Decided, or known to lie within the equal band (3%, or the target's `min_effect` when larger).
     pub settled: bool,
 }
 
@@ -406,9 +406,7 @@ mod tests {
         );
         same(
             "prepare result",
-            ["baselines", "baselines_timed_now", "split"]
-                .map(String::from)
-                .to_vec(),
+            fields(serde_json::to_value(PrepareReply::default()).unwrap()),
         );
         same(
             "run.inputs",

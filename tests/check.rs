@@ -612,4 +612,22 @@ fn threadgroup_sizes_count_products_and_not_the_sum_of_instantiations() {
         1,
         "one instantiation holds 36 KB"
     );
+    // Two arrays whose sizes trade places between instantiations: 24 KB each time, never 48.
+    let traded = |first: (i32, i32), second: (i32, i32)| {
+        format!(
+            "#include <metal_stdlib>\nusing namespace metal;\ntemplate <int N, int M>\n\
+            kernel void k(device float* y [[buffer(0)]], uint t [[thread_position_in_threadgroup]]) {{\n\
+            threadgroup float a[N];\n  threadgroup float b[M];\n  a[t] = y[t];\n  b[t] = y[t];\n\
+            threadgroup_barrier(mem_flags::mem_threadgroup);\n  y[t] = a[t ^ 1] + b[t ^ 1];\n}}\n\
+            template [[host_name(\"k_a\")]] kernel void k<{}, {}>(device float*, uint);\n\
+            template [[host_name(\"k_b\")]] kernel void k<{}, {}>(device float*, uint);\n",
+            first.0, first.1, second.0, second.1
+        )
+    };
+    assert_eq!(m020(&traded((6000, 10), (10, 6000))), 0);
+    assert_eq!(
+        m020(&traded((6000, 3000), (10, 6000))),
+        1,
+        "36 KB in the first"
+    );
 }

@@ -758,6 +758,9 @@ fn pointers_moved_before_use_stay_inputs_and_const_parameters_are_never_outputs(
             ("sgemm_tiled", "K", Scalar),
             ("row_sums", "rows", Input),
             ("row_sums", "sums", Output),
+            ("copy_walk", "src", Input),
+            ("copy_walk", "dst", Output),
+            ("copy_walk", "n", Scalar),
         ] {
             assert_eq!(
                 role(&t, kernel, param),
@@ -766,7 +769,7 @@ fn pointers_moved_before_use_stay_inputs_and_const_parameters_are_never_outputs(
             );
         }
         // Neither is a store, so no kernel here is uncertain about its roles.
-        for code in ["T028", "T029", "T003"] {
+        for code in ["T028", "T029", "T003", "T018"] {
             assert!(
                 !t.diagnostics.iter().any(|d| d.code == code),
                 "{code} on {target:?}: {:?}",
@@ -804,9 +807,15 @@ fn a_translation_it_cannot_make_right_says_so_with_an_error_and_a_failing_exit()
             "const stays an input"
         );
         assert!(errors("T029", "twice_in_place"), "{:?}", t.diagnostics);
+        assert!(errors("T029", "update_after_write"), "{:?}", t.diagnostics);
         assert!(
             !errors("T029", "axpy"),
             "read before its write: a sound split"
+        );
+        assert_eq!(
+            role(&t, "axpy", "alpha"),
+            Input,
+            "a float scalar is an input of one element"
         );
         // A float scalar is never an int32: it becomes an input tensor of one element.
         assert!(
@@ -868,7 +877,7 @@ fn deep_nesting_is_refused_with_a_clear_error_and_a_stray_latin1_byte_is_not() {
 
     // Just under the bound, on a test thread's small stack: translated, not crashed.
     let ok = dir.path().join("nested.cu");
-    let m = translate::MAX_NESTING / 2 - 10;
+    let m = translate::MAX_NESTING - 20;
     std::fs::write(
         &ok,
         format!(
@@ -878,6 +887,12 @@ fn deep_nesting_is_refused_with_a_clear_error_and_a_stray_latin1_byte_is_not() {
         ),
     )
     .unwrap();
+    let src = std::fs::read_to_string(&ok).unwrap();
+    let depth = translate::nesting(&src).0;
+    assert!(
+        depth > translate::MAX_NESTING - 40 && depth <= translate::MAX_NESTING,
+        "{depth}"
+    );
     let t = translate::translate_file(&ok, Target::MlxCuda).unwrap();
     assert!(t.candidate.is_some(), "{:?}", t.diagnostics);
 

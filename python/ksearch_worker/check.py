@@ -116,7 +116,7 @@ def _raw_bytes(arr: np.ndarray) -> np.ndarray:
 
 def _element_bytes(arr: np.ndarray) -> np.ndarray:
     """One row of raw bytes per element: -0.0 differs from 0.0 and a NaN payload counts."""
-    return np.ascontiguousarray(arr).reshape(-1).view(np.uint8).reshape(arr.size, arr.dtype.itemsize)
+    return _raw_bytes(arr).reshape(arr.size, arr.dtype.itemsize)
 
 
 def modified(name: str, now: np.ndarray, pristine: np.ndarray) -> str | None:
@@ -124,9 +124,7 @@ def modified(name: str, now: np.ndarray, pristine: np.ndarray) -> str | None:
     if now.size == 0 or np.array_equal(_raw_bytes(now), _raw_bytes(pristine)):
         return None  # the common case, at memcmp speed
     changed = np.any(_element_bytes(now) != _element_bytes(pristine), axis=1)
-    count = int(changed.sum())
-    if not count:
-        return None
+    count = int(changed.sum())  # at least one: the bytes differ
     first = _index(int(np.argmax(changed)), now.shape)
     return f"input {name} modified by the kernel: {count} of {now.size} elements changed; first at {first}"
 

@@ -78,11 +78,20 @@ def _field(obj: Mapping[str, Any], name: str, kind: type | tuple[type, ...], whe
     return value
 
 
-def _seed(obj: Mapping[str, Any], name: str) -> int:
-    value = _field(obj, name, int, "run.inputs")
+def _seed(obj: Mapping[str, Any], name: str, where: str = "run.inputs") -> int:
+    value = _field(obj, name, int, where)
     if value < 0:
-        raise WorkerError("bad_request", f"run.inputs: `{name}` must be a non-negative integer")
+        raise WorkerError("bad_request", f"{where}: `{name}` must be a non-negative integer")
     return value
+
+
+def _baseline_names(req: Mapping[str, Any], task: Task) -> list[str]:
+    """The baseline names a request asks for, each one the task has."""
+    names = [str(n) for n in req.get("baselines") or []]
+    for name in names:
+        if name not in task.baselines:
+            raise WorkerError("bad_request", f"baseline {name!r} is not available (loaded: {sorted(task.baselines)})")
+    return names
 
 
 def _build(obj: Mapping[str, Any], shapes: dict[str, tuple[int, ...]], dtypes: dict[str, str],
@@ -105,15 +114,24 @@ def _build(obj: Mapping[str, Any], shapes: dict[str, tuple[int, ...]], dtypes: d
     return Build(_field(obj, "key", str, where), launches, buffers, shapes, dtypes)
 
 
+def _workload(workload: Mapping[str, Any], task: Task, op: str
+              ) -> tuple[dict[str, int], dict[str, tuple[int, ...]], dict[str, str]]:
+    """A request's `workload`: its dims, and the shape and dtype of every array, each task input and output
+    among them."""
+    where = f"{op}.workload"
+    dims = {k: int(v) for k, v in _field(workload, "dims", dict, where).items()}
+    shapes = {n: tuple(int(d) for d in s) for n, s in _field(workload, "shapes", dict, where).items()}
+    dtypes = {n: str(d) for n, d in _field(workload, "dtypes", dict, where).items()}
+    for name in [n for n, _ in task.inputs] + task.outputs:
+        if name not in shapes or name not in dtypes:
+            raise WorkerError("bad_request", f"{op}: the workload gives no shape or dtype for {name!r}")
+    return dims, shapes, dtypes
+
+
 def parse_request(req: Mapping[str, Any], task: Task) -> RunRequest:
     """Everything the Rust side must get right; a mistake here is `bad_request`, never the candidate's."""
     workload = _field(req, "workload", dict)
-    dims = {k: int(v) for k, v in _field(workload, "dims", dict, "workload").items()}
-    shapes = {n: tuple(int(d) for d in s) for n, s in _field(workload, "shapes", dict, "workload").items()}
-    dtypes = {n: str(d) for n, d in _field(workload, "dtypes", dict, "workload").items()}
-    for name in [n for n, _ in task.inputs] + task.outputs:
-        if name not in shapes or name not in dtypes:
-            raise WorkerError("bad_request", f"workload gives no shape or dtype for {name!r}")
+    dims, shapes, dtypes = _workload(workload, task, "run")
     inputs = _field(req, "inputs", dict)
     checks = _field(inputs, "checks", list, "run.inputs")
     timed_checks = _field(inputs, "timed_checks", list, "run.inputs")
@@ -124,16 +142,14 @@ def parse_request(req: Mapping[str, Any], task: Task) -> RunRequest:
         raise WorkerError("bad_request", "run.inputs: `checks` must name at least one seed")
     if len({*checks, *timed_checks, inputs.get("recheck")}) != len(checks) + len(timed_checks) + 1:
         raise WorkerError("bad_request", "run.inputs: check, timed-check and recheck seeds must all differ")
-    for name in req.get("baselines") or []:
-        if name not in task.baselines:
-            raise WorkerError("bad_request", f"baseline {name!r} is not available (loaded: {sorted(task.baselines)})")
+    baselines = _baseline_names(req, task)
     incumbent = req.get("incumbent")
     return RunRequest(
         build=_build(req, shapes, dtypes, "run"), workload=str(workload.get("name", "")), dims=dims,
         shapes=shapes, dtypes=dtypes, fingerprint=_field(inputs, "pool", str, "run.inputs"),
         checks=list(checks), recheck=_seed(inputs, "recheck"), timed_checks=list(timed_checks),
         supply=_seed(inputs, "supply"), order=_seed(inputs, "order"),
-        timing=TimingConfig.from_json(req.get("timing")), baselines=list(req.get("baselines") or []),
+        timing=TimingConfig.from_json(req.get("timing")), baselines=baselines,
         incumbent=_build(incumbent, shapes, dtypes, "run.incumbent") if isinstance(incumbent, dict) else None,
     )
 
@@ -343,23 +359,15 @@ def prepare(req: Mapping[str, Any], task: Task | None, target: Target, state: Ru
     if task is None:
         raise WorkerError("bad_request", "prepare before load_task")
     workload = _field(req, "workload", dict, "prepare")
-    dims = {k: int(v) for k, v in _field(workload, "dims", dict, "prepare.workload").items()}
-    shapes = {n: tuple(int(d) for d in s) for n, s in _field(workload, "shapes", dict, "prepare.workload").items()}
-    dtypes = {n: str(d) for n, d in _field(workload, "dtypes", dict, "prepare.workload").items()}
-    for name in [n for n, _ in task.inputs] + task.outputs:
-        if name not in shapes or name not in dtypes:
-            raise WorkerError("bad_request", f"prepare: the workload gives no shape or dtype for {name!r}")
+    dims, shapes, dtypes = _workload(workload, task, "prepare")
     inputs = _field(req, "inputs", dict, "prepare")
     seeds = _field(inputs, "seeds", list, "prepare.inputs")
     if not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in seeds):
         raise WorkerError("bad_request", "prepare.inputs: `seeds` must hold non-negative integers")
     fingerprint = _field(inputs, "pool", str, "prepare.inputs")
-    supply = _seed(inputs, "supply")
+    supply = _seed(inputs, "supply", "prepare.inputs")
     timing = TimingConfig.from_json(req.get("timing"))
-    names = list(req.get("baselines") or [])
-    for name in names:
-        if name not in task.baselines:
-            raise WorkerError("bad_request", f"baseline {name!r} is not available (loaded: {sorted(task.baselines)})")
+    names = _baseline_names(req, task)
     layout = Layout.of(dims, shapes, dtypes, [n for n, _ in task.inputs], task.outputs)
     split = Split(state.pool)
     result: dict[str, Any] = {"baselines": {}, "baselines_timed_now": False}

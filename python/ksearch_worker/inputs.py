@@ -46,9 +46,7 @@ def draw(init: str | None, shape: Sequence[int], dtype: np.dtype, rng: np.random
     if name == "randint":
         values = rng.integers(int(a), int(b), size=size)
     elif name == "normal" and narrow:
-        values = rng.standard_normal(size, dtype=np.float32)
-        if (a, b) != (0.0, 1.0):
-            values = values * np.float32(b) + np.float32(a)
+        values = rng.standard_normal(size, dtype=np.float32) * np.float32(b) + np.float32(a)
     elif name == "uniform" and narrow:
         values = rng.random(size, dtype=np.float32) * np.float32(b - a) + np.float32(a)
     elif name == "normal":

@@ -13,7 +13,7 @@ it dies with the launcher, runs the confined program as PID 2 (init ignores sign
 program that calls abort() must not), reaps orphans, and exits with the program's status; when init ends,
 the kernel kills every process left in the namespace (setsid daemons, double forks included). So killing the
 launcher ends all of it. The program's process, before any candidate code runs: sets the resource limits,
-becomes an unprivileged user of its own when root (`uid` of the config, one per candidate: see `uid_for`;
+becomes an unprivileged user of its own when root (one per candidate folder: see `uid_for`;
 else it gives up every capability), arranges to die with init, and applies
 Landlock (read only the system's libraries, headers and tools plus `read`, write only `dir`, no signals out
 of its domain). The launcher waits and exits with the program's status (a signal passed on as the same).
@@ -79,6 +79,18 @@ def _drop_capabilities() -> None:
     data = (_CapData * 2)()
     if _libc.capset(ctypes.byref(_CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)), data) != 0:
         raise OSError(ctypes.get_errno(), "capset failed")
+
+
+def own_folder(folder: str | os.PathLike[str]) -> None:
+    """As root, hand a jail's folder to the unprivileged user its program runs as (`uid_for`), and to no one
+    else: the program writes there and nowhere else."""
+    if os.geteuid() == 0:
+        try:
+            uid = uid_for(str(folder))
+            os.chown(folder, uid, uid)
+            os.chmod(folder, 0o700)
+        except OSError:
+            pass
 
 
 def unprivileged(uid: int) -> str:
@@ -149,7 +161,7 @@ def confine(config: dict[str, Any], watch_fd: int | None) -> dict[str, Any]:
     _limits({**DEFAULT_LIMITS, **(config.get("limits") or {})})
     os.chdir(folder)
     os.environ.update(TMPDIR=".", TMP=".", TEMP=".", HOME=".")
-    who = unprivileged(int(config.get("uid") or uid_for(folder)))
+    who = unprivileged(uid_for(folder))
     if sys.platform.startswith("linux"):
         # After the change of credentials, which clears it.
         _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
@@ -271,7 +283,7 @@ def probe() -> dict[str, Any]:
         outside = Path(folder) / "canary"
         outside.write_text("canary")
         if os.geteuid() == 0:
-            os.chown(inside, uid_for(str(inside)), uid_for(str(inside)))
+            own_folder(inside)
             os.chmod(folder, 0o755)
             os.chmod(outside, 0o644)  # readable by anyone: only the jail's own confinement can refuse it
         try:

@@ -18,6 +18,7 @@ exactly the same values.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -132,6 +133,13 @@ class Supply:
     sets: list[Arrays] = field(default_factory=list)
 
 
+@functools.cache
+def _drawing() -> str:
+    """The identity of how inputs are drawn (inputs.py's own text): a change to it makes every cached reference
+    a stranger, even when nobody remembered to change WORKER_VERSION."""
+    return hashlib.sha256(Path(__file__).with_name("inputs.py").read_bytes()).hexdigest()[:16]
+
+
 class Pool:
     """The worker's sets for the run. `reference_s` and `draw_s` count the time spent making them since the
     last `take_times`, so that a reply can say what the run, not the candidate, paid for."""
@@ -180,7 +188,8 @@ class Pool:
     def _path(self, key: tuple[str, str, int]) -> Path | None:
         if self.cache_dir is None:
             return None
-        digest = hashlib.sha256(json.dumps([WORKER_VERSION, np.__version__, *key]).encode()).hexdigest()[:40]
+        digest = hashlib.sha256(json.dumps([WORKER_VERSION, _drawing(), np.__version__, *key]).encode()
+                                ).hexdigest()[:40]
         return self.cache_dir / f"{digest}.npz"
 
     def _load(self, key: tuple[str, str, int], layout: Layout) -> Arrays | None:

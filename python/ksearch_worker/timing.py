@@ -197,6 +197,18 @@ def measure(entries: Sequence[Batches | Sequence[Callable[[], object]]], cfg: Ti
         verdict: dict[str, Any] | None = None
         rounds = 0
         sampled = 0.0
+
+        def call(e: int) -> float:
+            """Entry `e`'s next batch of calls (hooks around it); the seconds the batch itself took."""
+            b, n, c = batches[e], reps[e], cursors[e]
+            b.before(c, n)
+            t0 = time.perf_counter()
+            b.run(c, n)
+            dt = time.perf_counter() - t0
+            b.after(c, n)
+            cursors[e] = c + n
+            return dt
+
         while True:
             elapsed = time.perf_counter() - start
             enough = rounds >= max(cfg.max_samples, 1) or (
@@ -213,26 +225,17 @@ def measure(entries: Sequence[Batches | Sequence[Callable[[], object]]], cfg: Ti
                     break
             shuffle.shuffle(order)
             for e in order:
-                b, n, c = batches[e], reps[e], cursors[e]
-                b.before(c, n)
-                t0 = time.perf_counter()
-                b.run(c, n)
-                dt = time.perf_counter() - t0
+                dt = call(e)
                 sampled += dt
-                samples[e].append(max(dt - b.overhead_s, 1e-12) / n)
-                b.after(c, n)
-                cursors[e] = c + n
+                samples[e].append(max(dt - batches[e].overhead_s, 1e-12) / reps[e])
             rounds += 1
         if must_reach is not None:
             # A loaded machine stopped sampling before the last checked call: make the calls still ahead,
             # untimed but indistinguishable from timed ones, so every checked call is compared however slow
             # the machine (they are few: the calls the budget was expected to allow).
-            for e, b in enumerate(batches):
+            for e in range(len(batches)):
                 while cursors[e] <= must_reach:
-                    b.before(cursors[e], reps[e])
-                    b.run(cursors[e], reps[e])
-                    b.after(cursors[e], reps[e])
-                    cursors[e] += reps[e]
+                    call(e)
     finally:
         if gc_was_enabled:
             gc.enable()
@@ -255,6 +258,4 @@ def chain_length(one_s: float) -> int:
     """Dependent calls per evaluation for a call whose evaluation alone takes `one_s` (fixed cost included,
     so short calls are given fewer than they could take: never more than needed). Chained calls cannot
     overlap, so candidate and baselines need not share a count."""
-    if one_s >= CHAIN_EVAL_S:
-        return 1
     return max(1, min(MAX_CALLS_PER_EVAL, math.ceil(CHAIN_EVAL_S / max(one_s, 1e-9))))

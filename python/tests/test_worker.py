@@ -139,6 +139,7 @@ def test_timing_is_sane_and_baseline_timed(worker: Worker, add_dir: Path) -> Non
     # The baselines are timed once per run (by `prepare`): the next candidate gets them from the cache.
     again = worker.run(add_run(key, timing=timing, baselines=["numpy"]))
     assert again["baselines"]["numpy"]["cached"] is True and worker.last_prepare["baselines_timed_now"] is False
+    assert worker.last_prepare["baselines"]["numpy"]["cached"] is True
     split = again["split"]
     assert split["total_s"] >= split["kernel_s"] > 0 and split["overhead_s"] >= 0
 

@@ -39,11 +39,12 @@ pub struct Diag {
     pub previous: Option<(String, usize)>,
 }
 
-/// What a compile found: errors, and the bytes of every threadgroup variable probed (file, line, bytes).
+/// What a compile found: errors, and the bytes of every threadgroup variable probed (file, line, bytes,
+/// instantiation: a template kernel's declarations are reported once per instantiation, each counted apart).
 #[derive(Debug, Default)]
 pub struct Outcome {
     pub errors: Vec<Diag>,
-    pub threadgroup: Vec<(String, usize, u64)>,
+    pub threadgroup: Vec<(String, usize, u64, usize)>,
 }
 
 /// The compiler: `KSEARCH_CXX`, else `CXX`, else the first of `c++`, `g++`, `clang++` that runs.
@@ -171,7 +172,27 @@ fn parse(text: &str, user_files: &[&str], dir: &Path) -> Outcome {
     let mut out = Outcome::default();
     let mut last_user: Option<(String, usize)> = None;
     let dir = dir.to_string_lossy().to_string();
+    // Which function or instantiation the probes belong to: g++ names it before its errors ("In
+    // instantiation of", "In function"), clang after them (a note "in instantiation of ... requested here").
+    let mut instance = 0usize;
+    let mut unnamed_from = 0usize;
     for l in text.lines() {
+        if [
+            ": In instantiation of ",
+            ": In function ",
+            ": In member function ",
+        ]
+        .iter()
+        .any(|c| l.contains(c))
+        {
+            instance += 1; // g++ names each function or instantiation once, before its errors
+        } else if l.contains("note: in instantiation of") {
+            instance += 1;
+            for p in &mut out.threadgroup[unnamed_from..] {
+                p.3 = instance;
+            }
+            unnamed_from = out.threadgroup.len();
+        }
         let Some((file, line, rest)) = location(l) else {
             continue;
         };
@@ -183,9 +204,9 @@ fn parse(text: &str, user_files: &[&str], dir: &Path) -> Outcome {
             let msg = metal_names(&msg.trim().replace(&dir, "").replace("metal::", ""));
             if let Some(p) = probe(&msg) {
                 if user {
-                    out.threadgroup.push((file.to_string(), p.0, p.1));
+                    out.threadgroup.push((file.to_string(), p.0, p.1, instance));
                 } else if let Some((f, _)) = &last_user {
-                    out.threadgroup.push((f.clone(), p.0, p.1));
+                    out.threadgroup.push((f.clone(), p.0, p.1, instance));
                 }
                 continue;
             }

@@ -345,9 +345,7 @@ pub fn check_body_with(
         return Ok(finish(out));
     }
     // Compile, with a size probe after every threadgroup declaration of the body.
-    let body_decls = rules::threadgroup_decls(&toks);
-    let per_line = declarators_per_line(&toks, &body_decls);
-    let probed = with_probes(body, &body_decls);
+    let probed = with_probes(body, &rules::threadgroup_decls(&toks));
     let mut files = vec![body_file];
     if let Some((h, _)) = header {
         files.push(h);
@@ -398,7 +396,7 @@ pub fn check_body_with(
             message,
         ));
     }
-    threadgroup_total(body_file, &outcome.threadgroup, &per_line, &targs, &mut out);
+    threadgroup_total(body_file, &outcome.threadgroup, &targs, &mut out);
     Ok(finish(out))
 }
 
@@ -457,44 +455,30 @@ fn with_probes(src: &str, decls: &[(usize, String, usize)]) -> String {
     chars.into_iter().collect()
 }
 
-/// How many threadgroup declarators end on each line (the line of their `;`, where their probe reports).
-fn declarators_per_line(
-    toks: &[lex::Tok],
-    decls: &[(usize, String, usize)],
-) -> BTreeMap<usize, usize> {
-    let mut m = BTreeMap::new();
-    for (semi, _, _) in decls {
-        if let Some(t) = toks.get(*semi) {
-            *m.entry(t.line).or_default() += 1;
-        }
-    }
-    m
-}
-
-/// M020: a kernel's threadgroup bytes over Metal's limit. A template kernel instantiated several times
-/// reports each declaration once per instantiation: per line, only as many probes count as declarators end
-/// there (the largest ones: the worst instantiation), never their sum over instantiations.
+/// M020: a kernel's threadgroup bytes over Metal's limit, for its largest instantiation (a template kernel's
+/// declarations are probed once per instantiation; each instantiation is a kernel of its own).
 fn threadgroup_total(
     file: &str,
-    probes: &[(String, usize, u64)],
-    per_line: &BTreeMap<usize, usize>,
+    probes: &[(String, usize, u64, usize)],
     targs: &[String],
     out: &mut Vec<Finding>,
 ) {
-    let mut seen: BTreeMap<usize, Vec<u64>> = BTreeMap::new();
-    for (f, line, bytes) in probes {
+    let mut instances: BTreeMap<usize, BTreeMap<usize, u64>> = BTreeMap::new();
+    for (f, line, bytes, instance) in probes {
         if f == file {
-            seen.entry(*line).or_default().push(*bytes);
+            *instances
+                .entry(*instance)
+                .or_default()
+                .entry(*line)
+                .or_default() += bytes;
         }
     }
-    let by_line: BTreeMap<usize, u64> = seen
-        .into_iter()
-        .map(|(line, mut sizes)| {
-            sizes.sort_unstable_by(|a, b| b.cmp(a));
-            let n = per_line.get(&line).copied().unwrap_or(sizes.len()).max(1);
-            (line, sizes.iter().take(n).sum())
-        })
-        .collect();
+    let Some(by_line) = instances
+        .into_values()
+        .max_by_key(|lines| lines.values().sum::<u64>())
+    else {
+        return;
+    };
     let total: u64 = by_line.values().sum();
     if total > MAX_THREADGROUP_BYTES {
         let first = by_line.keys().next().copied().unwrap_or(1);
@@ -661,7 +645,6 @@ pub fn check_source(src: &str, file: &str) -> Result<Vec<Finding>, CheckError> {
             ));
         }
     }
-    let per_line = declarators_per_line(&toks, &decls);
     let probed = with_probes(src, &decls);
     let includes_metal = directives
         .iter()
@@ -687,13 +670,13 @@ pub fn check_source(src: &str, file: &str) -> Result<Vec<Finding>, CheckError> {
         out.push(rules::finding("M001", Severity::Error, &f, line, message));
     }
     for (_, first, last) in &kernel_lines {
-        let probes: Vec<(String, usize, u64)> = outcome
+        let probes: Vec<(String, usize, u64, usize)> = outcome
             .threadgroup
             .iter()
-            .filter(|(_, l, _)| l >= first && l <= last)
+            .filter(|(_, l, _, _)| l >= first && l <= last)
             .cloned()
             .collect();
-        threadgroup_total(file, &probes, &per_line, &[], &mut out);
+        threadgroup_total(file, &probes, &[], &mut out);
     }
     Ok(finish(out))
 }

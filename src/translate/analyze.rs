@@ -28,6 +28,7 @@ pub enum ParamRole {
     Output,
     /// Read and written: MLX outputs never alias inputs, so it becomes an input and an output.
     InOut,
+    /// An integer scalar (a plan scalar, int32). A floating-point scalar is an `Input` of one element.
     Scalar,
 }
 
@@ -507,6 +508,8 @@ pub(crate) fn lvalue_base(
             lvalue_base(n.child_by_field_name("argument")?, src, aliases)
         }
         "pointer_expression" => lvalue_base(n.child_by_field_name("argument")?, src, aliases),
+        // `*dst++ = v` stores through `dst`
+        "update_expression" => lvalue_base(n.child_by_field_name("argument")?, src, aliases),
         "binary_expression" => lvalue_base(n.child_by_field_name("left")?, src, aliases)
             .or_else(|| lvalue_base(n.child_by_field_name("right")?, src, aliases)),
         "cast_expression" => lvalue_base(n.child_by_field_name("value")?, src, aliases),
@@ -537,6 +540,12 @@ pub(crate) fn is_atomic(name: &str) -> bool {
     name.starts_with("atomic")
         && name.len() > 6
         && name[6..].starts_with(|c: char| c.is_uppercase())
+}
+
+/// A scalar parameter's type is a floating-point one (`float`, `half`, `double`, or a template type).
+fn is_float_scalar(elem_type: &str, template_types: &[String]) -> bool {
+    let t = elem_type.trim_start_matches("const ").trim();
+    super::dtype_of(t).is_some_and(|d| d.is_float()) || template_types.iter().any(|x| x == t)
 }
 
 /// Whether an assignment or update target is a pointer itself (a parameter or an alias of one), not what it
@@ -658,7 +667,8 @@ fn analyze_kernel(
         .filter(|p| p.kind() == "parameter_declaration")
         .filter_map(|p| param_info(p, src))
         .map(|(name, elem_type, pointer, is_const)| Param {
-            role: if pointer {
+            // A floating-point scalar cannot be a plan scalar (int32): it is an input of one element.
+            role: if pointer || is_float_scalar(&elem_type, &template_types) {
                 ParamRole::Input
             } else {
                 ParamRole::Scalar
@@ -985,15 +995,15 @@ fn analyze_kernel(
         };
     }
     for p in params.iter_mut().filter(|p| p.role == ParamRole::InOut) {
-        // Moving the pointer would move the input half only.
-        let mut wrote = reseated.contains(&p.name);
+        // Moving the pointer would move the input half only; a read, or an update (`x_out[i] = x[i] + v`),
+        // after the thread's own write would see the old value.
+        let mut wrote = false;
+        let mut stale = false;
         for (_, a) in events.iter().filter(|(n, _)| n == &p.name) {
-            match a {
-                Access::Read if wrote => p.read_after_write = true,
-                Access::Write | Access::Update => wrote = true,
-                Access::Read => {}
-            }
+            stale |= wrote && matches!(a, Access::Read | Access::Update);
+            wrote |= matches!(a, Access::Write | Access::Update);
         }
+        p.read_after_write = reseated.contains(&p.name) || stale;
     }
     for s in shared.iter_mut() {
         s.atomic = atomic_targets.contains(&s.name);
@@ -1403,14 +1413,21 @@ fn access_events(
     };
     match n.kind() {
         "assignment_expression" => {
-            if let Some(r) = n.child_by_field_name("right") {
-                rec(r, out);
-            }
             let Some(l) = n.child_by_field_name("left") else {
                 return;
             };
             if reseats_pointer(l, src, pointers, aliases) {
-                return; // the pointer moves; no data is read or written
+                // The pointer moves (`C = C + off`): its own name on the right is no read of its data.
+                let moved = base_of(l);
+                let mut right = Vec::new();
+                if let Some(r) = n.child_by_field_name("right") {
+                    rec(r, &mut right);
+                }
+                out.extend(right.into_iter().filter(|(b, _)| Some(b) != moved.as_ref()));
+                return;
+            }
+            if let Some(r) = n.child_by_field_name("right") {
+                rec(r, out);
             }
             match base_of(l) {
                 Some(b) => {

@@ -891,8 +891,17 @@ fn ceil_to(extent: &str, tg: &str) -> String {
 }
 
 pub fn translate(src: &str, stem: &str, target: Target) -> Translation {
-    let tree = analyze::parse(src);
-    let mut analysis = analyze::analyze_tree(&tree, src);
+    translate_tree(&analyze::parse(src), src, stem, target)
+}
+
+/// `translate` of a source already parsed.
+pub(crate) fn translate_tree(
+    tree: &tree_sitter::Tree,
+    src: &str,
+    stem: &str,
+    target: Target,
+) -> Translation {
+    let mut analysis = analyze::analyze_tree(tree, src);
     for k in analysis.kernels.iter_mut() {
         k.brief = analyze::brief(k, target);
     }
@@ -1142,6 +1151,25 @@ pub fn translate(src: &str, stem: &str, target: Target) -> Translation {
         let kd = |code: &str, line: usize, detail: String| {
             diag(target, code, line, Some(&k.name), detail)
         };
+        let outputs: Vec<String> = k
+            .params
+            .iter()
+            .filter_map(|p| match p.role {
+                ParamRole::Output => Some(p.name.clone()),
+                ParamRole::InOut => Some(format!("{}_out", p.name)),
+                _ => None,
+            })
+            .collect();
+        // Roles first: a const parameter written (through a cast) may be why there is no output.
+        for p in k.params.iter().filter(|p| p.const_written) {
+            diags.push(kd("T028", k.line, format!("`{}`", p.name)));
+        }
+        if outputs.is_empty() {
+            // Left out of the plan (an error says why) before anything of it is rendered; the file's other
+            // kernels are written.
+            diags.push(kd("T003", k.line, format!("kernel `{}`", k.name)));
+            continue;
+        }
         let Some(def) = root.descendant_for_byte_range(k.def_range.0, k.def_range.1) else {
             continue;
         };
@@ -1206,9 +1234,9 @@ pub fn translate(src: &str, stem: &str, target: Target) -> Translation {
         // gives); any other scalar that is not an integer cannot be passed at all.
         let mut prologue = String::new();
         for p in k.params.iter().filter(|p| !p.pointer) {
-            match scalar_kind(p, k) {
-                ScalarKind::Int => {}
-                ScalarKind::Float => diags.push(kd(
+            let int = super::dtype_of(&p.elem_type).is_some_and(|d| !d.is_float());
+            match p.role {
+                ParamRole::Input => diags.push(kd(
                     "T030",
                     k.line,
                     format!(
@@ -1216,7 +1244,8 @@ pub fn translate(src: &str, stem: &str, target: Target) -> Translation {
                         p.elem_type, p.name
                     ),
                 )),
-                ScalarKind::Other => {
+                _ if int => {}
+                _ => {
                     diags.push(kd("T018", k.line, format!("`{} {}`", p.elem_type, p.name)));
                     prologue.push_str(&format!(
                         "// TODO(T018): `{} {}` arrives as an int32 scalar in MLX plans; see docs/translate.md\n",
@@ -1235,9 +1264,6 @@ pub fn translate(src: &str, stem: &str, target: Target) -> Translation {
             .filter(|p| p.pointer && !p.is_const && p.role == ParamRole::Input)
         {
             diags.push(kd("T014", k.line, format!("`{}`", p.name)));
-        }
-        for p in k.params.iter().filter(|p| p.const_written) {
-            diags.push(kd("T028", k.line, format!("`{}`", p.name)));
         }
         for p in k.params.iter().filter(|p| p.read_after_write) {
             diags.push(kd("T029", k.line, format!("`{}`", p.name)));
@@ -1301,37 +1327,16 @@ pub fn translate(src: &str, stem: &str, target: Target) -> Translation {
         files.insert(source.clone(), rendered);
 
         // The launch.
-        let outputs: Vec<String> = k
-            .params
-            .iter()
-            .filter_map(|p| match p.role {
-                ParamRole::Output => Some(p.name.clone()),
-                ParamRole::InOut => Some(format!("{}_out", p.name)),
-                _ => None,
-            })
-            .collect();
-        if outputs.is_empty() {
-            // This kernel is left out of the plan (an error says why); the file's other kernels are written.
-            diags.push(kd("T003", k.line, format!("kernel `{}`", k.name)));
-            files.remove(&source);
-            continue;
-        }
         let inputs: Vec<String> = k
             .params
             .iter()
-            .filter(|p| {
-                if p.pointer {
-                    matches!(p.role, ParamRole::Input | ParamRole::InOut)
-                } else {
-                    scalar_kind(p, k) == ScalarKind::Float
-                }
-            })
+            .filter(|p| matches!(p.role, ParamRole::Input | ParamRole::InOut))
             .map(|p| p.name.clone())
             .collect();
         let scalars: Vec<String> = k
             .params
             .iter()
-            .filter(|p| !p.pointer && scalar_kind(p, k) != ScalarKind::Float)
+            .filter(|p| p.role == ParamRole::Scalar)
             .map(|p| p.name.clone())
             .collect();
         let atomic = k
@@ -1378,11 +1383,9 @@ pub fn translate(src: &str, stem: &str, target: Target) -> Translation {
         }
         let mut type_args = BTreeMap::new();
         for t in &k.template_types {
-            if let Some(p) = k
-                .params
-                .iter()
-                .find(|p| p.pointer && p.elem_type.trim_start_matches("const ").trim() == t)
-            {
+            if let Some(p) = k.params.iter().find(|p| {
+                p.role != ParamRole::Scalar && p.elem_type.trim_start_matches("const ").trim() == t
+            }) {
                 type_args.insert(t.clone(), p.name.clone());
             }
         }
@@ -1519,7 +1522,7 @@ fn rewriter<'a>(src: &'a str, target: Target, k: Option<&'a KernelAnalysis>, nam
         for p in &k.params {
             if p.pointer {
                 rw.pointers.insert(p.name.clone());
-            } else if scalar_kind(p, k) == ScalarKind::Float {
+            } else if p.role == ParamRole::Input {
                 rw.tensor_scalars.insert(p.name.clone());
             } else {
                 rw.int_scalars.insert(p.name.clone());
@@ -1591,7 +1594,11 @@ fn launch_shape(
     } else {
         ["256".into(), "1".into(), "1".into()]
     };
-    let first_scalar = k.params.iter().find(|p| !p.pointer).map(|p| p.name.clone());
+    let first_scalar = k
+        .params
+        .iter()
+        .find(|p| p.role == ParamRole::Scalar)
+        .map(|p| p.name.clone());
     let mut grid = ["1".to_string(), "1".to_string(), "1".to_string()];
     for ax in 0..3 {
         if !k.axes.contains(&ax) && ax > 0 {
@@ -1855,46 +1862,4 @@ fn metal_macro(t: &str) -> String {
         out = out.replace(from, to);
     }
     out
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum ScalarKind {
-    /// Passed as a plan scalar (int32).
-    Int,
-    /// Passed as a one-element input tensor of the task's dtype.
-    Float,
-    /// A struct, a handle: nothing in a plan can carry it.
-    Other,
-}
-
-/// How a scalar (non-pointer) parameter reaches an MLX kernel.
-fn scalar_kind(p: &super::analyze::Param, k: &KernelAnalysis) -> ScalarKind {
-    let t = p.elem_type.trim_start_matches("const ").trim();
-    let int_like = matches!(
-        t,
-        "int"
-            | "unsigned"
-            | "unsigned int"
-            | "uint"
-            | "int32_t"
-            | "uint32_t"
-            | "size_t"
-            | "long"
-            | "int64_t"
-            | "uint64_t"
-            | "long long"
-            | "short"
-            | "bool"
-    );
-    let float_like = matches!(
-        t,
-        "float" | "double" | "half" | "__half" | "__nv_bfloat16" | "nv_bfloat16" | "bfloat16"
-    ) || k.template_types.iter().any(|x| x == t);
-    if int_like {
-        ScalarKind::Int
-    } else if float_like {
-        ScalarKind::Float
-    } else {
-        ScalarKind::Other
-    }
 }

@@ -60,8 +60,36 @@ pub fn read_source(file: &Path) -> std::io::Result<String> {
     })
 }
 
+/// Parses `src` and hands the tree to `work`, both on a thread whose stack fits MAX_NESTING levels of the
+/// analysis's recursion (whatever thread calls: test threads get 2 MiB); Err((depth, line)) for deeper code.
+pub(crate) fn with_tree<T: Send>(
+    src: &str,
+    work: impl FnOnce(&tree_sitter::Tree) -> T + Send,
+) -> Result<T, (usize, usize)> {
+    std::thread::scope(|s| {
+        std::thread::Builder::new()
+            .stack_size(TRANSLATE_STACK)
+            .spawn_scoped(s, || {
+                let tree = analyze::parse(src);
+                let (depth, line) = deepest(&tree);
+                if depth > MAX_NESTING {
+                    return Err((depth, line));
+                }
+                Ok(work(&tree))
+            })
+            .expect("a thread for the translation")
+            .join()
+    })
+    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+}
+
+/// How deep `src` nests (its syntax tree's depth) and the line of its deepest node.
+pub fn nesting(src: &str) -> (usize, usize) {
+    deepest(&analyze::parse(src))
+}
+
 /// The deepest node of `tree` (its depth and 1-based line), walked without recursion.
-pub fn deepest(tree: &tree_sitter::Tree) -> (usize, usize) {
+fn deepest(tree: &tree_sitter::Tree) -> (usize, usize) {
     let mut cursor = tree.walk();
     let (mut depth, mut best, mut line) = (0usize, 0usize, 1usize);
     loop {
@@ -227,28 +255,17 @@ pub fn translate_file(file: &Path, target: Target) -> Result<Translation, Transl
         file: file.to_path_buf(),
         err,
     })?;
-    let (depth, line) = deepest(&analyze::parse(&src));
-    if depth > MAX_NESTING {
-        return Err(TranslateError::TooDeep {
-            file: file.to_path_buf(),
-            line,
-            depth,
-        });
-    }
     let stem = file
         .file_stem()
         .map(|s| s.to_string_lossy().to_string())
         .unwrap_or_else(|| "kernel".into());
-    // The analysis and the rewriting recurse once per nesting level: on a stack of their own, sized for
-    // MAX_NESTING, whatever thread calls (test threads get 2 MiB).
-    let t = std::thread::scope(|s| {
-        std::thread::Builder::new()
-            .stack_size(TRANSLATE_STACK)
-            .spawn_scoped(s, || translate(&src, &stem, target))
-            .expect("a thread for the translation")
-            .join()
-    })
-    .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+    let t = with_tree(&src, |tree| emit::translate_tree(tree, &src, &stem, target)).map_err(
+        |(depth, line)| TranslateError::TooDeep {
+            file: file.to_path_buf(),
+            line,
+            depth,
+        },
+    )?;
     if t.analysis.kernels.is_empty() {
         return Err(TranslateError::NoKernel {
             file: file.to_path_buf(),
@@ -265,7 +282,9 @@ pub fn translate_file(file: &Path, target: Target) -> Result<Translation, Transl
 
 /// The brief of every kernel in `src`, for the LLM's context (empty when the file has no kernel).
 pub fn brief_for_prompt(src: &str, target: Target) -> String {
-    let a = analyze(src);
+    let Ok(a) = with_tree(src, |tree| analyze::analyze_tree(tree, src)) else {
+        return format!("(the CUDA source nests deeper than {MAX_NESTING} levels: not analysed)\n");
+    };
     let mut out = String::new();
     for k in &a.kernels {
         out.push_str(&analyze::brief(k, target));
@@ -312,10 +331,12 @@ pub fn dtype_of(elem: &str) -> Option<crate::dtype::Dtype> {
         "double" => Dtype::Float64,
         "int" | "int32_t" => Dtype::Int32,
         "unsigned" | "unsigned int" | "uint" | "uint32_t" => Dtype::Uint32,
-        "long" | "long long" | "int64_t" => Dtype::Int64,
+        // No unsigned 64-bit dtype: sizes and counts, as plan scalars (int32) or int64 tensors.
+        "long" | "long long" | "int64_t" | "size_t" | "uint64_t" | "unsigned long"
+        | "unsigned long long" => Dtype::Int64,
         "char" | "int8_t" | "signed char" => Dtype::Int8,
         "unsigned char" | "uint8_t" => Dtype::Uint8,
-        "short" | "int16_t" => Dtype::Int16,
+        "short" | "int16_t" | "unsigned short" | "uint16_t" => Dtype::Int16,
         "bool" => Dtype::Bool,
         _ => return None,
     })
@@ -327,7 +348,7 @@ impl Translation {
     pub fn tensor_dtypes(&self) -> BTreeMap<String, crate::dtype::Dtype> {
         let mut out = BTreeMap::new();
         for k in &self.analysis.kernels {
-            for p in k.params.iter().filter(|p| p.pointer) {
+            for p in k.params.iter().filter(|p| p.role != ParamRole::Scalar) {
                 let d = dtype_of(&p.elem_type).unwrap_or(crate::dtype::Dtype::Float32);
                 out.insert(p.name.clone(), d);
                 if p.role == ParamRole::InOut {
@@ -349,7 +370,7 @@ pub fn task_brief(task: &crate::task::Task, target: Target) -> String {
         return String::new();
     }
     let path = task.dir.join(rel);
-    let briefs = match std::fs::read_to_string(&path) {
+    let briefs = match read_source(&path) {
         Ok(src) => brief_for_prompt(&src, target),
         Err(e) => return format!("(the task's CUDA kernel {rel} could not be read: {e})\n"),
     };
@@ -362,12 +383,12 @@ pub fn task_brief(task: &crate::task::Task, target: Target) -> String {
     )
 }
 
-/// Runs the Metal checker (`ksearch check`) on every launch of a translated `mlx-metal` candidate, with the
-/// dtypes the CUDA parameters imply (a checker run without a task would take every tensor as float32).
 /// Launches of one file whose Metal the checker also compiles (a compiler process each, about 50 ms); the
 /// rest get its rules only, and a T031 note says so. A file of 35,000 kernels would otherwise take half an hour.
 pub const COMPILE_CHECKED: usize = 256;
 
+/// Runs the Metal checker (`ksearch check`) on every launch of a translated `mlx-metal` candidate, with the
+/// dtypes the CUDA parameters imply (a checker run without a task would take every tensor as float32).
 pub fn check_metal(
     t: &Translation,
 ) -> Result<Vec<crate::check::Finding>, crate::check::CheckError> {
@@ -438,9 +459,11 @@ pub fn translate_and_check(file: &Path, target: Target) -> Result<Translation, T
                 t.diagnostics.push(d);
             }
         }
-        Err(e) => t
-            .diagnostics
-            .push(diag(target, "T006", 0, None, e.to_string())),
+        Err(e) => {
+            t.diagnostics
+                .push(diag(target, "T006", 0, None, e.to_string()));
+            return Ok(t);
+        }
     }
     let launches = t.candidate.as_ref().map_or(0, |c| c.plan.launch.len());
     if launches > COMPILE_CHECKED {

@@ -17,6 +17,15 @@ __global__ void twice_in_place(float* x, int n) {
     }
 }
 
+// Updated after its own write: `x_out[i] = x[i] + 1` would add to the old value.
+__global__ void update_after_write(float* x, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        x[i] = x[i] * 2.0f;
+        x[i] += 1.0f;
+    }
+}
+
 // A float scalar: plan scalars are int32.
 __global__ void axpy(float alpha, const float* x, float* y, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;

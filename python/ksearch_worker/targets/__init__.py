@@ -22,6 +22,9 @@ if TYPE_CHECKING:
     from ..timing import Measurement, TimingConfig
 
 TARGETS = ("cpu", "mlx-metal", "mlx-cuda")
+# Timed input sets the recheck after timing writes fresh inputs into (few: large GPU outputs take long to
+# compare), on every target.
+RECHECK_SETS = 2
 
 Launch = Mapping[str, Any]  # one resolved `launches` entry of a run request
 Arrays = dict[str, np.ndarray]

@@ -35,7 +35,7 @@ from ..arrays import Bank, fill_poison, poison_mask
 from ..check import modified
 from ..errors import WorkerError
 from ..timing import Batches, Measurement, TimingConfig, calls_as_batches, measure
-from . import CandidateFailure, CheckRun, TimedPlan, TimedRunWrong, Verify
+from . import RECHECK_SETS, CandidateFailure, CheckRun, TimedPlan, TimedRunWrong, Verify
 
 FLAGS = ("-O3", "-march=native", "-std=gnu11", "-fPIC", "-shared")
 LOG_LIMIT = 64 << 10  # the first errors are the useful ones; a runaway log is cut
@@ -45,7 +45,6 @@ PR_SET_DUMPABLE = 4
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 # A timed request lasts at least this many trusted round trips, so the round trip's own noise vanishes.
 RTT_FACTOR = 25
-RECHECK_SETS = 2  # timed input sets the recheck after timing writes fresh inputs into
 # What a candidate may leave in its folder (the jail also caps each file at 64 MiB).
 FOLDER_LIMIT = 64 << 20
 
@@ -112,18 +111,6 @@ def _jail_env() -> dict[str, str]:
 
 def _jail_config(folder: str, read: Sequence[str] = ()) -> str:
     return json.dumps({"dir": folder, "read": list(read)}, separators=(",", ":"))
-
-
-def _own_folder(folder: Path) -> None:
-    """As root, hand the candidate's folder to the unprivileged user its compiler and host run as (they
-    write the library and scratch files there, and nowhere else), and to no one else."""
-    if os.geteuid() == 0:
-        try:
-            uid = jail.uid_for(str(folder))
-            os.chown(folder, uid, uid)
-            os.chmod(folder, 0o700)
-        except OSError:
-            pass
 
 
 class KernelHost:
@@ -390,8 +377,8 @@ class CpuSession:
         return Batches(run, len(plan.sets), before, after, overhead_s=rtt, min_sample_s=RTT_FACTOR * rtt)
 
     def recheck(self, inputs: Mapping[str, np.ndarray]) -> list[CheckRun]:
-        """Fresh inputs written into some of the input slots timing used (the first, the last, and checked
-        ones), each run once with poisoned outputs: a cache keyed by any of those addresses is stale there."""
+        """Fresh inputs written into some of the input slots timing used (the last, and checked ones), each
+        run once with poisoned outputs: a cache keyed by any of those addresses is stale there."""
         bank, plan = self.timed_bank, self.timed_plan
         if bank is None or plan is None:
             return []
@@ -537,7 +524,7 @@ class CpuTarget:
             if not name or "/" in name or "\\" in name or name in (".", ".."):
                 raise WorkerError("bad_request", f"compile: {name!r} is not a file name in the candidate's folder")
         folder = Path(dir).resolve()
-        _own_folder(folder)
+        jail.own_folder(folder)
         # Every file as ./NAME, so a name can be neither an option (-x) nor a response file (@x).
         command = [*self.compiler, *FLAGS, *(["-include", f"./{include}"] if include else []),
                    *[f"./{s}" for s in sources], "-o", f"./{key}.so", "-lm"]
@@ -581,7 +568,7 @@ class CpuTarget:
         if self._rtt is None:
             folder = Path(os.environ.get("TMPDIR") or "/tmp") / f"ksearch-bare-{os.getpid()}"
             folder.mkdir(exist_ok=True)
-            _own_folder(folder)
+            jail.own_folder(folder)
             host = KernelHost(str(folder))
             try:
                 trips = []

@@ -22,7 +22,7 @@ import numpy as np
 from .. import cluster, header_file
 from ..errors import WorkerError
 from ..timing import Batches, Measurement, TimingConfig, chain_length, measure, paired_verdict, stats
-from . import CandidateFailure, CheckRun, TimedRunWrong
+from . import RECHECK_SETS, CandidateFailure, CheckRun, TimedRunWrong
 
 # MLX is imported lazily: a worker for another target must not need it.
 mx: Any = None
@@ -876,8 +876,6 @@ def _failure(exc: Exception, session: Any) -> CandidateFailure:
         return CandidateFailure("compile_error", text)
     return CandidateFailure("error", text)
 
-
-RECHECK_SETS = 2  # timed input sets the recheck writes fresh inputs into (large GPU outputs take long to compare)
 
 
 def _host(m: Any, a: Any, dtype: str) -> np.ndarray:
