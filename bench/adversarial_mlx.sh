@@ -13,7 +13,9 @@ rows="$out/adversarial.jsonl"
 : > "$rows"
 canary=/tmp/ksearch-adversarial-canary.txt
 echo "KSEARCH-CANARY-5f1d0c" > "$canary" && chmod 600 "$canary"
-flags=(--target mlx-cuda --timeout 5 --checks 2 --timing-budget 0.5)
+# The deadline covers an honest kernel's whole workload (checks, the chain's timing, the sampled checks):
+# the control took 5.0 s on softmax 1x50000 at 4.5 ms a call, so 5 s timed honest kernels out.
+flags=(--target mlx-cuda --timeout 20 --checks 2 --timing-budget 0.5)
 # Candidates evaluated as they are (neither refused plans nor tune runs) go through one `ksearch eval` per task,
 # as the candidates of one search meet one run: its own work (references, baselines) is done once, and a
 # candidate that remembers something across candidates meets the others.
@@ -106,6 +108,11 @@ ws = result["workloads"]
 if want == "passed":
     bad = [w for w in ws if w["status"] != "passed"]
     ok, where = not bad, (bad[0] if bad else ws[0])
+    if bad and expect.get("may_be_rejected"):
+        # A timing cheat the checks caught outright (its reuse showed as a wrong output): rejected, as good
+        # as timed no faster than its twin.
+        ok = all(w["status"] in ("passed", "wrong") for w in ws)
+        expect = {**expect, "twin": ""} if ok else expect
 else:
     named = [w for w in ws if w["workload"] == expect.get("workload")]
     failed = [w for w in ws if w["status"] != "passed"]

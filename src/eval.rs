@@ -4,7 +4,7 @@
 //! The worker does the measuring; this module decides what to ask, with which seeds and deadlines, and
 //! turns every outcome (a wrong answer, a compiler error, a hang, a crash) into a recorded fate.
 
-use crate::candidate::Candidate;
+use crate::candidate::{Candidate, ResolvedPlan};
 use crate::protocol::{
     BuildRef, InputSeeds, PoolSeeds, PrepareReply, PrepareRequest, RunReply, RunRequest,
 };
@@ -190,9 +190,15 @@ pub struct Evaluator {
     secret: u64,
     fingerprint: String,
     compiled: BTreeSet<String>,
+    /// Kernel modules (build, kernel, template arguments, dtypes) MLX has compiled in this worker.
+    modules: BTreeSet<String>,
     /// Seconds the last `compile` took when it compiled (0 when the build was already there).
     last_compile_s: f64,
 }
+
+/// What one kernel module's compile may add to a GPU run's deadline (see `Evaluator::compile_allowance`):
+/// generous, since the deadline only guards against hangs.
+const MODULE_COMPILE_ALLOWANCE_S: f64 = 15.0;
 
 const HELLO_DEADLINE: Duration = Duration::from_secs(180);
 /// The run's own work for a workload (references of large workloads take minutes in float64 on a CPU) gets
@@ -246,6 +252,7 @@ impl Evaluator {
             secret,
             fingerprint,
             compiled: BTreeSet::new(),
+            modules: BTreeSet::new(),
             last_compile_s: 0.0,
         })
     }
@@ -292,15 +299,30 @@ impl Evaluator {
             retime_baselines: retime,
         };
         let body = serde_json::to_value(&body).expect("a prepare request serialises");
-        match self.worker.request("prepare", body, PREPARE_DEADLINE) {
-            Ok(Reply::Ok(v)) => serde_json::from_value(v)
-                .map_err(|e| format!("the worker's prepare result is malformed: {e}")),
-            Ok(Reply::Err { kind, message }) => Err(format!("{kind}: {message}")),
-            Err(f) => {
-                self.compiled.clear();
-                Err(f.to_string())
+        // A device an earlier candidate left faulted is found here (`device_lost`: the worker is killed on
+        // that reply); the fresh worker's prepare is the answer.
+        for _ in 0..2 {
+            match self
+                .worker
+                .request("prepare", body.clone(), PREPARE_DEADLINE)
+            {
+                Ok(Reply::Ok(v)) => {
+                    return serde_json::from_value(v)
+                        .map_err(|e| format!("the worker's prepare result is malformed: {e}"));
+                }
+                Ok(Reply::Err { kind, .. }) if kind == "device_lost" => {
+                    self.compiled.clear();
+                    self.modules.clear();
+                }
+                Ok(Reply::Err { kind, message }) => return Err(format!("{kind}: {message}")),
+                Err(f) => {
+                    self.compiled.clear();
+                    self.modules.clear();
+                    return Err(f.to_string());
+                }
             }
         }
+        Err("device_lost: a fresh worker could not run the worker's own kernels either".into())
     }
 
     /// The input sets `cand_hash` meets on `workload`. The workload's pool of reference sets is the run's
@@ -545,13 +567,15 @@ impl Evaluator {
                 );
             }
         };
-        let deadline = Duration::from_secs_f64(self.settings.timeout_s);
         // A restarted worker has forgotten its builds: compile again and retry once.
         for _ in 0..2 {
             let key = match self.compile(cand, &rw) {
                 Ok(k) => k,
                 Err(e) => return fail(result, e),
             };
+            let deadline = Duration::from_secs_f64(
+                self.settings.timeout_s + self.compile_allowance(&key, &plan, &rw),
+            );
             let incumbent_key = match &incumbent {
                 Some((_, c, _)) => match self.compile(c, &rw) {
                     Ok(k) => Some(k),
@@ -606,6 +630,7 @@ impl Evaluator {
                     return result;
                 }
                 Ok(Reply::Err { kind, .. }) if kind == "not_compiled" => {
+                    self.modules.clear();
                     self.compiled.remove(&key);
                     if let Some(k) = incumbent_key {
                         self.compiled.remove(&k);
@@ -619,6 +644,7 @@ impl Evaluator {
                 }
                 Err(f) => {
                     self.compiled.clear();
+                    self.modules.clear();
                     return fail(result, failure_status(&f));
                 }
             }
@@ -631,6 +657,36 @@ impl Evaluator {
                 Value::Null,
             ),
         )
+    }
+
+    /// Seconds a run's deadline grows by for the kernel modules it will compile. MLX compiles a kernel at
+    /// its first launch for each template instantiation and dtypes (NVRTC on CUDA, about 1.7 s each for a
+    /// small kernel on the H200, serially), inside `run`: a candidate's deadline covers its kernels
+    /// running, not that. Capped by the compile deadline; 0 on the CPU target (compiled before `run`).
+    fn compile_allowance(&mut self, key: &str, plan: &ResolvedPlan, rw: &ResolvedWorkload) -> f64 {
+        if !self.target.is_gpu() {
+            return 0.0;
+        }
+        let dtype = |n: &String| {
+            rw.dtypes
+                .get(n)
+                .copied()
+                .or_else(|| plan.buffers.iter().find(|b| &b.name == n).map(|b| b.dtype))
+                .map(|d| d.name().to_string())
+                .unwrap_or_default()
+        };
+        let new = plan
+            .launches
+            .iter()
+            .filter(|l| {
+                let dtypes: Vec<String> = l.inputs.iter().chain(&l.outputs).map(dtype).collect();
+                self.modules.insert(format!(
+                    "{key}|{}|{:?}|{:?}|{:?}|{dtypes:?}",
+                    l.kernel, l.template, l.type_args, l.cluster
+                ))
+            })
+            .count();
+        (new as f64 * MODULE_COMPILE_ALLOWANCE_S).min(self.settings.compile_timeout_s)
     }
 
     /// Whether this machine times candidates of the target (mlx-metal needs a Mac).

@@ -271,6 +271,8 @@ pub struct Split {
     #[serde(default)]
     pub baselines_s: f64,
     #[serde(default)]
+    pub warm_s: f64,
+    #[serde(default)]
     pub reference_s: f64,
     #[serde(default)]
     pub draw_s: f64,
@@ -313,6 +315,7 @@ pub const ERROR_KINDS: &[&str] = &[
     "unsupported_dtype",
     "compiler_missing",
     "backend_unavailable",
+    "device_lost",
     "internal",
 ];
 

@@ -292,7 +292,9 @@ impl Worker {
                         "the worker's reply pipe carried a line that is not the reply to request {id} (a forged or corrupted reply; the worker was killed): {head}"
                     )));
                 }
-                if v["result"]["restart_worker"].as_bool() == Some(true) {
+                if v["result"]["restart_worker"].as_bool() == Some(true)
+                    || v["error"]["kind"].as_str() == Some("device_lost")
+                {
                     // The candidate broke the worker's device context (a sticky CUDA error): this
                     // reply stands, and the next request starts a fresh worker.
                     self.kill();

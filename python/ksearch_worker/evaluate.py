@@ -376,8 +376,15 @@ def prepare(req: Mapping[str, Any], task: Task | None, target: Target, state: Ru
         result["split"] = split.report()
         return result
     try:
-        for seed in seeds:
-            state.pool.reference(task, layout, fingerprint, seed)
+        state.pool.references(task, layout, fingerprint, [int(s) for s in seeds])
+        with split.phase("warm_s"):
+            try:
+                target.warm(layout)
+            except Exception as exc:
+                # The worker's own kernels: a failure here is the device's state (an earlier candidate's
+                # fault), never the task's.
+                raise WorkerError("device_lost", f"the device cannot run the worker's own kernels: {exc}; "
+                                  "a fresh worker is started") from None
         if timing.enabled:
             state.pool.supply(task, layout, supply, SUPPLY_MAX_SETS, timing.supply_bytes)
             if names:
@@ -403,7 +410,7 @@ def _baselines(task: Task, target: Target, state: RunState, layout: Layout, dims
         return {n: {**c[1], "cached": True} for n, c in cached.items() if c is not None}, False
     # The baselines' own inputs: another supply stream, never handed to a candidate.
     seed = (supply ^ 0x5A5A5A5A5A5A5A5A) & ((1 << 63) - 1)
-    sets = state.pool.supply(task, layout, seed, 64, timing.supply_bytes)
+    sets = state.pool.supply(task, layout, seed, target.baseline_sets(layout), timing.supply_bytes)
     timed = target.time_baselines({n: task.baselines[n] for n in names}, sets, dict(dims), layout, timing)
     for n, st in timed.items():
         state.baselines[(layout.key(), n)] = (now, st)

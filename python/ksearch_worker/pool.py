@@ -22,6 +22,7 @@ import functools
 import hashlib
 import json
 import os
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -153,6 +154,7 @@ class Pool:
         self._supplies: dict[tuple[str, int], Supply] = {}
         self.reference_s = 0.0
         self.draw_s = 0.0
+        self._count = threading.Lock()
         self.computed = 0  # references computed (not found in memory or on disk), for tests and reports
 
     def take_times(self) -> dict[str, float]:
@@ -161,23 +163,48 @@ class Pool:
         return times
 
     # -- reference sets -----------------------------------------------------------------------------
+    def references(self, task: Any, layout: Layout, fingerprint: str, seeds: list[int]) -> list[ReferenceSet]:
+        """Several reference sets; those not yet made are made side by side (`prepare`: the run's own work)."""
+        missing = [int(s) for s in dict.fromkeys(seeds) if (fingerprint, layout.key(), int(s)) not in self._refs]
+        if len(missing) > 1:
+            t0 = time.perf_counter()
+            made = _parallel(lambda s: self._make(task, layout, (fingerprint, layout.key(), s)), missing,
+                             REFERENCE_THREADS)
+            wall = time.perf_counter() - t0
+            # The wall time, shared between drawing and the reference as the threads spent it.
+            drawn, computed = sum(m[2] for m in made), sum(m[3] for m in made)
+            self.draw_s += wall * drawn / max(drawn + computed, 1e-9)
+            self.reference_s += wall * computed / max(drawn + computed, 1e-9)
+            for seed, (inputs, expected, _, _) in zip(missing, made, strict=True):
+                self._keep((fingerprint, layout.key(), seed), ReferenceSet(seed, inputs, expected))
+        return [self.reference(task, layout, fingerprint, s) for s in seeds]
+
     def reference(self, task: Any, layout: Layout, fingerprint: str, seed: int) -> ReferenceSet:
         key = (fingerprint, layout.key(), int(seed))
         ref = self._refs.get(key)
         if ref is not None:
             self._refs.move_to_end(key)
             return ref
+        inputs, expected, drawn, computed = self._make(task, layout, key)
+        self.draw_s += drawn
+        self.reference_s += computed
+        return self._keep(key, ReferenceSet(int(seed), inputs, expected))
+
+    def _make(self, task: Any, layout: Layout, key: tuple[str, str, int]) -> tuple[Arrays, Arrays, float, float]:
+        """One set's inputs and reference outputs (loaded from disk when cached), and the seconds each took.
+        Touches no shared state but the disk cache, so sets can be made on several threads."""
         t0 = time.perf_counter()
-        inputs = draw(task, layout, seed)
-        self.draw_s += time.perf_counter() - t0
-        t0 = time.perf_counter()
+        inputs = draw(task, layout, key[2])
+        t1 = time.perf_counter()
         expected = self._load(key, layout)
         if expected is None:
             expected = reference_outputs(task, layout, inputs)
-            self.computed += 1
+            with self._count:
+                self.computed += 1
             self._save(key, expected)
-        self.reference_s += time.perf_counter() - t0
-        ref = ReferenceSet(int(seed), inputs, expected)
+        return inputs, expected, t1 - t0, time.perf_counter() - t1
+
+    def _keep(self, key: tuple[str, str, int], ref: ReferenceSet) -> ReferenceSet:
         self._refs[key] = ref
         total = sum(r.nbytes for r in self._refs.values())
         while total > self.memory_bytes and len(self._refs) > 1:
@@ -239,14 +266,33 @@ class Pool:
         fits = max(1, limit_bytes // max(layout.input_bytes(), 1))
         want = max(1, min(count, fits))
         t0 = time.perf_counter()
-        while len(sup.sets) < want:
-            sup.sets.append(draw(task, layout, _mix(sup.seed, len(sup.sets))))
+        if len(sup.sets) < want:
+            # Each set has a seed of its own, so drawing them side by side gives the same sets in the same
+            # order; numpy's generators and casts release the GIL on large arrays.
+            seeds = [_mix(sup.seed, i) for i in range(len(sup.sets), want)]
+            sup.sets += _parallel(lambda s: draw(task, layout, s), seeds, DRAW_THREADS)
         self.draw_s += time.perf_counter() - t0
         return sup.sets[:want]
 
     def drop_supply(self, layout: Layout, seed: int) -> None:
         """Forgets a supply whose sets a candidate may have changed (they are drawn again when needed)."""
         self._supplies.pop((layout.key(), int(seed)), None)
+
+
+# Threads drawing supply sets and computing references at once: numpy releases the GIL in its bulk work, and
+# a reference's float64 temporaries bound how many are held at once.
+DRAW_THREADS = min(8, os.cpu_count() or 1)
+REFERENCE_THREADS = min(4, os.cpu_count() or 1)
+
+
+def _parallel(fn: Any, items: list[Any], threads: int) -> list[Any]:
+    """`[fn(x) for x in items]`, on up to `threads` threads, results in order (the first error raised)."""
+    if threads <= 1 or len(items) <= 1:
+        return [fn(x) for x in items]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=min(threads, len(items))) as ex:
+        return list(ex.map(fn, items))
 
 
 def _mix(seed: int, i: int) -> int:

@@ -6,6 +6,8 @@ import json
 import os
 import math
 import platform
+import sys
+import time
 import traceback
 from collections.abc import Callable
 from typing import Any, BinaryIO
@@ -96,12 +98,53 @@ class Worker:
         handler = self.ops.get(req.get("op"))  # type: ignore[arg-type]
         if handler is None:
             return _error(rid, "bad_request", f"unknown op {req.get('op')!r}; expected one of {', '.join(self.ops)}")
+        start = time.perf_counter()
+        profile = _profiler(req.get("op"))
         try:
-            return {"id": rid, "ok": True, "result": handler(req)}
+            out = {"id": rid, "ok": True, "result": handler(req) if profile is None else profile.runcall(handler, req)}
         except WorkerError as exc:
-            return _error(rid, exc.kind, exc.message)
+            out = _error(rid, exc.kind, exc.message)
         except Exception:
-            return _error(rid, "internal", tail(traceback.format_exc()))
+            out = _error(rid, "internal", tail(traceback.format_exc()))
+        _trace(req, out, time.perf_counter() - start)
+        if profile is not None:
+            _print_profile(profile)
+        return out
+
+
+def _profiler(op: Any) -> Any:
+    """A profiler for `prepare` and `run` when KSEARCH_WORKER_PROFILE names how many functions to print (a
+    developer's view of the evaluator's own cost, on stderr)."""
+    if op not in ("prepare", "run") or not os.environ.get("KSEARCH_WORKER_PROFILE"):
+        return None
+    import cProfile
+
+    return cProfile.Profile()
+
+
+def _print_profile(profile: Any) -> None:
+    import io
+    import pstats
+
+    text = io.StringIO()
+    top = int(os.environ.get("KSEARCH_WORKER_PROFILE") or 30)
+    pstats.Stats(profile, stream=text).sort_stats("cumulative").print_stats(top)
+    for line in text.getvalue().splitlines():
+        if line.strip():
+            print("ksearch-worker: profile " + line, file=sys.stderr)
+    sys.stderr.flush()
+
+
+def _trace(req: dict[str, Any], out: dict[str, Any], seconds: float) -> None:
+    """One line on stderr per request: where a slow evaluation spends its time shows in `ksearch -vv` (the
+    Rust side logs the worker's stderr) even when it never finishes."""
+    result = out.get("result") if isinstance(out.get("result"), dict) else {}
+    workload = req.get("workload", {}).get("name", "") if isinstance(req.get("workload"), dict) else ""
+    split = result.get("split") or {}
+    parts = " ".join(f"{k}={v:.2f}" for k, v in split.items() if isinstance(v, float) and v >= 0.005)
+    status = result.get("status", "ok" if out.get("ok") else out.get("error", {}).get("kind"))
+    print(f"ksearch-worker: {req.get('op')} {workload} {status} {seconds:.2f}s {parts}".rstrip(), file=sys.stderr,
+          flush=True)
 
 
 def _error(rid: int | None, kind: str, message: str) -> dict[str, Any]:

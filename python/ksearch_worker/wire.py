@@ -98,6 +98,7 @@ class Split(TypedDict):
     timing_s: float
     recheck_s: float
     baselines_s: float
+    warm_s: float
     reference_s: float
     draw_s: float
     total_s: float
@@ -125,4 +126,4 @@ class PrepareResult(TypedDict):
 
 RUN_STATUSES = ("passed", "wrong", "compile_error", "unavailable", "invalid", "crash", "error")
 ERROR_KINDS = ("bad_request", "bad_task", "not_compiled", "unsupported_dtype", "compiler_missing",
-               "backend_unavailable", "internal")
+               "backend_unavailable", "device_lost", "internal")

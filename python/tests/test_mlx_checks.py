@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 from conftest import ADD_BASELINES, ADD_REFERENCE, M, N, add_run, add_task, prepare_request
+from ksearch_worker.errors import WorkerError
 from ksearch_worker.evaluate import RunState, prepare
 from ksearch_worker.evaluate import run as run_request
 from ksearch_worker.pool import Pool
@@ -216,6 +217,32 @@ def test_a_sticky_device_error_is_a_crash_that_restarts_the_worker(tmp_path: Pat
 
     r = evaluate(tmp_path, faults)
     assert r["status"] == "crash" and r["restart_worker"] is True, r
+
+
+def test_a_device_left_faulted_after_a_pass_is_a_crash_that_restarts_the_worker(tmp_path: Path) -> None:
+    """A fault that surfaces only after the candidate's last check (seen on the H200: an out-of-bounds read
+    judged `wrong`, then every later request failed) must not leave the worker serving on a dead device."""
+
+    class Faulted(FakeDevice):
+        def device_failure(self) -> str | None:
+            return "cudaStreamSynchronize(stream_) failed: an illegal memory access was encountered"
+
+    r = evaluate(tmp_path, correct, target=Faulted(correct))
+    assert r["status"] == "crash" and r["restart_worker"] is True, r
+    assert "illegal memory access" in r["message"] and r["timing"] is None, r
+    healthy = evaluate(tmp_path, correct)
+    assert healthy["status"] == "passed" and "restart_worker" not in healthy, healthy
+
+
+def test_a_device_that_cannot_run_the_workers_own_kernels_is_device_lost(tmp_path: Path) -> None:
+    class Lost(FakeDevice):
+        def warm(self, layout: Any) -> None:
+            raise RuntimeError("cudaGraphAddKernelNode(&node, graph_, NULL, 0, &params) failed: an illegal "
+                               "memory access was encountered")
+
+    with pytest.raises(WorkerError) as err:
+        evaluate(tmp_path, correct, target=Lost(correct))
+    assert err.value.kind == "device_lost" and "illegal memory access" in err.value.message
 
 
 def test_a_fault_that_surfaces_when_outputs_are_read_is_the_candidates(tmp_path: Path) -> None:

@@ -294,3 +294,36 @@ def test_pool_computes_a_reference_once_and_keeps_it_on_disk(tmp_path) -> None:
     assert np.array_equal(a.inputs["A"], pool.reference(task, layout, "fp", 7).inputs["A"])
     sup = pool.supply(task, layout, 99, 10, limit_bytes=16 * 5)
     assert len(sup) == 5 and len({x["A"].tobytes() for x in sup}) == 5  # distinct, and within the bytes
+
+
+def test_sets_drawn_on_threads_are_the_sets_drawn_one_by_one(tmp_path, monkeypatch) -> None:
+    """Supply sets and reference sets are made side by side in `prepare`; each has a seed of its own, so the
+    run's inputs (and what a resumed run or another worker draws) do not depend on the threads."""
+    import ksearch_worker.pool as pool_module
+    from ksearch_worker.task import Task
+
+    def reference(inputs, dims):
+        return {"C": np.cumsum(inputs["A"])}
+
+    task = Task(dir=tmp_path, inputs=[("A", "normal(0, 1)")], outputs=["C"], tolerances={}, reference=reference,
+                make_inputs=None, baselines={})
+    layout = Layout.of({"n": 5000}, {"A": (5000,), "C": (5000,)}, {"A": "float32", "C": "float32"}, ["A"], ["C"])
+    monkeypatch.setattr(pool_module, "DRAW_THREADS", 1)
+    monkeypatch.setattr(pool_module, "REFERENCE_THREADS", 1)
+    alone = Pool()
+    serial = alone.supply(task, layout, 11, 9, 1 << 30)
+    serial_refs = [alone.reference(task, layout, "fp", s) for s in (3, 1, 4, 1)]
+    monkeypatch.setattr(pool_module, "DRAW_THREADS", 4)
+    monkeypatch.setattr(pool_module, "REFERENCE_THREADS", 4)
+    threaded = Pool()
+    first = threaded.supply(task, layout, 11, 4, 1 << 30)
+    both = threaded.supply(task, layout, 11, 9, 1 << 30)  # grown from 4 to 9: the first four kept
+    refs = threaded.references(task, layout, "fp", [3, 1, 4, 1])
+    assert [id(s) for s in first] == [id(s) for s in both[:4]]
+    assert len(both) == 9 and all(np.array_equal(a["A"], b["A"]) for a, b in zip(serial, both, strict=True))
+    assert len({float(s["A"][0]) for s in both}) == 9
+    assert threaded.computed == 3 and refs[1] is refs[3]
+    for a, b in zip(serial_refs, refs, strict=True):
+        assert np.array_equal(a.inputs["A"], b.inputs["A"]) and np.array_equal(a.expected["C"], b.expected["C"])
+    times = threaded.take_times()
+    assert times["draw_s"] > 0 and times["reference_s"] > 0

@@ -139,6 +139,15 @@ class Target(Protocol):
     def time_baselines(self, fns: Mapping[str, Callable[..., Any]], sets: Sequence[Arrays], dims: dict[str, int],
                        layout: Layout, cfg: TimingConfig) -> dict[str, dict[str, Any]]: ...
 
+    def baseline_sets(self, layout: Layout) -> int:
+        """How many supply sets `time_baselines` uses (`prepare` draws no more)."""
+        ...
+
+    def warm(self, layout: Layout) -> None:
+        """Readies what the target itself runs for this workload (its own kernels), in `prepare`: out of every
+        candidate's time and deadline."""
+        ...
+
 
 def make_target(name: str) -> Target:
     if name == "cpu":

@@ -628,6 +628,12 @@ class CpuTarget:
                         raise TimedRunWrong(f"a timed call changed its inputs: {msg}")
         return m
 
+    def baseline_sets(self, layout: Any) -> int:
+        return 64  # within the supply's bytes
+
+    def warm(self, layout: Any) -> None:
+        """Nothing to compile ahead: the kernel host is built with the candidate."""
+
     def time_baselines(self, fns: Mapping[str, Callable[..., Any]], sets: Sequence[Mapping[str, np.ndarray]],
                        dims: dict[str, int], layout: Any, cfg: TimingConfig) -> dict[str, dict[str, Any]]:
         """Baselines run in the worker (no candidate host is alive by now), each on the rotated sets."""

@@ -267,7 +267,27 @@ class MlxTarget:
                 result["message"] = header_file.plain_path(result["message"], spec["header"], spec["header_name"])
         if any(launch.get("cluster") for launch in r.build.launches) and cluster.refusal() is None:
             result["restart_worker"] = True
+        broken = self.device_failure()
+        if broken is not None:
+            # The candidate left the device unusable (a fault that surfaced after its last check): whatever
+            # it was judged, the next request gets a fresh worker, and a pass does not stand.
+            result["restart_worker"] = True
+            if result.get("status") == "passed":
+                result = {**result, "status": "crash", "timing": None, "baselines": {},
+                          "message": f"the device failed after the candidate's calls: {broken}"}
         return result
+
+    def device_failure(self) -> str | None:
+        """Why the device can no longer run a launch (MLX's message), or None: one launch of the worker's
+        own kernel through MLX's graph, and a synchronisation."""
+        if not self._available():
+            return None
+        m = _mlx()
+        try:
+            self.poison([m.zeros((1,), dtype=m.float32)])
+        except Exception as exc:
+            return str(exc)[:500]
+        return None
 
     def session(self, build: Any, r: Any, task: Any) -> MlxSession:
         return MlxSession(self, build, task)
@@ -377,12 +397,34 @@ class MlxTarget:
                 st.update(throughput(s, dev, k))
         return out
 
+    def baseline_sets(self, layout: Any) -> int:
+        """Input sets the baselines are timed on: enough to hold twice the cache, at most 16."""
+        return max(2, min(16, -(-2 * self.cache_bytes() // max(layout.input_bytes(), 1))))
+
+    def warm(self, layout: Any) -> None:
+        """Compiles the worker's own kernels this workload will use (the poison fill for each array dtype,
+        the chain's link), so a candidate's first call does not wait for them (MLX compiles each kernel
+        and dtype with NVRTC at its first launch, about 1.7 s on the H200)."""
+        m = _mlx()
+        if not self._available():
+            return
+        # float32 too: the health probe's, and the usual dtype of a candidate's own buffers (partial sums).
+        dtypes = sorted({"float32", *(d for _, _, d in (*layout.inputs, *layout.outputs))})
+        self.poison([m.zeros((1,), dtype=_mx_dtype(d)) for d in dtypes])
+        sizes = {n: math.prod(s) * np.dtype(_host_dtype_name(d)).itemsize for n, s, d in layout.inputs}
+        names = [n for n, _, _ in layout.inputs]
+        if names and layout.outputs:
+            small = min(names, key=lambda n: (sizes[n], names.index(n)))
+            x = m.zeros((1,), dtype=_mx_dtype(dict((n, d) for n, _, d in layout.inputs)[small]))
+            prev = m.zeros((1,), dtype=_mx_dtype(layout.outputs[0][2]))
+            m.eval(link(x, prev))
+            m.synchronize()
+
     def time_baselines(self, fns: Mapping[str, Callable[..., Any]], sets: Sequence[Mapping[str, np.ndarray]],
                        dims: dict[str, int], layout: Any, cfg: TimingConfig) -> dict[str, dict[str, Any]]:
         """Baselines timed as chains like the candidate, on sets uploaded afresh (no candidate ever held them)."""
         dtypes = {n: d for n, _, d in layout.inputs}
-        per_set = max(layout.input_bytes(), 1)
-        count = max(2, min(len(sets), 16, -(-2 * self.cache_bytes() // per_set)))
+        count = min(len(sets), self.baseline_sets(layout))
         dev = [upload(s, dtypes) for s in sets[:count]]
         link = smallest_input([n for n, _, _ in layout.inputs], dev[0])
         out_name = layout.outputs[0][0]
@@ -463,6 +505,10 @@ _POISON_CUDA = """
 _UINT = {1: "uint8", 2: "uint16", 4: "uint32", 8: "uint64"}
 
 
+def _host_dtype_name(name: str) -> str:
+    return "uint16" if name == "bfloat16" else name
+
+
 def _nbytes(arrays: Mapping[str, Any]) -> int:
     return sum(int(a.nbytes) for a in arrays.values())
 
@@ -500,13 +546,15 @@ def smallest_input(names: Sequence[str], arrays: Mapping[str, Any]) -> str:
 
 
 # y = x, bit for bit; `previous` is an input only so that MLX runs the copy after the call that made it.
+# The size is an argument, not a template: MLX compiles a module per template value (NVRTC, about 1.7 s on the
+# H200), and every workload's smallest input has a size of its own.
 _LINK_CUDA = """
     const unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < (unsigned long long)SIZE) y[i] = x[i];
+    if (i < size[0]) y[i] = x[i];
 """
 _LINK_METAL = """
     const uint i = thread_position_in_grid.x;
-    if (i < SIZE) y[i] = x[i];
+    if (i < size[0]) y[i] = x[i];
 """
 _link_kernel: list[Any] = []
 
@@ -518,13 +566,27 @@ def _gpu_link_kernel() -> Any | None:
     if not _link_kernel:
         kernel = None
         if getattr(m, "cuda", None) is not None and m.cuda.is_available():
-            kernel = m.fast.cuda_kernel(name="ksearch_link", input_names=["x", "previous"], output_names=["y"],
-                                        source=_LINK_CUDA, ensure_row_contiguous=True)
+            kernel = m.fast.cuda_kernel(name="ksearch_link", input_names=["x", "previous", "size"],
+                                        output_names=["y"], source=_LINK_CUDA, ensure_row_contiguous=True)
         elif getattr(m, "metal", None) is not None and m.metal.is_available():
-            kernel = m.fast.metal_kernel(name="ksearch_link", input_names=["x", "previous"], output_names=["y"],
-                                         source=_LINK_METAL, ensure_row_contiguous=True)
+            kernel = m.fast.metal_kernel(name="ksearch_link", input_names=["x", "previous", "size"],
+                                         output_names=["y"], source=_LINK_METAL, ensure_row_contiguous=True)
         _link_kernel.append(kernel)
     return _link_kernel[0]
+
+
+_sizes: dict[int, Any] = {}
+
+
+def _size_array(size: int) -> Any:
+    """The link kernel's size argument, one array per size: the worker's own, never handed to a candidate."""
+    got = _sizes.get(size)
+    if got is None:
+        m = _mlx()
+        cuda = getattr(m, "cuda", None) is not None and m.cuda.is_available()
+        got = _sizes[size] = m.array(size, dtype=m.uint64 if cuda else m.uint32)
+        m.eval(got)
+    return got
 
 
 def link(x: Any, previous: Any) -> Any:
@@ -536,8 +598,8 @@ def link(x: Any, previous: Any) -> Any:
     if kernel is not None:
         size = max(int(x.size), 1)
         threads = -(-size // 256) * 256
-        (y,) = kernel(inputs=[x, previous.reshape(-1)[:1]], output_shapes=[x.shape], output_dtypes=[x.dtype],
-                      grid=(threads, 1, 1), threadgroup=(256, 1, 1), template=[("SIZE", size)], stream=m.gpu)
+        (y,) = kernel(inputs=[x, previous.reshape(-1)[:1], _size_array(size)], output_shapes=[x.shape],
+                      output_dtypes=[x.dtype], grid=(threads, 1, 1), threadgroup=(256, 1, 1), stream=m.gpu)
         return y
     tok = previous.reshape(-1)[:1]
     tok = tok.astype(m.uint8) if tok.dtype == m.bool_ else tok.view(getattr(m, _UINT[tok.dtype.size]))
@@ -739,7 +801,12 @@ class MlxSession(Runner):
         self.close()
 
     def close(self) -> None:
-        _mlx().synchronize()
+        # A fault of the candidate's last launch may surface only here (a sticky CUDA error): its failure,
+        # and a fresh worker for the next one.
+        try:
+            _mlx().synchronize()
+        except Exception as exc:
+            raise _failure(exc, self) from None
 
     def call(self, inputs: Mapping[str, Any], poison: bool = False) -> dict[str, Any]:
         """One call of every launch, lazily; the arrays the launches produced (outputs and buffers)."""
