@@ -122,6 +122,8 @@ struct Rw<'a> {
     noted: BTreeSet<String>,
     /// Names declared by statements that became TODOs: later uses cannot be translated either.
     dead: BTreeMap<String, &'static str>,
+    /// Cooperative groups the Metal translation maps (`groups.rs`): name → what the group is.
+    groups: BTreeMap<String, super::groups::Group>,
 }
 
 impl<'a> Rw<'a> {
@@ -191,11 +193,16 @@ impl<'a> Rw<'a> {
             "namespace_identifier" if t == "wmma" => {
                 ("T102", "wmma", "wmma fragment or operation".to_string())
             }
-            "namespace_identifier" if t == "cooperative_groups" || t == "cg" => (
-                "T104",
-                "cooperative_groups",
-                format!("`{}`", first_line(n, src)),
-            ),
+            "namespace_identifier"
+                if (t == "cooperative_groups" || t == "cg")
+                    && !(self.metal() && super::groups::mapped_use(n, src, &self.groups)) =>
+            {
+                (
+                    "T104",
+                    "cooperative_groups",
+                    format!("`{}`", first_line(n, src)),
+                )
+            }
             "type_identifier" if matches!(t, "cudaTextureObject_t" | "cudaSurfaceObject_t") => {
                 ("T107", "texture", t.to_string())
             }
@@ -203,6 +210,16 @@ impl<'a> Rw<'a> {
             "call_expression" => {
                 let name = call_name(n, src)?;
                 let args = args(n);
+                if self.metal()
+                    && let Some((group, method)) = super::groups::method(n, src, &self.groups)
+                    && super::groups::metal_method(group, &method).is_none()
+                {
+                    return Some((
+                        "T104",
+                        "cooperative_groups",
+                        format!("`{name}()` on a {}", group.describe()),
+                    ));
+                }
                 if children(n).iter().any(|c| c.kind() == "kernel_call_syntax") {
                     ("T105", "dynamic_parallelism", format!("launch of `{name}`"))
                 } else if name.starts_with("__pipeline_") || name.contains("memcpy_async") {
@@ -287,10 +304,10 @@ impl<'a> Rw<'a> {
                             name.as_str(),
                             "__syncthreads"
                                 | "__syncwarp"
-                                | "__ldg"
                                 | "__threadfence"
                                 | "__threadfence_block"
                         )
+                        && !super::groups::is_cache_hint(&name)
                 {
                     ("T112", "unknown_function", format!("`{name}`"))
                 } else {
@@ -334,6 +351,15 @@ impl<'a> Rw<'a> {
 
     /// Renders a statement; a statement holding an untranslatable construct becomes a TODO comment.
     fn statement(&mut self, n: Node) -> String {
+        if self.metal()
+            && let Some((name, group)) = super::groups::declaration(n, self.src, &self.groups)
+        {
+            self.note("T032", line(n), format!("`{name}`: {}", group.describe()));
+            return format!(
+                "// `{name}`: {} (a cooperative group in CUDA)",
+                group.describe()
+            );
+        }
         let mut blockers = Vec::new();
         for d in descendants(n) {
             if let Some(b) = self.blocker(d)
@@ -630,6 +656,39 @@ impl<'a> Rw<'a> {
         let r = |s: &mut Self, i: usize| -> String {
             a.get(i).map(|x| s.render(*x)).unwrap_or_default()
         };
+        if let Some((group, method)) = super::groups::method(n, src, &self.groups) {
+            let (f, takes_args) = super::groups::metal_method(group, &method)?;
+            self.note(
+                "T032",
+                line(n),
+                format!("`{method}()` on a {}", group.describe()),
+            );
+            if !takes_args {
+                return Some(f.to_string());
+            }
+            let rendered: Vec<String> = a.iter().map(|x| self.render(*x)).collect();
+            return Some(format!("{f}({})", rendered.join(", ")));
+        }
+        if let Some((f, value)) = super::groups::collective(n, src, &self.groups) {
+            self.note("T032", line(n), format!("`{name}`"));
+            return Some(match value {
+                Some(v) => format!("{f}({})", self.render(v)),
+                None => f.to_string(),
+            });
+        }
+        if super::groups::is_cache_hint(&name) {
+            // Cache hints: Metal has none; the plain load or store.
+            let p = *a.first()?;
+            let place = if p.kind() == "pointer_expression" && text(p, src).starts_with('&') {
+                self.render(p.child_by_field_name("argument")?)
+            } else {
+                format!("*({})", self.render(p))
+            };
+            return Some(match a.get(1) {
+                Some(v) if name.starts_with("__st") => format!("{place} = {}", self.render(*v)),
+                _ => place,
+            });
+        }
         let out = match name.as_str() {
             "__syncthreads" => "threadgroup_barrier(mem_flags::mem_threadgroup)".to_string(),
             "__syncwarp" => "simdgroup_barrier(mem_flags::mem_threadgroup)".to_string(),
@@ -658,14 +717,6 @@ impl<'a> Rw<'a> {
             "__ballot_sync" => {
                 self.note("T021", line(n), String::new());
                 format!("uint(ulong(simd_ballot({})))", r(self, 1))
-            }
-            "__ldg" => {
-                let p = *a.first()?;
-                if p.kind() == "pointer_expression" && text(p, src).starts_with('&') {
-                    self.render(p.child_by_field_name("argument")?)
-                } else {
-                    format!("*({})", self.render(p))
-                }
             }
             "reinterpret_cast" | "static_cast" => {
                 let f = n.child_by_field_name("function")?;
@@ -823,7 +874,7 @@ fn first_line(n: Node, src: &str) -> String {
     text(n, src).lines().next().unwrap_or("").trim().to_string()
 }
 
-fn args(n: Node) -> Vec<Node> {
+pub(super) fn args(n: Node) -> Vec<Node> {
     n.child_by_field_name("arguments")
         .map(|a| {
             children(a)
@@ -891,6 +942,7 @@ fn ceil_to(extent: &str, tg: &str) -> String {
 }
 
 pub fn translate(src: &str, stem: &str, target: Target) -> Translation {
+    let src = &*super::macros::expand(src);
     translate_tree(&analyze::parse(src), src, stem, target)
 }
 
@@ -1511,6 +1563,11 @@ fn rewriter<'a>(src: &'a str, target: Target, k: Option<&'a KernelAnalysis>, nam
         blocked: BTreeMap::new(),
         noted: BTreeSet::new(),
         dead: BTreeMap::new(),
+        groups: if target == Target::MlxMetal {
+            super::groups::declared(src)
+        } else {
+            BTreeMap::new()
+        },
     };
     if let Some(k) = k {
         for s in &k.shared {
@@ -1625,12 +1682,36 @@ fn launch_shape(
             .map(|v| v.to_string())
             .unwrap_or(e)
     });
+    let why = match host {
+        Some(h) => format!(
+            "the <<<...>>> launch at line {} could not be converted (T012)",
+            h.line
+        ),
+        None => "no <<<...>>> launch in the file".to_string(),
+    };
     let how = format!(
-        "assumed grid [{}], threadgroup [{}] (no <<<...>>> launch in the file)",
+        "assumed grid [{}], threadgroup [{}] ({why})",
         grid.join(", "),
         tg.join(", ")
     );
-    diags.push(kd("T011", k.line, how.clone()));
+    // A grid sized by the kernel's own bounds guards is an inference the plan's description states (and the
+    // evaluator's poisoned outputs catch a grid too small): a warning. A grid with no guard to size it by, or
+    // a guess made where the file's own launch could not be read, is not: an error, the translation unfinished.
+    // A grid-stride loop covers its extent whatever the grid.
+    let guarded = k.grid_stride
+        || std::iter::once(0)
+            .chain(k.axes.iter().copied())
+            .all(|ax| k.guards.contains_key(&ax));
+    let mut d = kd("T011", k.line, how.clone());
+    if host.is_none() && guarded {
+        d.severity = Severity::Warning;
+        d.message = d.message.replacen(
+            "a guess was written",
+            "a grid was inferred from the kernel's bounds guards",
+            1,
+        );
+    }
+    diags.push(d);
     (grid, tg, how)
 }
 

@@ -7,7 +7,9 @@
 
 mod analyze;
 mod emit;
+mod groups;
 mod launch;
+mod macros;
 
 pub use analyze::{Analysis, KernelAnalysis, Param, ParamRole, SharedArray, analyze};
 pub use emit::{Translation, translate};
@@ -255,6 +257,7 @@ pub fn translate_file(file: &Path, target: Target) -> Result<Translation, Transl
         file: file.to_path_buf(),
         err,
     })?;
+    let src = macros::expand(&src).into_owned();
     let stem = file
         .file_stem()
         .map(|s| s.to_string_lossy().to_string())
@@ -282,6 +285,7 @@ pub fn translate_file(file: &Path, target: Target) -> Result<Translation, Transl
 
 /// The brief of every kernel in `src`, for the LLM's context (empty when the file has no kernel).
 pub fn brief_for_prompt(src: &str, target: Target) -> String {
+    let src = &*macros::expand(src);
     let Ok(a) = with_tree(src, |tree| analyze::analyze_tree(tree, src)) else {
         return format!("(the CUDA source nests deeper than {MAX_NESTING} levels: not analysed)\n");
     };

@@ -1,0 +1,209 @@
+//! Function-like macros built on CUDA's thread indices, expanded before the analysis reads a file.
+//!
+//! `CUDA_KERNEL_LOOP(i, n)` (Caffe, PyTorch's legacy kernels, mmcv and many more) hides a grid-stride loop
+//! and its bound behind a macro, so the analysis saw no thread index, no guard and no loop: the kernel's
+//! launch became a blind guess. Each use is replaced by the macro's body with its arguments, on the same
+//! line, so line numbers still match the file. Only macros whose body names `threadIdx`, `blockIdx`,
+//! `blockDim` or `gridDim` are expanded, and only when a use's arguments close on its own line; bodies that
+//! stringify or paste (`#`, `##`) are left alone.
+
+use regex::Regex;
+use std::borrow::Cow;
+use std::sync::OnceLock;
+
+struct Macro {
+    name: String,
+    params: Vec<String>,
+    body: String,
+}
+
+const PASSES: usize = 3;
+
+/// `src` with every use of an index macro expanded (unchanged, and not copied, when it has none).
+pub fn expand(src: &str) -> Cow<'_, str> {
+    let macros = index_macros(src);
+    if macros.is_empty() {
+        return Cow::Borrowed(src);
+    }
+    let mut lines: Vec<String> = src.split('\n').map(str::to_string).collect();
+    let mut in_define = false;
+    let defines: Vec<bool> = lines
+        .iter()
+        .map(|l| {
+            let this = in_define || l.trim_start().starts_with('#');
+            in_define = this && l.trim_end().ends_with('\\');
+            this
+        })
+        .collect();
+    for (line, is_define) in lines.iter_mut().zip(defines) {
+        if is_define {
+            continue;
+        }
+        for _ in 0..PASSES {
+            let mut changed = false;
+            for m in &macros {
+                if let Some(next) = expand_line(line, m) {
+                    *line = next;
+                    changed = true;
+                }
+            }
+            if !changed {
+                break;
+            }
+        }
+    }
+    Cow::Owned(lines.join("\n"))
+}
+
+fn index_macros(src: &str) -> Vec<Macro> {
+    static DEF: OnceLock<Regex> = OnceLock::new();
+    let def = DEF.get_or_init(|| {
+        Regex::new(r"^\s*#\s*define\s+([A-Za-z_]\w*)\(([^)]*)\)(.*)$").expect("a valid pattern")
+    });
+    if !src.contains("#define") {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    let mut lines = src.split('\n');
+    while let Some(l) = lines.next() {
+        let Some(c) = def.captures(l) else { continue };
+        let mut body = c[3].to_string();
+        while body.trim_end().ends_with('\\') {
+            body = body.trim_end().trim_end_matches('\\').to_string();
+            body.push(' ');
+            body.push_str(lines.next().unwrap_or(""));
+        }
+        let body = body.trim().to_string();
+        let uses_indices = ["threadIdx", "blockIdx", "blockDim", "gridDim"]
+            .iter()
+            .any(|b| body.contains(b));
+        if !uses_indices || body.contains('#') {
+            continue;
+        }
+        let params: Vec<String> = c[2]
+            .split(',')
+            .map(|p| p.trim().to_string())
+            .filter(|p| !p.is_empty())
+            .collect();
+        if params.iter().any(|p| p == "...") {
+            continue;
+        }
+        out.push(Macro {
+            name: c[1].to_string(),
+            params,
+            body,
+        });
+    }
+    out
+}
+
+/// The line with its first use of `m` expanded, or None.
+fn expand_line(line: &str, m: &Macro) -> Option<String> {
+    let mut from = 0;
+    while let Some(at) = line[from..].find(&m.name).map(|i| i + from) {
+        from = at + m.name.len();
+        let before = line[..at].chars().next_back();
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
+            continue;
+        }
+        let rest = &line[from..];
+        let open = rest.len() - rest.trim_start().len();
+        if !rest[open..].starts_with('(') {
+            continue;
+        }
+        let (args, used) = split_args(&rest[open + 1..])?;
+        if args.len() != m.params.len() {
+            continue;
+        }
+        let mut body = m.body.clone();
+        for (p, a) in m.params.iter().zip(&args) {
+            let a = a.trim();
+            // An expression keeps its own precedence; a name stays a name (it may be declared there).
+            let simple = a.chars().all(|c| c.is_alphanumeric() || c == '_');
+            body = replace_word(
+                &body,
+                p,
+                &if simple {
+                    a.to_string()
+                } else {
+                    format!("({a})")
+                },
+            );
+        }
+        return Some(format!("{}{body}{}", &line[..at], &rest[open + 1 + used..]));
+    }
+    None
+}
+
+/// The arguments of a use up to its closing parenthesis (on this line), and the bytes they took (the
+/// parenthesis included).
+fn split_args(s: &str) -> Option<(Vec<String>, usize)> {
+    let mut depth = 0usize;
+    let mut args = vec![String::new()];
+    for (i, c) in s.char_indices() {
+        match c {
+            '(' | '[' | '{' => depth += 1,
+            ')' if depth == 0 => {
+                if args.len() == 1 && args[0].trim().is_empty() {
+                    args.clear();
+                }
+                return Some((args, i + 1));
+            }
+            ')' | ']' | '}' => depth = depth.saturating_sub(1),
+            ',' if depth == 0 => {
+                args.push(String::new());
+                continue;
+            }
+            _ => {}
+        }
+        args.last_mut()?.push(c);
+    }
+    None
+}
+
+fn replace_word(hay: &str, word: &str, with: &str) -> String {
+    let mut out = String::with_capacity(hay.len());
+    let mut rest = hay;
+    while let Some(i) = rest.find(word) {
+        let before = rest[..i].chars().next_back();
+        let after = rest[i + word.len()..].chars().next();
+        let ident = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '_');
+        out.push_str(&rest[..i]);
+        if ident(before) || ident(after) {
+            out.push_str(word);
+        } else {
+            out.push_str(with);
+        }
+        rest = &rest[i + word.len()..];
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_grid_stride_macro_is_expanded_in_place_and_lines_are_kept() {
+        let src = "#define CUDA_KERNEL_LOOP(i, n) \\\n  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += blockDim.x * gridDim.x)\n\n__global__ void k(int n, float* y) {\n  CUDA_KERNEL_LOOP(index, n - 1) { y[index] = 0; }\n}\n";
+        let out = expand(src);
+        assert_eq!(out.lines().count(), src.lines().count());
+        let line = out.lines().nth(4).unwrap();
+        assert!(
+            line.contains(
+                "for (int index = blockIdx.x * blockDim.x + threadIdx.x; index < ((n - 1));"
+            ),
+            "{line}"
+        );
+        assert!(line.ends_with("{ y[index] = 0; }"), "{line}");
+        // The definition itself stays as it was.
+        assert!(out.starts_with("#define CUDA_KERNEL_LOOP(i, n) \\\n"));
+    }
+
+    #[test]
+    fn other_macros_and_pasting_ones_are_left_alone() {
+        let src = "#define SQR(x) ((x) * (x))\n#define IDX(a) a##_id + threadIdx.x\n__global__ void k(float* y) { y[0] = SQR(2); y[IDX(t)] = 1; }\n";
+        assert!(matches!(expand(src), Cow::Borrowed(_)));
+    }
+}
