@@ -986,3 +986,54 @@ fn index_macros_are_expanded_before_the_analysis() {
     );
     assert!(codes(&t, Severity::Error).is_empty(), "{:?}", t.diagnostics);
 }
+
+/// What NVRTC needs of the mlx-cuda header: file-scope structs with their `;`, `__align__` structs and
+/// template structs kept (their users are), `uint` defined, and a vector cast of an input that keeps the
+/// `const` MLX gives inputs. A header of the project's own is an error, not a silent drop.
+#[test]
+fn file_scope_types_reach_the_header_whole_and_local_includes_are_errors() {
+    let t = complete("file_scope_types.cu", Target::MlxCuda);
+    let c = t.candidate.as_ref().unwrap();
+    let header = &c.files["header.cuh"];
+    for want in [
+        "typedef unsigned int uint;",
+        "struct Pair { float a; float b; };",
+        "struct alignas(16) Vec4 { float x, y, z, w; };",
+        "template <typename T>\nstruct Acc {",
+        "__device__ float twice(Pair p)",
+    ] {
+        assert!(header.contains(want), "{want} missing from\n{header}");
+    }
+    assert!(
+        header.trim_end().lines().filter(|l| *l == "};").count() >= 1,
+        "{header}"
+    );
+    let b = body(&t, "uses_types");
+    assert!(b.contains("reinterpret_cast<const float4*>(x)[i]"), "{b}");
+    // The Metal header: the same types, member functions without CUDA's qualifiers.
+    let t = tr("file_scope_types.cu", Target::MlxMetal);
+    let header = &t.candidate.as_ref().unwrap().files["header.metal"];
+    assert!(
+        header.contains("void add(T v) { sum += v; }") && !header.contains("__device__"),
+        "{header}"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("with_include.cu");
+    std::fs::write(
+        dir.path().join("helpers.cuh"),
+        "__device__ inline float half_of(float v) { return v * 0.5f; }\n",
+    )
+    .unwrap();
+    std::fs::write(
+        &f,
+        "#include \"helpers.cuh\"\n__global__ void k(const float* x, float* y, int n) {\n  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i < n) y[i] = half_of(x[i]);\n}\n",
+    )
+    .unwrap();
+    let t = translate::translate_file(&f, Target::MlxCuda).unwrap();
+    assert!(
+        codes(&t, Severity::Error).contains(&"T033"),
+        "{:?}",
+        t.diagnostics
+    );
+}

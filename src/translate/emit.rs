@@ -573,10 +573,45 @@ impl<'a> Rw<'a> {
                 Some(format!("({mt}){}", self.render(value)))
             }
             "call_expression" if self.metal() => self.metal_call(n),
+            "call_expression" => self.const_cast_of_input(n),
             "declaration" if self.metal() => self.metal_declaration(n),
             "preproc_call" => None,
             _ => None,
         }
+    }
+
+    /// mlx-cuda: MLX passes inputs as `const T*`, so `reinterpret_cast<float4*>(x)` of an input no longer
+    /// compiles (a reinterpret_cast cannot drop `const`): the cast keeps the `const`.
+    fn const_cast_of_input(&mut self, n: Node) -> Option<String> {
+        let src = self.src;
+        let f = n.child_by_field_name("function")?;
+        if f.kind() != "template_function"
+            || text(f.child_by_field_name("name")?, src) != "reinterpret_cast"
+        {
+            return None;
+        }
+        let targs = f.child_by_field_name("arguments")?;
+        let ty = text(targs, src)
+            .trim_start_matches('<')
+            .trim_end_matches('>')
+            .trim();
+        if !ty.ends_with('*') || ty.starts_with("const ") {
+            return None;
+        }
+        let inner = *args(n).first()?;
+        let base = lvalue_base(inner, src, &BTreeMap::new())?;
+        let input = self
+            .kernel?
+            .params
+            .iter()
+            .any(|p| p.name == base && p.pointer && p.role == ParamRole::Input);
+        if !input {
+            return None;
+        }
+        Some(format!(
+            "reinterpret_cast<const {ty}>({})",
+            self.render(inner)
+        ))
     }
 
     fn in_atomic_call(&self, n: Node) -> bool {
@@ -932,6 +967,26 @@ fn strip_braces(s: &str) -> String {
     out.trim_end().to_string() + "\n"
 }
 
+/// A file-scope type definition for the header: its `;` restored, and on Metal without CUDA's function
+/// qualifiers (member functions are plain functions there).
+fn file_scope_type(t: &str, metal: bool) -> String {
+    let mut s = t.trim_end().to_string();
+    if !s.ends_with(';') {
+        s.push(';');
+    }
+    if metal {
+        for q in [
+            "__device__ ",
+            "__host__ ",
+            "__forceinline__ ",
+            "__inline__ ",
+        ] {
+            s = s.replace(q, "");
+        }
+    }
+    s + "\n"
+}
+
 fn ceil_to(extent: &str, tg: &str) -> String {
     let e = if extent.chars().all(|c| c.is_alphanumeric() || c == '_') {
         extent.to_string()
@@ -1094,6 +1149,18 @@ pub(crate) fn translate_tree(
                 if keep {
                     header.push_str(t.trim_end());
                     header.push('\n');
+                } else if let Some(path) = c.child_by_field_name("path")
+                    && path.kind() == "string_literal"
+                {
+                    // A header of the project's own: its helpers and types are not in the translation, and
+                    // the kernels that use them would not compile.
+                    diags.push(diag(
+                        target,
+                        "T033",
+                        line(c),
+                        None,
+                        format!("`{}`", t.trim()),
+                    ));
                 }
             }
             "preproc_def" | "preproc_function_def" => {
@@ -1153,9 +1220,23 @@ pub(crate) fn translate_tree(
                     }
                 }
             }
-            "struct_specifier" | "type_definition" | "alias_declaration" | "enum_specifier" => {
-                header.push_str(t.trim_end());
-                header.push('\n');
+            "struct_specifier" | "class_specifier" | "union_specifier" | "enum_specifier"
+            | "type_definition" | "alias_declaration" => {
+                // tree-sitter leaves a type definition's closing `;` outside the specifier.
+                header.push_str(&file_scope_type(t, metal));
+            }
+            "template_declaration"
+                if children(c).iter().any(|x| {
+                    matches!(
+                        x.kind(),
+                        "struct_specifier" | "class_specifier" | "alias_declaration"
+                    ) || x.kind() == "declaration"
+                        && children(*x)
+                            .iter()
+                            .any(|y| matches!(y.kind(), "struct_specifier" | "class_specifier"))
+                }) =>
+            {
+                header.push_str(&file_scope_type(t, metal));
             }
             "using_declaration" if !metal => {
                 header.push_str(t.trim_end());
@@ -1505,6 +1586,10 @@ pub(crate) fn translate_tree(
             0,
             "#ifndef INFINITY\n#define INFINITY __int_as_float(0x7f800000)\n#endif\n",
         );
+    }
+    if !metal && contains_word(src, "uint") && !header.contains("typedef unsigned int uint") {
+        // Metal's `uint` is no CUDA type: NVRTC needs it defined.
+        header.insert_str(0, "typedef unsigned int uint;\n");
     }
     let header_name = format!("header.{}", if metal { "metal" } else { "cuh" });
     if !header.trim().is_empty() {

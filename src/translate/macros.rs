@@ -19,11 +19,17 @@ struct Macro {
 
 const PASSES: usize = 3;
 
-/// `src` with every use of an index macro expanded (unchanged, and not copied, when it has none).
+/// `src` with every use of an index macro expanded (unchanged, and not copied, when it has none), and
+/// CUDA's `__align__(n)` written as C++'s `alignas(n)` (which the parser, NVRTC and Metal all read).
 pub fn expand(src: &str) -> Cow<'_, str> {
-    let macros = index_macros(src);
+    let src: Cow<'_, str> = if src.contains("__align__(") {
+        Cow::Owned(src.replace("__align__(", "alignas("))
+    } else {
+        Cow::Borrowed(src)
+    };
+    let macros = index_macros(&src);
     if macros.is_empty() {
-        return Cow::Borrowed(src);
+        return src;
     }
     let mut lines: Vec<String> = src.split('\n').map(str::to_string).collect();
     let mut in_define = false;
