@@ -1176,6 +1176,46 @@ fn in_alias_init(n: Node, src: &str, aliases: &BTreeMap<String, String>) -> bool
 
 /// Scalars an index is compared against: `i < n` where `i` is a global id (or a variable set from one),
 /// or `blockIdx.a < rows`, `row >= rows` with `row = blockIdx.a`.
+/// A bound made of scalar parameters and constants with `+ - * /`, as a plan expression (`/` on integers
+/// is `//` there), or None.
+fn extent_expr(
+    n: Node,
+    src: &str,
+    scalars: &BTreeSet<&str>,
+    consts: &BTreeMap<String, i64>,
+    depth: usize,
+) -> Option<String> {
+    let n = strip_parens(n);
+    if depth > 8 {
+        return None;
+    }
+    if let Some(v) = eval(n, src, consts) {
+        return Some(v.to_string());
+    }
+    match n.kind() {
+        "identifier" if scalars.contains(text(n, src)) => Some(text(n, src).to_string()),
+        "binary_expression" => {
+            let op = text(n.child_by_field_name("operator")?, src);
+            let op = match op {
+                "*" | "+" | "-" => op,
+                "/" => "//",
+                _ => return None,
+            };
+            let l = extent_expr(n.child_by_field_name("left")?, src, scalars, consts, depth + 1)?;
+            let r = extent_expr(n.child_by_field_name("right")?, src, scalars, consts, depth + 1)?;
+            let wrap = |e: String| {
+                if e.chars().all(|c| c.is_alphanumeric() || c == '_') {
+                    e
+                } else {
+                    format!("({e})")
+                }
+            };
+            Some(format!("{} {op} {}", wrap(l), wrap(r)))
+        }
+        _ => None,
+    }
+}
+
 fn find_guards(
     body: Node,
     src: &str,
@@ -1241,14 +1281,10 @@ fn find_guards(
                     _ => continue,
                 };
                 let bound = strip_parens(bound);
-                // A scalar parameter, or a constant (`#define N 4096`, a literal) standing for one.
-                let extent = if bound.kind() == "identifier" && scalars.contains(text(bound, src)) {
-                    Some(text(bound, src).to_string())
-                } else {
-                    eval(bound, src, consts)
-                        .filter(|v| *v > 0)
-                        .map(|v| v.to_string())
-                };
+                // Scalar parameters and constants (`#define N 4096`, literals), alone or in arithmetic
+                // (`i < B * T`): the extent as a plan expression.
+                let extent = extent_expr(bound, src, &scalars, consts, 0)
+                    .filter(|e| e.parse::<i64>().map_or(true, |v| v > 0));
                 if let Some(e) = extent
                     && let Some(a) = axis_of(idx, &vars)
                 {
