@@ -106,6 +106,7 @@ pub fn compile(unit: &str, user_files: &[&str]) -> Result<Outcome, CheckError> {
     let dir = scratch_dir()?;
     let _cleanup = Cleanup(dir.clone());
     let src = dir.join("unit.cpp");
+    let unit = shim_dialect(unit);
     std::fs::write(&src, unit).map_err(|e| CheckError::Io {
         file: src.clone(),
         err: e,
@@ -367,5 +368,122 @@ mod tests {
             (o.errors[0].file.as_str(), o.errors[0].line),
             ("k.metal", 4)
         );
+    }
+}
+
+/// The two spots where Metal's address-space words, defined away by the shim, would leave C++ that does
+/// not mean what the Metal meant (lines are kept):
+/// - `[[threadgroup(0)]]` (a threadgroup buffer's index) would become `[[(0)]]`: its name is changed to one
+///   the compiler ignores as an unknown attribute;
+/// - a program-scope `constant uint TILE = 64;` would become a mutable global, unusable as an array size:
+///   it becomes `static const`, which is what it is.
+pub fn shim_dialect(unit: &str) -> String {
+    let unit = unit
+        .replace("[[threadgroup(", "[[threadgroup_index(")
+        .replace("[[ threadgroup(", "[[ threadgroup_index(");
+    let b = unit.as_bytes();
+    let mut out = String::with_capacity(unit.len() + 64);
+    let (mut i, mut last) = (0, 0);
+    // Braces opened, each marked when it is a namespace's (whose body is still program scope).
+    let mut scopes: Vec<bool> = Vec::new();
+    let mut namespace_next = false;
+    let mut at_start = true;
+    let word_at = |i: usize| -> &str {
+        let end = b[i..]
+            .iter()
+            .position(|c| !(c.is_ascii_alphanumeric() || *c == b'_'))
+            .map_or(b.len(), |p| i + p);
+        &unit[i..end]
+    };
+    while i < b.len() {
+        let c = b[i];
+        let line_start = i == 0 || b[i - 1] == b'\n';
+        if c == b'/' && b.get(i + 1) == Some(&b'/') {
+            i = b[i..]
+                .iter()
+                .position(|c| *c == b'\n')
+                .map_or(b.len(), |p| i + p);
+        } else if c == b'/' && b.get(i + 1) == Some(&b'*') {
+            i = unit[i + 2..].find("*/").map_or(b.len(), |p| i + 2 + p + 2);
+        } else if c == b'"' || c == b'\'' {
+            let mut j = i + 1;
+            while j < b.len() && b[j] != c && b[j] != b'\n' {
+                j += if b[j] == b'\\' { 2 } else { 1 };
+            }
+            i = j + 1;
+        } else if c == b'#'
+            && (line_start
+                || unit[..i]
+                    .rsplit('\n')
+                    .next()
+                    .is_some_and(|l| l.trim().is_empty()))
+        {
+            // A preprocessor line (with its continuations).
+            let mut j = i;
+            while j < b.len() && !(b[j] == b'\n' && b[j - 1] != b'\\') {
+                j += 1;
+            }
+            i = j;
+        } else if c == b'{' {
+            scopes.push(namespace_next);
+            namespace_next = false;
+            at_start = true;
+            i += 1;
+        } else if c == b'}' {
+            scopes.pop();
+            at_start = true;
+            i += 1;
+        } else if c == b';' {
+            at_start = true;
+            namespace_next = false;
+            i += 1;
+        } else if c.is_ascii_whitespace() {
+            i += 1;
+        } else if c.is_ascii_alphabetic() || c == b'_' {
+            let w = word_at(i);
+            if scopes.iter().all(|ns| *ns) && at_start && w == "constant" {
+                let mut j = i + w.len();
+                while j < b.len() && b[j].is_ascii_whitespace() {
+                    j += 1;
+                }
+                if j < b.len() && !matches!(word_at(j), "const" | "constexpr" | "") {
+                    out.push_str(&unit[last..i]);
+                    out.push_str("static const");
+                    last = i + w.len();
+                }
+            }
+            namespace_next |= at_start && matches!(w, "namespace" | "extern");
+            at_start = namespace_next && at_start;
+            i += w.len().max(1);
+        } else {
+            at_start = false;
+            i += 1;
+        }
+    }
+    out.push_str(&unit[last..]);
+    out
+}
+
+#[cfg(test)]
+mod dialect_tests {
+    use super::shim_dialect;
+
+    #[test]
+    fn program_scope_constants_and_threadgroup_indices_survive_the_shim() {
+        let src = "#include <metal_stdlib>\nconstant uint TILE = 64; // constant uint x\nconstant constexpr int K = 2;\nnamespace m {\nconstant float table[2] = {1, 2};\n}\nkernel void k(constant float* p [[buffer(0)]], threadgroup float* t [[threadgroup(0)]]) {\n  constant float* q = p;\n}\n";
+        let out = shim_dialect(src);
+        assert_eq!(out.lines().count(), src.lines().count());
+        assert!(
+            out.contains("static const uint TILE = 64; // constant uint x"),
+            "{out}"
+        );
+        assert!(out.contains("constant constexpr int K = 2;"), "{out}");
+        assert!(out.contains("static const float table[2]"), "{out}");
+        assert!(
+            out.contains("kernel void k(constant float* p [[buffer(0)]]"),
+            "{out}"
+        );
+        assert!(out.contains("[[threadgroup_index(0)]]"), "{out}");
+        assert!(out.contains("  constant float* q = p;"), "{out}");
     }
 }
