@@ -56,7 +56,7 @@ enum Command {
         #[arg(long, value_enum)]
         strategy: Option<StrategyKind>,
         /// Number of candidate evaluations (the seed counts as one).
-        #[arg(long, default_value_t = 30)]
+        #[arg(long, default_value_t = 30, value_parser = flags::at_least_one)]
         budget: usize,
         /// Seed candidate name under seeds/<target>/ (default: `naive`, else the first).
         #[arg(long, conflicts_with = "candidate")]
@@ -65,19 +65,19 @@ enum Command {
         #[arg(long)]
         candidate: Option<PathBuf>,
         /// Deadline of one workload evaluation, seconds (default: the task's timeout_s).
-        #[arg(long)]
+        #[arg(long, value_parser = flags::seconds)]
         timeout: Option<f64>,
         /// Fresh random inputs checked per workload.
-        #[arg(long, default_value_t = 3)]
+        #[arg(long, default_value_t = 3, value_parser = flags::at_least_one)]
         checks: usize,
         /// Seconds of timing per workload (more samples, tighter medians; default 0.15 on the CPU, 0.3 on GPUs).
-        #[arg(long)]
+        #[arg(long, value_parser = flags::seconds)]
         timing_budget: Option<f64>,
         /// Evaluations spent tuning the tunables of each generated candidate (hybrid search).
         #[arg(long, default_value_t = 6)]
         tune_budget: usize,
         /// World model: rounds without improvement that end a cycle.
-        #[arg(long, default_value_t = 3)]
+        #[arg(long, default_value_t = 3, value_parser = flags::at_least_one_u32)]
         window: u32,
         #[command(flatten)]
         llm: LlmArgs,
@@ -121,12 +121,12 @@ enum Command {
         candidate: Vec<PathBuf>,
         #[arg(long)]
         target: Option<Target>,
-        #[arg(long)]
+        #[arg(long, value_parser = flags::seconds)]
         timeout: Option<f64>,
-        #[arg(long, default_value_t = 3)]
+        #[arg(long, default_value_t = 3, value_parser = flags::at_least_one)]
         checks: usize,
         /// Seconds of timing per workload (default 0.15 on the CPU, 0.3 on GPUs).
-        #[arg(long)]
+        #[arg(long, value_parser = flags::seconds)]
         timing_budget: Option<f64>,
         /// Evaluate with this tunable value instead of its default (repeatable), e.g. `--set U=4`.
         #[arg(long = "set", value_name = "NAME=VALUE")]
@@ -206,7 +206,7 @@ struct LlmArgs {
     #[arg(long)]
     llm_base_url: Option<String>,
     /// Seconds per LLM request.
-    #[arg(long, default_value_t = 300.0)]
+    #[arg(long, default_value_t = 300.0, value_parser = flags::seconds)]
     llm_timeout: f64,
     /// Retries of a failed request (timeouts, 429, 5xx), with backoff.
     #[arg(long, default_value_t = 3)]
@@ -214,10 +214,10 @@ struct LlmArgs {
     /// Reasoning effort for models that take one (low, medium, high).
     #[arg(long)]
     reasoning_effort: Option<String>,
-    #[arg(long)]
+    #[arg(long, value_parser = flags::temperature)]
     temperature: Option<f32>,
     /// Cap on the tokens of each reply.
-    #[arg(long)]
+    #[arg(long, value_parser = flags::at_least_one_u32)]
     llm_max_output: Option<u32>,
     /// Caps, checked before each call. Default calls cap: 6 per evaluation in the budget, plus 20.
     #[arg(long)]
@@ -225,10 +225,10 @@ struct LlmArgs {
     #[arg(long)]
     max_llm_tokens: Option<u64>,
     /// US dollars, from the prices in data/prices.toml (or your own prices file).
-    #[arg(long)]
+    #[arg(long, value_parser = flags::dollars)]
     max_llm_cost: Option<f64>,
     /// Seconds of wall time for all LLM calls together.
-    #[arg(long)]
+    #[arg(long, value_parser = flags::seconds)]
     max_llm_time: Option<f64>,
 }
 
@@ -1118,4 +1118,63 @@ fn cmd_check(path: &Path, task: Option<String>, json: bool) -> Result<u8> {
     } else {
         0
     })
+}
+
+/// Validators of numeric flags: a value no run can honour (negative, zero where one is needed, NaN, infinite,
+/// beyond any deadline) is refused with its flag's name, before anything starts (`inf` once reached a
+/// `Duration` and panicked).
+mod flags {
+    /// The longest deadline or budget a flag may give: 30 days.
+    const MAX_SECONDS: f64 = 30.0 * 86_400.0;
+
+    pub fn seconds(s: &str) -> Result<f64, String> {
+        let v: f64 = s
+            .trim()
+            .parse()
+            .map_err(|_| format!("`{s}` is not a number of seconds"))?;
+        if !(v.is_finite() && v > 0.0 && v <= MAX_SECONDS) {
+            return Err(format!(
+                "`{s}`: give a positive number of seconds, at most {MAX_SECONDS} (30 days)"
+            ));
+        }
+        Ok(v)
+    }
+
+    pub fn dollars(s: &str) -> Result<f64, String> {
+        let v: f64 = s
+            .trim()
+            .parse()
+            .map_err(|_| format!("`{s}` is not an amount of US dollars"))?;
+        if !(v.is_finite() && v >= 0.0) {
+            return Err(format!("`{s}`: give an amount of US dollars, 0 or more"));
+        }
+        Ok(v)
+    }
+
+    pub fn temperature(s: &str) -> Result<f32, String> {
+        let v: f32 = s
+            .trim()
+            .parse()
+            .map_err(|_| format!("`{s}` is not a number"))?;
+        if !(v.is_finite() && (0.0..=2.0).contains(&v)) {
+            return Err(format!(
+                "`{s}`: a sampling temperature lies between 0 and 2"
+            ));
+        }
+        Ok(v)
+    }
+
+    pub fn at_least_one(s: &str) -> Result<usize, String> {
+        match s.trim().parse::<usize>() {
+            Ok(v) if v >= 1 => Ok(v),
+            _ => Err(format!("`{s}`: give a whole number, 1 or more")),
+        }
+    }
+
+    pub fn at_least_one_u32(s: &str) -> Result<u32, String> {
+        match s.trim().parse::<u32>() {
+            Ok(v) if v >= 1 => Ok(v),
+            _ => Err(format!("`{s}`: give a whole number, 1 or more")),
+        }
+    }
 }

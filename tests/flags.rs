@@ -1,0 +1,79 @@
+//! Every numeric flag, given a value no run can honour, is refused with a clear error before anything
+//! starts; none makes `ksearch` panic (`--timeout inf` once reached a `Duration` and did).
+
+use std::process::Command;
+
+const VALUES: [&str; 5] = ["0", "-1", "inf", "nan", "1e300"];
+
+fn ksearch(args: &[&str], store: &std::path::Path) -> (i32, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_ksearch"))
+        .arg("--store")
+        .arg(store)
+        .args(args)
+        .env_remove("KSEARCH_LLM")
+        .output()
+        .expect("ksearch runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn no_numeric_flag_value_makes_ksearch_panic_or_start() {
+    let store = tempfile::tempdir().unwrap();
+    let missing = store.path().join("no-such-task");
+    let missing = missing.to_str().unwrap();
+    let run: Vec<&str> = vec!["run", missing];
+    let eval: Vec<&str> = vec!["eval", missing, "cand"];
+    let cases: [(&Vec<&str>, &str); 15] = [
+        (&run, "--budget"),
+        (&run, "--timeout"),
+        (&run, "--checks"),
+        (&run, "--timing-budget"),
+        (&run, "--tune-budget"),
+        (&run, "--window"),
+        (&run, "--llm-timeout"),
+        (&run, "--llm-retries"),
+        (&run, "--temperature"),
+        (&run, "--llm-max-output"),
+        (&run, "--max-llm-calls"),
+        (&run, "--max-llm-cost"),
+        (&run, "--max-llm-time"),
+        (&eval, "--timeout"),
+        (&eval, "--timing-budget"),
+    ];
+    for (cmd, flag) in cases {
+        for v in VALUES {
+            let arg = format!("{flag}={v}");
+            let mut args = cmd.clone();
+            args.push(&arg);
+            let (code, stderr) = ksearch(&args, store.path());
+            assert!(!stderr.contains("panicked"), "{args:?} panicked:\n{stderr}");
+            assert!(code == 1 || code == 2, "{args:?} exited {code}:\n{stderr}");
+            // Refused for its value, or (a value the flag allows) stopped by the missing task.
+            assert!(
+                stderr.contains(flag) || stderr.contains("no-such-task"),
+                "{args:?}: the error names neither the flag nor the task:\n{stderr}"
+            );
+        }
+    }
+    // The values a run cannot honour are refused for the flag itself, whatever else is wrong.
+    for (flag, v) in [
+        ("--timeout", "inf"),
+        ("--timing-budget", "nan"),
+        ("--llm-timeout", "1e300"),
+        ("--max-llm-cost", "-1"),
+        ("--max-llm-time", "0"),
+        ("--budget", "0"),
+        ("--temperature", "nan"),
+    ] {
+        let arg = format!("{flag}={v}");
+        let (code, stderr) = ksearch(&["run", missing, &arg], store.path());
+        assert_eq!(code, 2, "{arg}: {stderr}");
+        assert!(
+            stderr.contains(&format!("invalid value '{v}' for '{flag}")),
+            "{arg}: {stderr}"
+        );
+    }
+}
