@@ -774,6 +774,13 @@ impl Candidate {
 
     /// Writes the candidate as a folder a person can read. Refuses (before writing anything) a file
     /// name the rule of [`crate::names`] does not allow, however the candidate was made.
+    /// The files `write_dir` writes in `dir`.
+    pub fn written_paths(&self, dir: &Path) -> Vec<std::path::PathBuf> {
+        std::iter::once(dir.join("plan.toml"))
+            .chain(self.files.keys().map(|n| dir.join(n)))
+            .collect()
+    }
+
     pub fn write_dir(&self, dir: &Path) -> std::io::Result<()> {
         self.check_file_names()
             .map_err(|m| std::io::Error::new(std::io::ErrorKind::InvalidInput, m))?;

@@ -112,6 +112,9 @@ enum Command {
         /// Write the run's LLM exchanges as a cassette (JSON lines) for `--llm replay:FILE`.
         #[arg(long)]
         cassette: Option<PathBuf>,
+        /// Replace files already in the output folder (refused otherwise: hand edits there would be lost).
+        #[arg(long)]
+        force: bool,
     },
     /// Evaluate candidate folders against the reference and the baselines on every workload (several
     /// candidates share one worker and the same input sets).
@@ -154,6 +157,9 @@ enum Command {
         format: String,
         #[arg(long, default_value = ".")]
         out: PathBuf,
+        /// Replace files already in the output folder (refused otherwise: hand edits there would be lost).
+        #[arg(long)]
+        force: bool,
     },
     /// Rewrite an mlx-metal candidate folder into an mlx-cuda one (Metal built-ins emulated in CUDA), so
     /// that the Metal kernel's logic can be checked on an NVIDIA GPU.
@@ -164,6 +170,9 @@ enum Command {
         out: Option<PathBuf>,
         #[arg(long)]
         json: bool,
+        /// Replace files already in the output folder (refused otherwise: hand edits there would be lost).
+        #[arg(long)]
+        force: bool,
     },
     /// Check the installation: Python environment, compiler, worker, hardware, store.
     Doctor {
@@ -182,6 +191,9 @@ enum Command {
         out: Option<PathBuf>,
         #[arg(long)]
         json: bool,
+        /// Replace files already in the output folder (refused otherwise: hand edits there would be lost).
+        #[arg(long)]
+        force: bool,
     },
     /// Check a Metal kernel for what would fail on a Mac (docs/check.md): a complete .metal file, or an
     /// mlx-metal candidate folder (its task is found above it, or named with --task). Exit 1 on errors.
@@ -407,6 +419,7 @@ fn dispatch(cli: Cli) -> Result<u8> {
             out,
             tree,
             cassette,
+            force,
         } => {
             if let Some(path) = cassette {
                 write_cassette(&store_dir, &run, &path)?;
@@ -414,7 +427,7 @@ fn dispatch(cli: Cli) -> Result<u8> {
             if tree {
                 cmd_tree(&store_dir, &run, json)
             } else {
-                cmd_show(&store_dir, &run, json, out.as_deref())
+                cmd_show(&store_dir, &run, json, out.as_deref(), force)
             }
         }
         Command::Eval {
@@ -454,11 +467,13 @@ fn dispatch(cli: Cli) -> Result<u8> {
             to,
             out,
             json,
-        } => cmd_translate(&file, to, out, json),
+            force,
+        } => cmd_translate(&file, to, out, json, force),
         Command::BackTranslate {
             candidate,
             out,
             json,
+            force,
         } => {
             let bt = crate::back_translate::back_translate_dir(&candidate)?;
             let out = out.unwrap_or_else(|| {
@@ -470,6 +485,7 @@ fn dispatch(cli: Cli) -> Result<u8> {
                     base.unwrap_or_else(|| bt.report.name.clone())
                 ))
             });
+            refuse_overwrite(&out, bt.candidate.written_paths(&out), force)?;
             bt.write(&candidate, &out)?;
             if json {
                 print_json(&json!({"out": out, "hash": bt.candidate.hash(), "report": bt.report}));
@@ -483,6 +499,7 @@ fn dispatch(cli: Cli) -> Result<u8> {
             task,
             format,
             out,
+            force,
         } => {
             if format != "mlx-python" {
                 bail!("--format {format}: the only export format is mlx-python");
@@ -513,6 +530,15 @@ fn dispatch(cli: Cli) -> Result<u8> {
                     .ok_or_else(|| anyhow!("candidate {hash} missing from the store"))?;
                 (Task::load(Path::new(&row.task_dir))?, c)
             };
+            let function = crate::export::function_name(&task);
+            refuse_overwrite(
+                &out,
+                vec![
+                    out.join(format!("{function}.py")),
+                    out.join(format!("{function}_test.py")),
+                ],
+                force,
+            )?;
             let (module, test) = crate::export::mlx_python(&task, &cand, &out)?;
             println!("{}\n{}", module.display(), test.display());
             Ok(0)
@@ -680,7 +706,13 @@ fn cmd_tree(store_dir: &Path, run_id: &str, json: bool) -> Result<u8> {
     Ok(0)
 }
 
-fn cmd_show(store_dir: &Path, run_id: &str, json: bool, out: Option<&Path>) -> Result<u8> {
+fn cmd_show(
+    store_dir: &Path,
+    run_id: &str,
+    json: bool,
+    out: Option<&Path>,
+    force: bool,
+) -> Result<u8> {
     let store = Store::open(store_dir)?;
     let row = store
         .run(run_id)?
@@ -694,6 +726,7 @@ fn cmd_show(store_dir: &Path, run_id: &str, json: bool, out: Option<&Path>) -> R
         let c = store
             .candidate(hash)?
             .ok_or_else(|| anyhow!("candidate {hash} missing"))?;
+        refuse_overwrite(dir, c.written_paths(dir), force)?;
         c.write_dir(dir)
             .with_context(|| format!("writing {}", dir.display()))?;
         eprintln!("ksearch: wrote best candidate {hash} to {}", dir.display());
@@ -1045,13 +1078,20 @@ fn cmd_doctor(store_dir: &Path, python: Option<&Path>, json: bool) -> Result<u8>
     Ok(if ok { 0 } else { 1 })
 }
 
-fn cmd_translate(file: &Path, to: Target, out: Option<PathBuf>, json: bool) -> Result<u8> {
+fn cmd_translate(
+    file: &Path,
+    to: Target,
+    out: Option<PathBuf>,
+    json: bool,
+    force: bool,
+) -> Result<u8> {
     let t = crate::translate::translate_and_check(file, to)?;
     let dir = out.unwrap_or_else(|| {
         let stem = file.file_stem().unwrap_or_default().to_string_lossy();
         PathBuf::from(format!("{stem}-{to}"))
     });
     if let Some(c) = &t.candidate {
+        refuse_overwrite(&dir, c.written_paths(&dir), force)?;
         c.write_dir(&dir)
             .with_context(|| format!("writing {}", dir.display()))?;
     }
@@ -1177,4 +1217,33 @@ mod flags {
             _ => Err(format!("`{s}`: give a whole number, 1 or more")),
         }
     }
+}
+
+/// Refuses to replace files a command would write where some already exist, unless `force`: a hand-edited
+/// plan or kernel there would be lost without a word.
+fn refuse_overwrite(dir: &Path, paths: Vec<PathBuf>, force: bool) -> Result<()> {
+    let existing: Vec<String> = paths
+        .iter()
+        .filter(|p| p.exists())
+        .map(|p| {
+            p.file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        })
+        .collect();
+    if force || existing.is_empty() {
+        return Ok(());
+    }
+    let shown: Vec<&str> = existing.iter().take(4).map(String::as_str).collect();
+    let more = existing.len().saturating_sub(shown.len());
+    bail!(
+        "{}: would replace {}{}; pass --force to replace them, or give another --out",
+        dir.display(),
+        shown.join(", "),
+        if more > 0 {
+            format!(" and {more} more")
+        } else {
+            String::new()
+        }
+    )
 }

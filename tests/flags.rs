@@ -77,3 +77,58 @@ fn no_numeric_flag_value_makes_ksearch_panic_or_start() {
         );
     }
 }
+
+/// `translate --out` and `export --out` never replace a file already there without `--force`: a hand-edited
+/// plan or module would be lost without a word.
+#[test]
+fn outputs_that_would_replace_files_are_refused_without_force() {
+    let store = tempfile::tempdir().unwrap();
+    let out = store.path().join("out");
+    let out_s = out.to_str().unwrap();
+    let cu = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/translate/guard_product.cu"
+    );
+    let translate = ["translate", cu, "--to", "mlx-cuda", "--out", out_s];
+    let (code, stderr) = ksearch(&translate, store.path());
+    assert_eq!(code, 0, "{stderr}");
+    std::fs::write(out.join("plan.toml"), "# edited by hand\n").unwrap();
+    let (code, stderr) = ksearch(&translate, store.path());
+    assert_ne!(code, 0, "{stderr}");
+    assert!(
+        stderr.contains("would replace plan.toml") && stderr.contains("--force"),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(out.join("plan.toml")).unwrap(),
+        "# edited by hand\n"
+    );
+    let mut forced = translate.to_vec();
+    forced.push("--force");
+    let (code, stderr) = ksearch(&forced, store.path());
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        std::fs::read_to_string(out.join("plan.toml"))
+            .unwrap()
+            .contains("[[kernel]]")
+    );
+
+    let seed = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tasks/softmax/seeds/mlx-cuda/naive"
+    );
+    let export_dir = store.path().join("export");
+    let export = [
+        "export",
+        seed,
+        "--task",
+        "softmax",
+        "--out",
+        export_dir.to_str().unwrap(),
+    ];
+    let (code, stderr) = ksearch(&export, store.path());
+    assert_eq!(code, 0, "{stderr}");
+    let (code, stderr) = ksearch(&export, store.path());
+    assert_ne!(code, 0, "{stderr}");
+    assert!(stderr.contains("--force"), "{stderr}");
+}
