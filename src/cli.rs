@@ -485,7 +485,12 @@ fn dispatch(cli: Cli) -> Result<u8> {
                     base.unwrap_or_else(|| bt.report.name.clone())
                 ))
             });
-            refuse_overwrite(&out, bt.candidate.written_paths(&out), force)?;
+            // Writing over the Metal candidate itself is refused by `write`, with its own reason.
+            let itself = candidate.canonicalize().ok() == out.canonicalize().ok()
+                && out.canonicalize().is_ok();
+            if !itself {
+                refuse_overwrite(&out, bt.candidate.written_paths(&out), force)?;
+            }
             bt.write(&candidate, &out)?;
             if json {
                 print_json(&json!({"out": out, "hash": bt.candidate.hash(), "report": bt.report}));

@@ -148,7 +148,25 @@ impl Worker {
         let tail = Arc::new(Mutex::new(VecDeque::new()));
         let tail2 = tail.clone();
         std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            // Read bytes, not UTF-8 lines: candidate code shares this pipe and may write anything; a reader
+            // that stopped at the first invalid byte would leave the pipe undrained (the worker's next write
+            // then fails or blocks).
+            let mut reader = BufReader::new(stderr);
+            let mut buf = Vec::new();
+            loop {
+                buf.clear();
+                // At most 64 KiB a line: a candidate writing without newlines cannot grow this buffer.
+                match std::io::BufRead::read_until(
+                    &mut std::io::Read::take(&mut reader, 64 << 10),
+                    b'\n',
+                    &mut buf,
+                ) {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {}
+                }
+                let line = String::from_utf8_lossy(&buf)
+                    .trim_end_matches(['\n', '\r'])
+                    .to_string();
                 tracing::debug!(target: "worker", "{line}");
                 let mut t = tail2.lock().unwrap();
                 if t.len() == STDERR_TAIL_LINES {

@@ -129,10 +129,13 @@ def _print_profile(profile: Any) -> None:
     text = io.StringIO()
     top = int(os.environ.get("KSEARCH_WORKER_PROFILE") or 30)
     pstats.Stats(profile, stream=text).sort_stats("cumulative").print_stats(top)
-    for line in text.getvalue().splitlines():
-        if line.strip():
-            print("ksearch-worker: profile " + line, file=sys.stderr)
-    sys.stderr.flush()
+    try:
+        for line in text.getvalue().splitlines():
+            if line.strip():
+                print("ksearch-worker: profile " + line, file=sys.stderr)
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
 
 
 def _trace(req: dict[str, Any], out: dict[str, Any], seconds: float) -> None:
@@ -143,8 +146,11 @@ def _trace(req: dict[str, Any], out: dict[str, Any], seconds: float) -> None:
     split = result.get("split") or {}
     parts = " ".join(f"{k}={v:.2f}" for k, v in split.items() if isinstance(v, float) and v >= 0.005)
     status = result.get("status", "ok" if out.get("ok") else out.get("error", {}).get("kind"))
-    print(f"ksearch-worker: {req.get('op')} {workload} {status} {seconds:.2f}s {parts}".rstrip(), file=sys.stderr,
-          flush=True)
+    try:
+        print(f"ksearch-worker: {req.get('op')} {workload} {status} {seconds:.2f}s {parts}".rstrip(), file=sys.stderr,
+              flush=True)
+    except (OSError, ValueError):
+        pass  # a log line must never cost a reply (candidate code shares this stderr)
 
 
 def _error(rid: int | None, kind: str, message: str) -> dict[str, Any]:
