@@ -145,6 +145,16 @@ pub fn run_summary(result: &Value) -> String {
         result["budget"],
         result["status"].as_str().unwrap_or("?"),
     ));
+    if result["status"] == "stopped" {
+        // Said first: a best candidate below does not mean the search did its job.
+        out.push_str(&format!(
+            "STOPPED before its budget: {} (the best below is what the run had by then; `ksearch resume {}` continues it)\n",
+            result["stopped"].as_str().unwrap_or("?"),
+            result["run_id"].as_str().unwrap_or("RUN")
+        ));
+    } else if let Some(why) = result["stopped"].as_str() {
+        out.push_str(&format!("ended: {why}\n"));
+    }
     let hw = &result["hardware"];
     if hw.is_object() {
         out.push_str(&format!(

@@ -433,7 +433,13 @@ fn evolve_and_once_run_on_the_same_evaluator_and_once_is_tuned_by_the_hybrid_sea
         args.extend_from_slice(QUICK);
         let out = run(store.path(), &args);
         let v = last_json(&out);
-        assert_eq!(v["status"], "completed", "{strategy}: {}", stderr(&out));
+        assert_eq!(
+            v["status"],
+            "completed",
+            "{strategy}: {} {}",
+            v["stopped"],
+            stderr(&out)
+        );
         assert!(
             v["best"]["speedup_vs_seed"].as_f64().unwrap() > 5.0,
             "{strategy}: {v}"
@@ -521,4 +527,40 @@ fn the_shipped_recording_replays_to_a_tree_and_the_tiled_kernel() {
     assert_eq!(v["best"]["params"]["MR"], 4, "{v}");
     let t = tree(store.path(), v["run_id"].as_str().unwrap());
     assert!(t["nodes"].as_array().unwrap().len() >= 5, "{t}");
+}
+
+/// A search whose LLM never answered did not do its job: it ends `stopped` (not `completed`), says why
+/// first in its summary, and exits non-zero, though the seed it evaluated passed.
+#[test]
+fn a_search_whose_llm_never_answers_is_stopped_and_exits_non_zero() {
+    let store = tempfile::tempdir().unwrap();
+    let mut args = wm_args(
+        "http://127.0.0.1:9/v1",
+        "6",
+        &["--llm-retries", "0", "--llm-timeout", "5"],
+    );
+    let out = run(store.path(), &args);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let v = last_json(&out);
+    assert_eq!(v["status"], "stopped", "{v}");
+    assert_eq!(v["evaluations"], 1, "{v}");
+    assert!(
+        v["best"].is_object(),
+        "the passing seed is still reported: {v}"
+    );
+    let why = v["stopped"].as_str().unwrap();
+    assert!(why.contains("LLM"), "{why}");
+    let row = last_json(&run(store.path(), &["runs", "--json"]));
+    assert_eq!(row.as_array().unwrap()[0]["status"], "stopped", "{row}");
+    // The human summary says so before anything else.
+    args.retain(|a| *a != "--json");
+    let out = run(store.path(), &args);
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.lines()
+            .nth(1)
+            .is_some_and(|l| l.starts_with("STOPPED before its budget")),
+        "{text}"
+    );
 }

@@ -13,6 +13,21 @@ use serde_json::{Value, json};
 #[derive(Debug, Clone, PartialEq)]
 pub struct Stop(pub String);
 
+/// How a stop for a spent LLM cap begins: a cap the user set ends the search as its budget does.
+const CAP_SPENT: &str = "LLM budget spent: ";
+
+impl Stop {
+    /// What the run is told: a spent cap ends the search (`Done`); anything else (an unusable or failing
+    /// LLM, replies that never became a candidate) means it could not do its job (`Stopped`).
+    pub fn next(self) -> super::Next {
+        if self.0.starts_with(CAP_SPENT) {
+            super::Next::Done(self.0)
+        } else {
+            super::Next::Stopped(self.0)
+        }
+    }
+}
+
 /// Consecutive provider failures (after the client's own retries) that end a run.
 pub const MAX_CONSECUTIVE_FAILURES: u32 = 3;
 
@@ -89,7 +104,7 @@ impl Agent {
                 self.consecutive_failures = 0;
                 Ok(Ok(r.text))
             }
-            Err(LlmError::Budget(m)) => Err(Stop(format!("LLM budget spent: {m}"))),
+            Err(LlmError::Budget(m)) => Err(Stop(format!("{CAP_SPENT}{m}"))),
             Err(e @ (LlmError::Config(_) | LlmError::Replay(_))) => {
                 Err(Stop(format!("LLM unusable: {e}")))
             }

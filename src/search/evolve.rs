@@ -52,6 +52,9 @@ pub struct Evolve {
     agent: Agent,
     cfg: EvolveConfig,
     st: State,
+    /// The last step's proposal repeated a candidate already evaluated (not persisted: it only tells a
+    /// converged search from a failing one within one `propose`).
+    repeated: bool,
 }
 
 impl Evolve {
@@ -59,6 +62,7 @@ impl Evolve {
         Evolve {
             agent,
             cfg,
+            repeated: false,
             st: State::default(),
         }
     }
@@ -185,6 +189,7 @@ impl Evolve {
                         "proposal {}: identical to {hash}",
                         self.st.proposals
                     ));
+                    self.repeated = true;
                     return Ok(None);
                 }
                 self.st.home.push((hash, island));
@@ -208,6 +213,9 @@ impl Evolve {
     }
 }
 
+/// Proposals one `propose` may ask for before it gives up.
+const PROPOSALS_PER_STEP: usize = 16;
+
 impl Strategy for Evolve {
     fn name(&self) -> &'static str {
         "evolve"
@@ -215,14 +223,26 @@ impl Strategy for Evolve {
 
     fn propose(&mut self, history: &[Observation]) -> Next {
         // An unusable reply costs an LLM call, not an evaluation; the agent stops on repeated failures.
-        for _ in 0..16 {
+        let mut repeats = 0;
+        for _ in 0..PROPOSALS_PER_STEP {
+            self.repeated = false;
             match self.step(history) {
                 Ok(Some(p)) => return Next::Propose(p),
-                Ok(None) => continue,
-                Err(Stop(why)) => return Next::Done(why),
+                Ok(None) => repeats += usize::from(self.repeated),
+                Err(stop) => return stop.next(),
             }
         }
-        Next::Done("16 proposals in a row were unusable".into())
+        if 2 * repeats >= PROPOSALS_PER_STEP {
+            // Most replies were kernels already measured: the LLM answers, with nothing new to try.
+            Next::Done(format!(
+                "{PROPOSALS_PER_STEP} proposals in a row brought nothing new ({repeats} repeated candidates already evaluated)"
+            ))
+        } else {
+            Next::Stopped(format!(
+                "{PROPOSALS_PER_STEP} proposals in a row were unusable ({} unusable replies, {repeats} repeats)",
+                PROPOSALS_PER_STEP - repeats
+            ))
+        }
     }
 
     fn state(&self) -> Value {

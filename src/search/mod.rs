@@ -46,7 +46,11 @@ pub struct Proposal {
 #[allow(clippy::large_enum_variant)] // one per evaluation; boxing would buy nothing
 pub enum Next {
     Propose(Proposal),
+    /// The search ended as searches end: the space is exhausted, the strategy has nothing left to try.
     Done(String),
+    /// The search could not go on (the LLM is unusable, failed, or its caps are spent; its replies kept
+    /// being unusable): the run did not do its job, and says so with its own status.
+    Stopped(String),
 }
 
 pub trait Strategy {

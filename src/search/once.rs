@@ -1,7 +1,7 @@
 //! The `once` baseline: one generation from the seed (with the usual reply repair), then the hybrid
 //! search tunes whatever tunables the reply exposes with the rest of the budget.
 
-use super::agent::{self, Agent, Stop};
+use super::agent::{self, Agent};
 use super::{Next, Observation, Proposal, Strategy};
 use serde_json::{Value, json};
 
@@ -40,7 +40,7 @@ impl Strategy for Once {
         }
         let prompt = match crate::prompts::render("once.j2", ctx) {
             Ok(p) => p,
-            Err(e) => return Next::Done(e),
+            Err(e) => return Next::Stopped(e),
         };
         match self
             .agent
@@ -52,8 +52,8 @@ impl Strategy for Once {
                 origin: "once".into(),
                 compare_with: None,
             }),
-            Ok(Err(e)) => Next::Done(format!("the generation was unusable: {e}")),
-            Err(Stop(why)) => Next::Done(why),
+            Ok(Err(e)) => Next::Stopped(format!("the generation was unusable: {e}")),
+            Err(stop) => stop.next(),
         }
     }
 

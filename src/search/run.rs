@@ -387,6 +387,8 @@ impl<'a> Runner<'a> {
             .ok_or_else(|| anyhow!("seed candidate missing from the store"))?;
         let mut history = self.history()?;
         let mut stopped: Option<String> = None;
+        // Stopped for a reason other than its budget or a converged search (`Next::Stopped`).
+        let mut cut_short = false;
         progress(Event::Started {
             budget: self.config.budget,
             done: history.len(),
@@ -402,6 +404,11 @@ impl<'a> Runner<'a> {
                     Next::Propose(p) => (p.candidate, p.parent, p.origin, p.compare_with),
                     Next::Done(why) => {
                         stopped = Some(why);
+                        break;
+                    }
+                    Next::Stopped(why) => {
+                        stopped = Some(why);
+                        cut_short = true;
                         break;
                     }
                 }
@@ -506,7 +513,7 @@ impl<'a> Runner<'a> {
             "strategy": self.config.strategy.name(),
             "budget": self.config.budget,
             "evaluations": history.len(),
-            "status": if chosen.is_some() { "completed" } else { "failed" },
+            "status": if cut_short { "stopped" } else if chosen.is_some() { "completed" } else { "failed" },
             "hardware": self.evaluator.hardware(),
             "worker_restarts": self.evaluator.worker_restarts(),
             "stopped": stopped,
@@ -538,6 +545,15 @@ impl<'a> Runner<'a> {
             }),
         });
         let (status, error) = match &chosen {
+            _ if cut_short => (
+                "stopped",
+                Some(format!(
+                    "the search stopped after {} of {} evaluations: {}",
+                    history.len(),
+                    self.config.budget,
+                    stopped.as_deref().unwrap_or("")
+                )),
+            ),
             Some(_) => ("completed", None),
             None => (
                 "failed",

@@ -587,7 +587,7 @@ impl WorldModelStrategy {
                 self.end_cycle(history)?;
             }
             if self.st.cycle.is_none() && !self.start_cycle(history)? {
-                return Err(Stop("the world model has no open action left".into()));
+                return Ok(None); // every action tried: the search converged
             }
             if let Some(p) = self.generate(history)? {
                 return Ok(Some(p));
@@ -615,10 +615,10 @@ impl Strategy for WorldModelStrategy {
                 });
                 Next::Propose(p)
             }
-            Ok(None) => Next::Done("nothing left to try".into()),
-            Err(Stop(why)) => {
-                self.log(format!("stopped: {why}"));
-                Next::Done(why)
+            Ok(None) => Next::Done("the world model has no open action left".into()),
+            Err(stop) => {
+                self.log(format!("stopped: {}", stop.0));
+                stop.next()
             }
         }
     }
