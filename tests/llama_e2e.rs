@@ -76,7 +76,15 @@ fn a_search_with_a_real_small_model_records_its_unusable_replies_and_ends_cleanl
     let v = last_json(&out);
     assert!(!stderr(&out).contains("panicked"), "{}", stderr(&out));
     // The seed passes; whatever the model wrote was parsed, and either evaluated or rejected with a reason.
-    assert_eq!(v["status"], "completed", "{}", stderr(&out));
+    // A model whose every reply was unusable did not do the search's job: the run says `stopped` and exits 1.
+    match v["status"].as_str() {
+        Some("completed") => assert_eq!(out.status.code(), Some(0), "{}", stderr(&out)),
+        Some("stopped") => {
+            assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+            assert!(v["stopped"].as_str().is_some_and(|w| !w.is_empty()), "{v}");
+        }
+        other => panic!("status {other:?}: {}", stderr(&out)),
+    }
     assert!(v["evaluations"].as_u64().unwrap() >= 1);
     let cassette = store.path().join("gemma.jsonl");
     let shown = run(
