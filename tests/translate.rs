@@ -1043,7 +1043,11 @@ fn file_scope_types_reach_the_header_whole_and_local_includes_are_errors() {
 fn a_guard_over_a_product_sizes_the_grid() {
     let t = tr("guard_product.cu", Target::MlxCuda);
     assert_eq!(t.analysis.kernels[0].guards[&0], "B * T");
-    assert!(codes(&t, Severity::Warning).contains(&"T011"), "{:?}", t.diagnostics);
+    assert!(
+        codes(&t, Severity::Warning).contains(&"T011"),
+        "{:?}",
+        t.diagnostics
+    );
     let l = &t.candidate.as_ref().unwrap().plan.launch[0];
     assert_eq!(grid_at(l, &[("B", 3.0), ("T", 100.0)]), [512, 1, 1]);
 }

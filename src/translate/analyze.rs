@@ -1201,8 +1201,20 @@ fn extent_expr(
                 "/" => "//",
                 _ => return None,
             };
-            let l = extent_expr(n.child_by_field_name("left")?, src, scalars, consts, depth + 1)?;
-            let r = extent_expr(n.child_by_field_name("right")?, src, scalars, consts, depth + 1)?;
+            let l = extent_expr(
+                n.child_by_field_name("left")?,
+                src,
+                scalars,
+                consts,
+                depth + 1,
+            )?;
+            let r = extent_expr(
+                n.child_by_field_name("right")?,
+                src,
+                scalars,
+                consts,
+                depth + 1,
+            )?;
             let wrap = |e: String| {
                 if e.chars().all(|c| c.is_alphanumeric() || c == '_') {
                     e
