@@ -744,7 +744,7 @@ fn cmd_show(
                 v["id"] = json!(id); v["phase"] = json!(phase); v["candidate"] = json!(cand);
                 v
             }).collect::<Vec<_>>(),
-            "attempts": attempts, "config": row.config, "hardware": row.hardware,
+            "attempts": attempts, "config": shown_config(&row.config), "hardware": row.hardware,
             "result": row.result, "error": row.error, "created_at": row.created_at, "updated_at": row.updated_at,
             "evaluated_candidates": row.evaluations,
             "strategy_state": store.strategy_state(run_id)?,
@@ -1251,4 +1251,15 @@ fn refuse_overwrite(dir: &Path, paths: Vec<PathBuf>, force: bool) -> Result<()> 
             String::new()
         }
     )
+}
+
+/// A run's configuration as `show` prints it: without the input secret, from which every input set of the
+/// run derives (a reader of the output, a dashboard or a prompt built from it, must not be able to predict
+/// the inputs of the run's later evaluations). The store keeps it, for `resume`.
+fn shown_config(config: &Value) -> Value {
+    let mut c = config.clone();
+    if let Some(o) = c.as_object_mut() {
+        o.remove("input_secret");
+    }
+    c
 }

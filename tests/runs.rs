@@ -82,6 +82,13 @@ fn a_tune_run_finds_a_faster_passing_kernel_and_scores_held_out_workloads() {
         evals.len()
     );
     assert!(evals.iter().any(|e| e["phase"] == "final"));
+    // The run's input secret stays in the store: every input set derives from it.
+    assert!(
+        shown["config"].is_object() && shown["config"].get("input_secret").is_none(),
+        "{}",
+        shown["config"]
+    );
+    assert!(!shown.to_string().contains("input_secret"));
     // The exported best candidate is exactly what was measured.
     let exported = Candidate::load(&out_dir).unwrap();
     assert_eq!(exported.hash(), best["candidate"].as_str().unwrap());
