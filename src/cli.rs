@@ -56,7 +56,7 @@ enum Command {
         #[arg(long, value_enum)]
         strategy: Option<StrategyKind>,
         /// Number of candidate evaluations (the seed counts as one).
-        #[arg(long, default_value_t = 30, value_parser = flags::at_least_one)]
+        #[arg(long, default_value_t = 30, value_parser = flags::at_least_one::<usize>)]
         budget: usize,
         /// Seed candidate name under seeds/<target>/ (default: `naive`, else the first).
         #[arg(long, conflicts_with = "candidate")]
@@ -68,7 +68,7 @@ enum Command {
         #[arg(long, value_parser = flags::seconds)]
         timeout: Option<f64>,
         /// Fresh random inputs checked per workload.
-        #[arg(long, default_value_t = 3, value_parser = flags::at_least_one)]
+        #[arg(long, default_value_t = 3, value_parser = flags::at_least_one::<usize>)]
         checks: usize,
         /// Seconds of timing per workload (more samples, tighter medians; default 0.15 on the CPU, 0.3 on GPUs).
         #[arg(long, value_parser = flags::seconds)]
@@ -77,7 +77,7 @@ enum Command {
         #[arg(long, default_value_t = 6)]
         tune_budget: usize,
         /// World model: rounds without improvement that end a cycle.
-        #[arg(long, default_value_t = 3, value_parser = flags::at_least_one_u32)]
+        #[arg(long, default_value_t = 3, value_parser = flags::at_least_one::<u32>)]
         window: u32,
         #[command(flatten)]
         llm: LlmArgs,
@@ -126,7 +126,7 @@ enum Command {
         target: Option<Target>,
         #[arg(long, value_parser = flags::seconds)]
         timeout: Option<f64>,
-        #[arg(long, default_value_t = 3, value_parser = flags::at_least_one)]
+        #[arg(long, default_value_t = 3, value_parser = flags::at_least_one::<usize>)]
         checks: usize,
         /// Seconds of timing per workload (default 0.15 on the CPU, 0.3 on GPUs).
         #[arg(long, value_parser = flags::seconds)]
@@ -229,7 +229,7 @@ struct LlmArgs {
     #[arg(long, value_parser = flags::temperature)]
     temperature: Option<f32>,
     /// Cap on the tokens of each reply.
-    #[arg(long, value_parser = flags::at_least_one_u32)]
+    #[arg(long, value_parser = flags::at_least_one::<u32>)]
     llm_max_output: Option<u32>,
     /// Caps, checked before each call. Default calls cap: 6 per evaluation in the budget, plus 20.
     #[arg(long)]
@@ -1209,16 +1209,12 @@ mod flags {
         Ok(v)
     }
 
-    pub fn at_least_one(s: &str) -> Result<usize, String> {
-        match s.trim().parse::<usize>() {
-            Ok(v) if v >= 1 => Ok(v),
-            _ => Err(format!("`{s}`: give a whole number, 1 or more")),
-        }
-    }
-
-    pub fn at_least_one_u32(s: &str) -> Result<u32, String> {
-        match s.trim().parse::<u32>() {
-            Ok(v) if v >= 1 => Ok(v),
+    /// A whole number, 1 or more (`usize` for counts, `u32` for the narrower flags).
+    pub fn at_least_one<T: std::str::FromStr + PartialOrd + From<u8>>(
+        s: &str,
+    ) -> Result<T, String> {
+        match s.trim().parse::<T>() {
+            Ok(v) if v >= T::from(1) => Ok(v),
             _ => Err(format!("`{s}`: give a whole number, 1 or more")),
         }
     }

@@ -350,3 +350,18 @@ def test_a_run_that_let_clusters_run_asks_for_a_fresh_worker(tmp_path: Path, mon
     monkeypatch.setenv("KSEARCH_ALLOW_CLUSTERS", "1")
     r = cluster_run(tmp_path, FakeDevice(correct))
     assert r["status"] == "passed" and r["restart_worker"] is True, r
+
+
+def test_the_workers_own_kernels_are_readied_once_per_workload_shape() -> None:
+    """`prepare` precedes every run; what `warm` compiles is compiled once per worker and workload shape."""
+    from ksearch_worker.pool import Layout
+
+    target = FakeDevice(correct)
+    fills: list[int] = []
+    target.poison = lambda arrays: fills.append(len(arrays))  # type: ignore[method-assign]
+    small = Layout.of({"n": 4}, {"x": (4,), "y": (4,)}, {"x": "float16", "y": "float16"}, ["x"], ["y"])
+    other = Layout.of({"n": 8}, {"x": (8,), "y": (8,)}, {"x": "float16", "y": "float16"}, ["x"], ["y"])
+    target.warm(small)
+    target.warm(small)
+    target.warm(other)
+    assert fills == [2, 2]  # float16 and float32, once per shape

@@ -68,6 +68,7 @@ class MlxTarget:
         # dropped first), each with the fingerprint it had when uploaded.
         self._sets: OrderedDict[tuple[str, int, int], tuple[dict[str, Any], Any]] = OrderedDict()
         self._poisoner: Any = None
+        self._warmed: set[str] = set()  # workload layouts whose worker kernels `warm` compiled
 
     # -- hello ------------------------------------------------------------------------------------
     def describe(self) -> dict[str, Any]:
@@ -406,8 +407,10 @@ class MlxTarget:
         the chain's link), so a candidate's first call does not wait for them (MLX compiles each kernel
         and dtype with NVRTC at its first launch, about 1.7 s on the H200)."""
         m = _mlx()
-        if not self._available():
+        # `prepare` precedes every run: the kernels compile once per worker and workload shape.
+        if not self._available() or layout.key() in self._warmed:
             return
+        self._warmed.add(layout.key())
         # float32 too: the health probe's, and the usual dtype of a candidate's own buffers (partial sums).
         dtypes = sorted({"float32", *(d for _, _, d in (*layout.inputs, *layout.outputs))})
         self.poison([m.zeros((1,), dtype=_mx_dtype(d)) for d in dtypes])
