@@ -7,6 +7,26 @@ use std::path::{Path, PathBuf};
 
 static TASKS: Dir<'static> = include_dir!("$CARGO_MANIFEST_DIR/tasks");
 static PYTHON: Dir<'static> = include_dir!("$CARGO_MANIFEST_DIR/python");
+static RECORDINGS: Dir<'static> = include_dir!("$CARGO_MANIFEST_DIR/recordings");
+
+/// A recording shipped with ksearch (`recordings/NAME.jsonl`), by name, with or without the folder and
+/// extension, so `--llm replay:recordings/matmul-world-model.jsonl` works from any directory.
+pub fn recording(name: &str) -> Option<&'static str> {
+    let stem = name.strip_prefix("recordings/").unwrap_or(name);
+    let stem = stem.strip_suffix(".jsonl").unwrap_or(stem);
+    RECORDINGS
+        .get_file(format!("{stem}.jsonl"))
+        .and_then(|f| f.contents_utf8())
+}
+
+/// The names of the shipped recordings.
+pub fn recording_names() -> Vec<String> {
+    RECORDINGS
+        .files()
+        .filter_map(|f| f.path().file_stem())
+        .map(|s| s.to_string_lossy().into_owned())
+        .collect()
+}
 
 /// `$KSEARCH_HOME`, else `$XDG_CACHE_HOME/ksearch`, else `~/.cache/ksearch`.
 pub fn cache_root() -> PathBuf {

@@ -55,7 +55,8 @@ enum Command {
         /// Default: `world-model` when an LLM is given, else `tune`.
         #[arg(long, value_enum)]
         strategy: Option<StrategyKind>,
-        /// Number of candidate evaluations (the seed counts as one).
+        /// LLM strategies: rounds (one code generation and its evaluation, as K-Search counts; the seed and
+        /// tuning variants are not rounds). `tune`: evaluations (the seed counts as one).
         #[arg(long, default_value_t = 30, value_parser = flags::at_least_one::<usize>)]
         budget: usize,
         /// Seed candidate name under seeds/<target>/ (default: `naive`, else the first).
@@ -73,9 +74,12 @@ enum Command {
         /// Seconds of timing per workload (more samples, tighter medians; default 0.15 on the CPU, 0.3 on GPUs).
         #[arg(long, value_parser = flags::seconds)]
         timing_budget: Option<f64>,
-        /// Evaluations spent tuning the tunables of each generated candidate (hybrid search).
+        /// Evaluations spent tuning the tunables of each generated candidate (hybrid search; 0: none).
         #[arg(long, default_value_t = 6)]
         tune_budget: usize,
+        /// Evaluations the hybrid search may spend tuning in the whole run (default: twice --budget).
+        #[arg(long)]
+        tune_total: Option<usize>,
         /// World model: rounds without improvement that end a cycle.
         #[arg(long, default_value_t = 3, value_parser = flags::at_least_one::<u32>)]
         window: u32,
@@ -310,6 +314,7 @@ fn dispatch(cli: Cli) -> Result<u8> {
             checks,
             timing_budget,
             tune_budget,
+            tune_total,
             window,
             llm,
             json,
@@ -369,6 +374,7 @@ fn dispatch(cli: Cli) -> Result<u8> {
                     budget,
                     llm: llm_settings.filter(|_| strategy != StrategyKind::Tune),
                     tune_budget,
+                    tune_total,
                     window,
                 },
             )?;
@@ -606,8 +612,8 @@ fn execute(
             bar.set_length(budget as u64);
             bar.set_position(done as u64);
         }
-        Event::Evaluated { seq, obs, best } => {
-            bar.set_position(seq as u64 + 1);
+        Event::Evaluated { obs, best, budget } => {
+            bar.set_position(budget.used as u64);
             let status = if obs.summary.passed {
                 report::fmt_time(obs.summary.geomean_s)
             } else {
@@ -1039,6 +1045,11 @@ fn cmd_doctor(store_dir: &Path, python: Option<&Path>, json: bool) -> Result<u8>
                 eval::fresh_secret(),
             ) {
                 Ok(ev) => {
+                    // The hardware facts as the prompts state them.
+                    report.insert(
+                        "hardware_facts".into(),
+                        json!(crate::search::agent::hardware_line(&ev.hello)),
+                    );
                     report.insert("worker".into(), ev.hello.clone());
                 }
                 Err(e) => {

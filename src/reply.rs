@@ -331,6 +331,51 @@ fn closes(line: &str, f: &Fence) -> bool {
     t.len() - rest.len() >= f.len && rest.trim().is_empty()
 }
 
+/// The change a reply says it makes, for later prompts: its `Change:` line if it has one, else its prose
+/// outside code blocks (file-name lines dropped), on one line, at most 400 characters.
+pub fn described_change(text: &str) -> String {
+    const MAX: usize = 400;
+    let lines = split_lines(text);
+    // The lines outside code blocks, without the file-name line above each fence.
+    let mut fence: Option<Fence> = None;
+    let mut kept: Vec<usize> = Vec::new();
+    for (i, l) in lines.iter().enumerate() {
+        match &fence {
+            Some(f) => {
+                if closes(l.text, f) {
+                    fence = None;
+                }
+            }
+            None => {
+                if let Some(f) = opening_fence(l.text) {
+                    fence = Some(f);
+                    if i > 0 && kept.last() == Some(&(i - 1)) {
+                        kept.pop();
+                    }
+                } else if !l.text.trim().is_empty() {
+                    kept.push(i);
+                }
+            }
+        }
+    }
+    let prose: Vec<&str> = kept.iter().map(|&i| lines[i].text.trim()).collect();
+    let tagged = prose.iter().find_map(|l| {
+        let t = l.trim_start_matches(['*', '#', '-', ' ']);
+        let head = t.get(..7)?;
+        head.eq_ignore_ascii_case("change:")
+            .then(|| t[7..].trim_start_matches(['*', ' ']).trim().to_string())
+    });
+    let text = tagged
+        .filter(|t| !t.is_empty())
+        .unwrap_or_else(|| prose.join(" "));
+    let one_line = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if one_line.len() > MAX {
+        format!("{}…", &one_line[..one_line.floor_char_boundary(MAX)])
+    } else {
+        one_line
+    }
+}
+
 /// Every fenced block of `text`, in order; an unclosed last fence takes the rest and is `truncated`.
 pub fn code_blocks(text: &str) -> Vec<CodeBlock> {
     let lines = split_lines(text);
@@ -929,6 +974,20 @@ fn push_block(out: &mut String, name: &str, lang: &str, body: &str) {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn the_described_change_is_the_change_line_else_the_prose_outside_code() {
+        let tagged = "Some thoughts first.\n**Change:** tile N by 64 so B stays in L2.\n\n### k.c\n```c\nint x;\n```\n";
+        assert_eq!(described_change(tagged), "tile N by 64 so B stays in L2.");
+        let prose =
+            "I unrolled the k loop\nby four.\n\n### k.c\n```c\nChange: not this\n```\nDone.";
+        assert_eq!(
+            described_change(prose),
+            "I unrolled the k loop by four. Done."
+        );
+        assert_eq!(described_change("```c\nint x;\n```"), "");
+        assert!(described_change(&"word ".repeat(200)).chars().count() <= 401);
+    }
 
     fn parent() -> Candidate {
         let plan: Plan = toml::from_str(

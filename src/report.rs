@@ -135,14 +135,25 @@ fn first_lines(s: &str, n: usize) -> String {
 
 pub fn run_summary(result: &Value) -> String {
     let mut out = String::new();
+    // LLM strategies spend rounds (tuning apart); `tune` spends evaluations.
+    let spent = match result["rounds"].as_u64() {
+        Some(r) => format!(
+            "rounds {r}/{}  evaluations {}{}",
+            result["budget"],
+            result["evaluations"],
+            result["tuning_evaluations"]
+                .as_u64()
+                .map(|t| format!(" ({t} tuning)"))
+                .unwrap_or_default()
+        ),
+        None => format!("evaluations {}/{}", result["evaluations"], result["budget"]),
+    };
     out.push_str(&format!(
-        "run {}  task {}  target {}  strategy {}  evaluations {}/{}  status {}\n",
+        "run {}  task {}  target {}  strategy {}  {spent}  status {}\n",
         result["run_id"].as_str().unwrap_or("?"),
         result["task"].as_str().unwrap_or("?"),
         result["target"].as_str().unwrap_or("?"),
         result["strategy"].as_str().unwrap_or("?"),
-        result["evaluations"],
-        result["budget"],
         result["status"].as_str().unwrap_or("?"),
     ));
     if result["status"] == "stopped" {
@@ -244,7 +255,7 @@ pub fn runs_table(runs: &[RunRow]) -> String {
         "target",
         "strategy",
         "status",
-        "evaluations",
+        "spent/budget",
         "best speedup vs seed",
     ]);
     for r in runs {
@@ -254,7 +265,10 @@ pub fn runs_table(runs: &[RunRow]) -> String {
             r.target.clone(),
             r.strategy.clone(),
             r.status.clone(),
-            format!("{}/{}", r.evaluations, r.budget),
+            match r.result["rounds"].as_u64() {
+                Some(n) => format!("{n}/{} rounds", r.budget),
+                None => format!("{}/{}", r.evaluations, r.budget),
+            },
             fmt_x(r.result["best"]["speedup_vs_seed"].as_f64()),
         ]);
     }

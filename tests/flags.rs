@@ -26,12 +26,13 @@ fn no_numeric_flag_value_makes_ksearch_panic_or_start() {
     let missing = missing.to_str().unwrap();
     let run: Vec<&str> = vec!["run", missing];
     let eval: Vec<&str> = vec!["eval", missing, "cand"];
-    let cases: [(&Vec<&str>, &str); 15] = [
+    let cases: [(&Vec<&str>, &str); 16] = [
         (&run, "--budget"),
         (&run, "--timeout"),
         (&run, "--checks"),
         (&run, "--timing-budget"),
         (&run, "--tune-budget"),
+        (&run, "--tune-total"),
         (&run, "--window"),
         (&run, "--llm-timeout"),
         (&run, "--llm-retries"),

@@ -187,7 +187,10 @@ fn a_scripted_llm_drives_a_world_model_search_to_a_faster_kernel_and_replays_it(
     let out = run(store.path(), &wm_args(&url, "9", &[]));
     let v = last_json(&out);
     assert_eq!(v["status"], "completed", "{}", stderr(&out));
-    if v["evaluations"] != 9 {
+    // The budget counts rounds (LLM generations with their evaluation); the seed is not one.
+    assert_eq!(v["budget_unit"], "rounds", "{v}");
+    let unmeasured = v["rounds_without_candidate"].as_u64().unwrap_or(99);
+    if v["rounds"] != 9 || v["evaluations"].as_u64() != Some(10 - unmeasured) {
         let shown = last_json(&run(
             store.path(),
             &["show", v["run_id"].as_str().unwrap(), "--json"],
@@ -506,27 +509,37 @@ fn record_the_shipped_recording() {
 }
 
 #[test]
-fn the_shipped_recording_replays_to_a_tree_and_the_tiled_kernel() {
+fn the_shipped_recording_replays_to_a_tree_and_the_tiled_kernel_from_any_directory() {
+    // The recording is built into the binary: the README's command works outside the repository.
     let store = tempfile::tempdir().unwrap();
-    let replay = format!("replay:{}", repo().join(SHIPPED).display());
-    let mut args = vec![
-        "run",
-        "matmul",
-        "--strategy",
-        "world-model",
-        "--llm",
-        replay.as_str(),
-        "--json",
-    ];
-    args.extend_from_slice(SHIPPED_ARGS);
-    args.extend_from_slice(QUICK);
-    let out = run(store.path(), &args);
-    let v = last_json(&out);
-    assert_eq!(v["status"], "completed", "{}", stderr(&out));
-    assert_eq!(v["evaluations"], 9);
-    assert_eq!(v["best"]["params"]["MR"], 4, "{v}");
-    let t = tree(store.path(), v["run_id"].as_str().unwrap());
-    assert!(t["nodes"].as_array().unwrap().len() >= 5, "{t}");
+    let elsewhere = tempfile::tempdir().unwrap();
+    for spec in [
+        "replay:recordings/matmul-world-model.jsonl",
+        "replay:matmul-world-model",
+    ] {
+        let mut args = vec![
+            "run",
+            "matmul",
+            "--strategy",
+            "world-model",
+            "--llm",
+            spec,
+            "--json",
+        ];
+        args.extend_from_slice(SHIPPED_ARGS);
+        args.extend_from_slice(QUICK);
+        let out = ksearch(store.path())
+            .current_dir(elsewhere.path())
+            .args(&args)
+            .output()
+            .unwrap();
+        let v = last_json(&out);
+        assert_eq!(v["status"], "completed", "{spec}: {}", stderr(&out));
+        assert_eq!(v["rounds"], 9, "{v}");
+        assert_eq!(v["best"]["params"]["MR"], 4, "{v}");
+        let t = tree(store.path(), v["run_id"].as_str().unwrap());
+        assert!(t["nodes"].as_array().unwrap().len() >= 5, "{t}");
+    }
 }
 
 /// A search whose LLM never answered did not do its job: it ends `stopped` (not `completed`), says why
@@ -563,4 +576,114 @@ fn a_search_whose_llm_never_answers_is_stopped_and_exits_non_zero() {
             .is_some_and(|l| l.starts_with("STOPPED before its budget")),
         "{text}"
     );
+}
+
+/// K-Search's budget unit on default settings (window 3, hybrid tuning on): `--budget 12` buys 12 rounds,
+/// tuning is counted apart under its own cap, the tree learns (two cycles or more, each ending in a tree
+/// update), the run's best is attached to a node, and every prompt shows what a model needs: the parent,
+/// the rounds of the cycle with their changes and results, the budget, the hardware facts.
+#[test]
+fn a_budget_of_twelve_rounds_on_default_settings_learns_and_every_prompt_shows_the_trajectory() {
+    let server = llm_server(|_| None);
+    let url = format!("{}/v1", server.url());
+    let store = tempfile::tempdir().unwrap();
+    let mut args = scripted_run("world-model", &url, &["--budget", "12"]);
+    args.extend_from_slice(QUICK);
+    let out = run(store.path(), &args);
+    let v = last_json(&out);
+    assert_eq!(v["status"], "completed", "{}", v["stopped"]);
+    assert_eq!(v["budget_unit"], "rounds");
+    assert_eq!(v["rounds"], 12, "{v}");
+    let tuned = v["tuning_evaluations"].as_u64().unwrap();
+    assert!(tuned > 0 && tuned <= 24, "tuning has its own cap: {v}");
+    // A round whose reply gave nothing new to evaluate (here: a kernel already measured) is still a round.
+    let unmeasured = v["rounds_without_candidate"].as_u64().unwrap();
+    assert_eq!(
+        v["evaluations"].as_u64().unwrap(),
+        1 + 12 - unmeasured + tuned,
+        "{v}"
+    );
+    let run_id = v["run_id"].as_str().unwrap();
+    let shown = last_json(&run(store.path(), &["show", run_id, "--json"]));
+    let log: Vec<String> = shown["strategy_state"]["log"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.as_str().unwrap().to_string())
+        .collect();
+    let updates = log.iter().filter(|l| l.contains("refine edit")).count();
+    assert!(updates >= 2, "two tree updates: {log:#?}");
+    // The best is on the tree.
+    let t = tree(store.path(), run_id);
+    let best = v["best"]["candidate"].as_str().unwrap();
+    assert!(
+        t["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n["solution"]["candidate"] == best),
+        "the run's best {best} is attached: {t:#}"
+    );
+
+    let prompts: Vec<String> = server
+        .requests()
+        .iter()
+        .map(|r| prompt_and_feedback(r).0)
+        .collect();
+    let kind =
+        |needle: &str| -> Vec<&String> { prompts.iter().filter(|p| p.contains(needle)).collect() };
+    let (actions, improves, refines) = (
+        kind("## Implement exactly this action"),
+        kind("Make it faster."),
+        kind("was just implemented and measured"),
+    );
+    assert!(!actions.is_empty() && !improves.is_empty() && !refines.is_empty());
+    for p in actions.iter().chain(&improves).chain(&refines) {
+        assert!(
+            p.contains("rounds (a round is one code generation and its evaluation) used"),
+            "budget: {p}"
+        );
+        assert!(p.contains("one candidate's evaluation takes about"), "{p}");
+        assert!(
+            p.contains(" cores") && p.contains("compiler "),
+            "hardware facts: {p}"
+        );
+        assert!(p.contains("peaks (one core)"), "{p}");
+    }
+    for p in &actions {
+        assert!(
+            p.contains("## Parent candidate (") && p.contains("Path from the root"),
+            "{p}"
+        );
+        assert!(
+            !p.contains("\"kernel_summary\""),
+            "no whole-tree JSON in action prompts: {p}"
+        );
+    }
+    for p in &improves {
+        for part in [
+            "Parent of the cycle (",
+            "The run's best so far (",
+            "- round 1 (action, candidate ",
+            "result: passed,",
+            "tuned automatically from ",
+        ] {
+            assert!(p.contains(part), "improve prompt lacks {part:?}: {p}");
+        }
+    }
+    for p in &refines {
+        assert!(
+            p.contains("Rounds of the cycle (") && p.contains("- round 2 (improve"),
+            "{p}"
+        );
+    }
+    // The action prompt's view of the tree against the whole tree the old prompts carried.
+    let path_chars = actions
+        .iter()
+        .map(|p| section(p, "## World model: where this action sits").len())
+        .max()
+        .unwrap();
+    let whole = serde_json::to_string_pretty(&t).unwrap().len();
+    eprintln!("action prompt: tree view {path_chars} chars; whole tree {whole} chars");
+    assert!(path_chars < whole);
 }

@@ -68,6 +68,54 @@ def cache_bytes() -> int:
     return max(sizes, default=FALLBACK_CACHE_BYTES)
 
 
+# The instruction-set extensions a kernel writer chooses code paths by (x86 and Arm names as the kernel
+# reports them in /proc/cpuinfo).
+_ISA_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq",
+              "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8",
+              "asimd", "asimdhp", "asimddp", "fphp", "sve", "sve2", "bf16", "i8mm", "sme")
+
+
+def isa_extensions() -> list[str]:
+    """The SIMD and matrix extensions of cpu0, in the order of _ISA_FLAGS (empty where not readable)."""
+    flags: set[str] = set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("flags", "Features")):
+                flags.update(line.split(":", 1)[1].split())
+                break
+    except OSError:
+        pass
+    if not flags and platform.system() == "Darwin":
+        # Apple Silicon: every core has NEON (asimd) with half precision; sysctl names the rest.
+        flags.update({"asimd", "asimdhp"})
+        for name, flag in (("hw.optional.arm.FEAT_BF16", "bf16"), ("hw.optional.arm.FEAT_I8MM", "i8mm"),
+                           ("hw.optional.arm.FEAT_SME", "sme")):
+            if _sysctl(name) == "1":
+                flags.add(flag)
+    return [f for f in _ISA_FLAGS if f in flags]
+
+
+def caches() -> list[dict[str, Any]]:
+    """cpu0's caches by level: level, type, size in bytes, and how many logical CPUs share each."""
+    out: list[dict[str, Any]] = []
+    for index in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
+        try:
+            level = int((index / "level").read_text())
+            kind = (index / "type").read_text().strip()
+            size = _parse_size((index / "size").read_text())
+        except (OSError, ValueError):
+            continue
+        entry: dict[str, Any] = {"level": level, "type": kind, "bytes": size}
+        with contextlib.suppress(OSError, ValueError):
+            shared = (index / "shared_cpu_list").read_text().strip()
+            entry["shared_by"] = sum(int(b) - int(a) + 1 if "-" in part else 1
+                                     for part in shared.split(",") if part
+                                     for a, _, b in [part.partition("-")])
+        if kind != "Instruction":
+            out.append(entry)
+    return out
+
+
 def _best_of(fn: Any, max_runs: int, max_s: float) -> float:
     """Fastest of up to max_runs calls (at least 2), stopping early after max_s."""
     fn()  # first touch and lazy initialisation
@@ -156,4 +204,8 @@ def describe(compiler: tuple[str, ...] = ("cc",), flags: tuple[str, ...] = ()) -
         "peak_gflops_fma": round(fma, 2) if fma else None,
         "machine": platform.machine(),
         "system": platform.system(),
+        "isa": isa_extensions(),
+        "caches": caches(),
+        # Kernels run single-threaded (one call per launch), so the peaks are one core's.
+        "peak_scope": "one core",
     }

@@ -447,6 +447,11 @@ impl Llm {
         replay::load(path)
     }
 
+    /// A cassette given as text (a recording built into the binary); `source` names it in errors.
+    pub fn parse_cassette(text: &str, source: &str) -> Result<Vec<Exchange>, LlmError> {
+        replay::parse(text, source)
+    }
+
     /// Called with every exchange, failed and refused ones included.
     pub fn set_recorder(&mut self, f: Recorder) {
         self.recorder = Some(f);

@@ -74,17 +74,17 @@ fn short(h: &str) -> &str {
 pub(crate) fn load(path: &Path) -> Result<Vec<Exchange>, LlmError> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| LlmError::Replay(format!("cannot read {}: {e}", path.display())))?;
+    parse(&text, &path.display().to_string())
+}
+
+/// A cassette's JSON lines; `source` names it in errors.
+pub(crate) fn parse(text: &str, source: &str) -> Result<Vec<Exchange>, LlmError> {
     text.lines()
         .enumerate()
         .filter(|(_, l)| !l.trim().is_empty())
         .map(|(i, l)| {
-            serde_json::from_str(l).map_err(|e| {
-                LlmError::Replay(format!(
-                    "{}:{}: not an exchange: {e}",
-                    path.display(),
-                    i + 1
-                ))
-            })
+            serde_json::from_str(l)
+                .map_err(|e| LlmError::Replay(format!("{source}:{}: not an exchange: {e}", i + 1)))
         })
         .collect()
 }

@@ -43,6 +43,10 @@ pub struct Agent {
     /// The task itself, for judging candidates against its family's expert properties (MLX targets).
     assess: Option<Task>,
     pub max_output_tokens: Option<u32>,
+    /// The run's budget, used and left, in one line (set by the strategy before each proposal).
+    pub budget: String,
+    /// Passing candidates with tunables are tuned by the hybrid search (the prompts say so).
+    pub auto_tune: bool,
     consecutive_failures: u32,
 }
 
@@ -50,7 +54,8 @@ pub struct Agent {
 pub type Attempt<T> = Result<T, String>;
 
 impl Agent {
-    pub fn new(llm: Llm, task: &Task, target: Target, hardware: &Value) -> Agent {
+    /// `hello` is the worker's hello (its `hardware` and `compiler`).
+    pub fn new(llm: Llm, task: &Task, target: Target, hello: &Value) -> Agent {
         let workloads: Vec<Value> = task
             .workloads(false)
             .map(|w| json!({"name": w.name, "dims": w.dims}))
@@ -59,11 +64,13 @@ impl Agent {
             llm,
             task: json!({"name": task.name(), "description": task.toml.description, "spec": task.spec, "workloads": workloads}),
             target: json!({"name": target.name(), "notes": target_notes(target)}),
-            hardware: hardware_line(hardware),
+            hardware: hardware_line(hello),
             knowledge: crate::knowledge::prompt_section(target, task.toml.family.as_deref()),
             cuda_brief: crate::translate::task_brief(task, target),
             assess: target.is_gpu().then(|| task.clone()),
             max_output_tokens: None,
+            budget: String::new(),
+            auto_tune: false,
             consecutive_failures: 0,
         }
     }
@@ -85,7 +92,7 @@ impl Agent {
 
     /// Context every prompt template gets.
     pub fn ctx(&self, extra: Value) -> Value {
-        let mut v = json!({"task": self.task, "target": self.target, "hardware": self.hardware, "knowledge": self.knowledge, "cuda_brief": self.cuda_brief});
+        let mut v = json!({"task": self.task, "target": self.target, "hardware": self.hardware, "knowledge": self.knowledge, "cuda_brief": self.cuda_brief, "budget": self.budget, "auto_tune": self.auto_tune});
         if let (Some(o), Value::Object(e)) = (v.as_object_mut(), extra) {
             o.extend(e);
         }
@@ -152,17 +159,17 @@ impl Agent {
         Ok(Err(format!("the reply could not be used: {last}")))
     }
 
-    /// Asks for a candidate derived from `parent`.
+    /// Asks for a candidate derived from `parent`; with it, the change as the reply describes it.
     pub fn candidate(
         &mut self,
         purpose: &str,
         prompt: String,
         parent: &Candidate,
         tries: u32,
-    ) -> Result<Attempt<Candidate>, Stop> {
+    ) -> Result<Attempt<(Candidate, String)>, Stop> {
         self.ask(purpose, prompt, tries, |text| {
             crate::reply::candidate_from_reply(text, parent)
-                .map(|r| r.candidate)
+                .map(|r| (r.candidate, crate::reply::described_change(text)))
                 .map_err(|e| e.to_string())
         })
     }
@@ -185,7 +192,7 @@ impl Agent {
 fn target_notes(t: Target) -> &'static str {
     match t {
         Target::Cpu => {
-            "C11 compiled with `cc -O3 -march=native -std=gnu11`, one call per launch, single-threaded; SIMD via auto-vectorisation or GCC vector extensions."
+            "C11 compiled with `cc -O3 -march=native -std=gnu11` (the compiler and ISA extensions are in the hardware line below), one call per launch, single-threaded; SIMD by auto-vectorisation, GCC vector extensions or the intrinsics of those extensions (<immintrin.h>, <arm_neon.h>)."
         }
         Target::MlxMetal => {
             "Metal kernel bodies run through mx.fast.metal_kernel (Apple GPU): 32-wide SIMD groups, at most 1024 threads and 32 KB threadgroup memory per threadgroup."
@@ -196,25 +203,101 @@ fn target_notes(t: Target) -> &'static str {
     }
 }
 
-fn hardware_line(hw: &Value) -> String {
-    let mut parts = Vec::new();
-    for (k, label) in [
-        ("name", ""),
-        ("cores", "cores "),
-        ("peak_bandwidth_gbs", "GB/s "),
-        ("peak_gflops", "GFLOP/s "),
-        ("cache_bytes", "cache bytes "),
-    ] {
-        if let Some(v) = hw.get(k).filter(|v| !v.is_null()) {
-            parts.push(format!(
-                "{label}{}",
-                v.as_str()
-                    .map(str::to_string)
-                    .unwrap_or_else(|| v.to_string())
-            ));
-        }
+/// The hardware facts a kernel writer asks for first, in one line: what the device is, its ISA
+/// extensions or compute capability, caches by level, cores, the measured peaks and whether they are one
+/// core's or the device's, and the compiler with its version and flags. Also shown by `ksearch doctor`.
+pub fn hardware_line(hello: &Value) -> String {
+    let hw = &hello["hardware"];
+    let mut parts: Vec<String> = Vec::new();
+    let text = |v: &Value| {
+        v.as_str()
+            .map(str::to_string)
+            .unwrap_or_else(|| v.to_string())
+    };
+    let present = |k: &str| hw.get(k).filter(|v| !v.is_null());
+    if let Some(v) = present("name") {
+        parts.push(text(v));
     }
-    parts.join(", ")
+    if let Some(v) = present("compute_capability") {
+        parts.push(format!("compute capability {}", text(v)));
+    }
+    if let Some(v) = present("architecture") {
+        parts.push(format!("GPU architecture {}", text(v)));
+    }
+    if let Some(v) = present("sms") {
+        parts.push(format!("{} SMs", text(v)));
+    }
+    if let Some(v) = present("cores") {
+        parts.push(format!("{} cores", text(v)));
+    }
+    if let Some(isa) = hw["isa"].as_array().filter(|a| !a.is_empty()) {
+        let names: Vec<String> = isa.iter().map(text).collect();
+        parts.push(format!("ISA extensions {}", names.join(" ")));
+    }
+    let bytes = |n: u64| {
+        if n >= 1 << 20 && n.is_multiple_of(1 << 20) {
+            format!("{} MiB", n >> 20)
+        } else {
+            format!("{} KiB", n >> 10)
+        }
+    };
+    if let Some(cs) = hw["caches"].as_array().filter(|a| !a.is_empty()) {
+        let levels: Vec<String> = cs
+            .iter()
+            .filter_map(|c| {
+                let kind = if c["type"] == "Data" { "d" } else { "" };
+                let shared = match c["shared_by"].as_u64() {
+                    Some(n) if n > 1 => format!(" shared by {n} CPUs"),
+                    _ => String::new(),
+                };
+                Some(format!(
+                    "L{}{kind} {}{shared}",
+                    c["level"].as_u64()?,
+                    bytes(c["bytes"].as_u64()?)
+                ))
+            })
+            .collect();
+        parts.push(format!("caches {}", levels.join(", ")));
+    } else if let Some(n) = hw["l2_cache_bytes"].as_u64() {
+        parts.push(format!("L2 {}", bytes(n)));
+    } else if let Some(n) = hw["cache_bytes"].as_u64() {
+        parts.push(format!("largest cache {}", bytes(n)));
+    }
+    if let Some(n) = hw["shared_memory_per_block_optin_bytes"].as_u64() {
+        parts.push(format!("shared memory per block up to {}", bytes(n)));
+    }
+    let scope = hw["peak_scope"].as_str().unwrap_or("measured");
+    let peaks: Vec<String> = [("peak_bandwidth_gbs", "GB/s"), ("peak_gflops", "GFLOP/s")]
+        .iter()
+        .filter_map(|(k, unit)| hw[*k].as_f64().map(|v| format!("{v:.1} {unit}")))
+        .collect();
+    if !peaks.is_empty() {
+        parts.push(format!("peaks ({scope}) {}", peaks.join(", ")));
+    }
+    let c = &hello["compiler"];
+    if let Some(name) = c["name"].as_str() {
+        let flags: Vec<String> = c["flags"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(text)
+            .collect();
+        let version = c["version"].as_str().unwrap_or("");
+        parts.push(format!(
+            "compiler {name}{}{}",
+            if version.is_empty() {
+                String::new()
+            } else {
+                format!(" ({version})")
+            },
+            if flags.is_empty() {
+                String::new()
+            } else {
+                format!(" {}", flags.join(" "))
+            }
+        ));
+    }
+    parts.join("; ")
 }
 
 /// How a measured candidate did, in one paragraph for a prompt.
@@ -279,6 +362,31 @@ pub fn perf(obs: &Observation, seed: Option<&Observation>) -> String {
         s.push_str(&format!("; per workload: {}", per.join(", ")));
     }
     s
+}
+
+/// A passing candidate's time in a few words: the geometric mean over the workloads, the widest spread of
+/// its workloads (interquartile range over the median) and a NOISY mark where the evaluator set one.
+pub fn time_with_spread(obs: &Observation) -> String {
+    let widest = obs
+        .results
+        .iter()
+        .filter_map(|r| {
+            let t = r.timing.as_ref()?;
+            (t.median_s > 0.0).then(|| t.iqr_s / t.median_s)
+        })
+        .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))));
+    let noisy = obs
+        .results
+        .iter()
+        .any(|r| r.timing.as_ref().is_some_and(|t| t.noisy));
+    format!(
+        "geometric-mean time {}{}{}",
+        fmt_time(obs.summary.geomean_s),
+        widest
+            .map(|w| format!(" (IQR up to {:.1}% of the median)", 100.0 * w))
+            .unwrap_or_default(),
+        if noisy { ", NOISY" } else { "" }
+    )
 }
 
 /// A candidate as shown in prompts (the same format the LLM answers in).

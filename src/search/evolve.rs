@@ -182,7 +182,7 @@ impl Evolve {
             .agent
             .candidate("evolve", prompt, &parent.candidate, self.cfg.tries)?
         {
-            Ok(c) => {
+            Ok((c, _)) => {
                 let hash = c.hash();
                 if history.iter().any(|o| o.hash == hash) {
                     self.st.log.push(format!(
@@ -221,7 +221,8 @@ impl Strategy for Evolve {
         "evolve"
     }
 
-    fn propose(&mut self, history: &[Observation]) -> Next {
+    fn propose(&mut self, history: &[Observation], budget: &super::Budget) -> Next {
+        self.agent.budget = budget.describe();
         // An unusable reply costs an LLM call, not an evaluation; the agent stops on repeated failures.
         let mut repeats = 0;
         for _ in 0..PROPOSALS_PER_STEP {

@@ -1,9 +1,12 @@
 //! Hybrid search: when an LLM-generated candidate passes and exposes tunables, tune them (the tune
 //! strategy, on a small sub-budget) before spending another LLM call. Wraps any LLM strategy; the
 //! wrapped strategy sees the tuned variants in the history like any other evaluation.
+//!
+//! Tuning variants are not rounds: the run's budget counts rounds, and tuning has its own run-wide cap
+//! (`Budget::tune_total`), so the last round's candidate is still tuned when the rounds are spent.
 
 use super::tune::Tune;
-use super::{Next, Observation, Proposal, Strategy};
+use super::{Budget, Next, Observation, Proposal, Strategy, TUNE_ORIGIN};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -73,7 +76,11 @@ impl<S: Strategy> Hybrid<S> {
         self.st.seen = history.len();
     }
 
-    fn tune_step(&mut self, history: &[Observation]) -> Option<Proposal> {
+    fn tune_step(&mut self, history: &[Observation], budget: &Budget) -> Option<Proposal> {
+        if budget.tune_left() == 0 {
+            self.st.tuning = None;
+            return None;
+        }
         let t = self.st.tuning.as_mut()?;
         let base = history
             .iter()
@@ -102,7 +109,7 @@ impl<S: Strategy> Hybrid<S> {
                 Some(Proposal {
                     candidate: p.candidate,
                     parent: Some(t.base.clone()),
-                    origin: format!("hybrid: tune {}", t.base),
+                    origin: format!("{TUNE_ORIGIN} {}", t.base),
                     compare_with: None,
                 })
             }
@@ -119,12 +126,23 @@ impl<S: Strategy> Strategy for Hybrid<S> {
         self.inner.name()
     }
 
-    fn propose(&mut self, history: &[Observation]) -> Next {
+    fn propose(&mut self, history: &[Observation], budget: &Budget) -> Next {
         self.watch(history);
-        if let Some(p) = self.tune_step(history) {
+        if let Some(p) = self.tune_step(history, budget) {
             return Next::Propose(p);
         }
-        self.inner.propose(history)
+        if budget.left() == 0 {
+            return Next::BudgetSpent;
+        }
+        self.inner.propose(history, budget)
+    }
+
+    fn finish(&mut self, history: &[Observation]) {
+        self.inner.finish(history)
+    }
+
+    fn unmeasured_rounds(&self) -> usize {
+        self.inner.unmeasured_rounds()
     }
 
     fn state(&self) -> Value {

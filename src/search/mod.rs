@@ -19,6 +19,8 @@ use crate::eval::{Summary, WorkloadResult};
 #[derive(Debug, Clone)]
 pub struct Observation {
     pub hash: String,
+    /// Why it was evaluated (`seed`, `hybrid: tune …`, `world-model: action n3`, …), as stored.
+    pub origin: String,
     pub candidate: Candidate,
     pub summary: Summary,
     pub results: Vec<WorkloadResult>,
@@ -28,6 +30,82 @@ impl Observation {
     /// Lower is better; `None` unless every feedback workload passed.
     pub fn cost(&self) -> Option<f64> {
         self.summary.geomean_s.filter(|_| self.summary.passed)
+    }
+
+    /// A round: a candidate an LLM wrote (or the tuner proposed, for `tune`), not the seed and not a
+    /// tuning variant of the hybrid search.
+    pub fn is_round(&self) -> bool {
+        is_round(&self.origin)
+    }
+
+    /// Wall time its evaluation took (compile, checks, timing), over the workloads it reached.
+    pub fn wall_s(&self) -> f64 {
+        self.results.iter().map(|r| r.elapsed_s).sum()
+    }
+}
+
+/// Whether an attempt of this origin is a round of the search (see [`Observation::is_round`]).
+pub fn is_round(origin: &str) -> bool {
+    origin != SEED_ORIGIN && !origin.starts_with(TUNE_ORIGIN)
+}
+
+/// The origin of the run's first evaluation.
+pub const SEED_ORIGIN: &str = "seed";
+/// How the origins of the hybrid search's tuning variants begin.
+pub const TUNE_ORIGIN: &str = "hybrid: tune";
+
+/// What the run has spent and has left, as strategies (and the prompts they write) see it. LLM strategies
+/// count rounds, as K-Search does (one code generation and its evaluation; the seed and tuning variants
+/// are not rounds); tuning has a cap of its own. `tune` counts evaluations.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Budget {
+    /// Rounds (LLM strategies) or evaluations (`tune`) the run may spend.
+    pub total: usize,
+    pub used: usize,
+    /// Evaluations the hybrid search may spend tuning, over the whole run, and those spent.
+    pub tune_total: usize,
+    pub tune_used: usize,
+    /// Median wall time of one candidate's evaluation so far (every workload it reached).
+    pub eval_s: Option<f64>,
+    /// Whether `total` counts rounds (else evaluations).
+    pub rounds: bool,
+}
+
+impl Budget {
+    pub fn left(&self) -> usize {
+        self.total.saturating_sub(self.used)
+    }
+
+    pub fn tune_left(&self) -> usize {
+        self.tune_total.saturating_sub(self.tune_used)
+    }
+
+    /// The budget in one line for a prompt.
+    pub fn describe(&self) -> String {
+        let unit = if self.rounds {
+            "rounds (a round is one code generation and its evaluation)"
+        } else {
+            "evaluations"
+        };
+        let mut s = format!(
+            "{} of {} {unit} used, {} left",
+            self.used,
+            self.total,
+            self.left()
+        );
+        if self.tune_total > 0 {
+            s.push_str(&format!(
+                "; automatic tuning of the tunables of each passing candidate: {} of {} evaluations used",
+                self.tune_used, self.tune_total
+            ));
+        }
+        if let Some(t) = self.eval_s {
+            s.push_str(&format!(
+                "; one candidate's evaluation takes about {}",
+                crate::report::fmt_time(Some(t))
+            ));
+        }
+        s
     }
 }
 
@@ -48,6 +126,8 @@ pub enum Next {
     Propose(Proposal),
     /// The search ended as searches end: the space is exhausted, the strategy has nothing left to try.
     Done(String),
+    /// The budget is spent and nothing outside it (tuning with its own cap) is left to evaluate.
+    BudgetSpent,
     /// The search could not go on (the LLM is unusable, failed, or its caps are spent; its replies kept
     /// being unusable): the run did not do its job, and says so with its own status.
     Stopped(String),
@@ -55,8 +135,16 @@ pub enum Next {
 
 pub trait Strategy {
     fn name(&self) -> &'static str;
-    /// The next candidate given every finished evaluation of the run, or why the search should stop.
-    fn propose(&mut self, history: &[Observation]) -> Next;
+    /// The next candidate given every finished evaluation of the run and the budget, or why the search
+    /// should stop. The runner asks only while the budget has something left, except for the hybrid search,
+    /// whose tuning has a cap of its own.
+    fn propose(&mut self, history: &[Observation], budget: &Budget) -> Next;
+    /// The budget is spent: close what is open (the world model attaches its cycle's best), no LLM call.
+    fn finish(&mut self, _history: &[Observation]) {}
+    /// Rounds that produced nothing to evaluate (counted in a budget of rounds with the evaluated ones).
+    fn unmeasured_rounds(&self) -> usize {
+        0
+    }
     /// A snapshot for the store, saved after every proposal and evaluation.
     fn state(&self) -> serde_json::Value;
     /// Restores a snapshot on resume. Strategies that propose from history alone ignore it.

@@ -26,7 +26,8 @@ impl Strategy for Once {
         "once"
     }
 
-    fn propose(&mut self, history: &[Observation]) -> Next {
+    fn propose(&mut self, history: &[Observation], budget: &super::Budget) -> Next {
+        self.agent.budget = budget.describe();
         if self.asked || history.len() > 1 {
             return Next::Done("the single generation is done".into());
         }
@@ -46,7 +47,7 @@ impl Strategy for Once {
             .agent
             .candidate("once", prompt, &seed.candidate, self.tries)
         {
-            Ok(Ok(c)) => Next::Propose(Proposal {
+            Ok(Ok((c, _))) => Next::Propose(Proposal {
                 candidate: c,
                 parent: Some(seed.hash.clone()),
                 origin: "once".into(),

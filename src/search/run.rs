@@ -8,7 +8,7 @@ use super::hybrid::Hybrid;
 use super::once::Once;
 use super::tune::Tune;
 use super::world_model::{WorldModelConfig, WorldModelStrategy};
-use super::{Next, Observation, Strategy, StrategyKind};
+use super::{Budget, Next, Observation, SEED_ORIGIN, Strategy, StrategyKind};
 use crate::candidate::Candidate;
 use crate::eval::{self, EvalOptions, Evaluator, Settings, Status, Verdict, WorkloadResult};
 use crate::llm::{Exchange, Llm, LlmConfig};
@@ -29,7 +29,14 @@ pub struct RunConfig {
     pub seed_candidate: String,
     pub seed_name: String,
     pub strategy: StrategyKind,
+    /// Rounds for LLM strategies (`budget_counts_rounds`), evaluations for `tune` and for runs stored
+    /// before rounds were counted.
     pub budget: usize,
+    #[serde(default)]
+    pub budget_counts_rounds: bool,
+    /// Evaluations the hybrid search may spend tuning over the whole run (None: twice the budget).
+    #[serde(default)]
+    pub tune_total: Option<usize>,
     /// Seeds the strategy's choices (not the inputs: those get a fresh secret every start).
     pub rng_seed: u64,
     pub checks: usize,
@@ -91,9 +98,9 @@ pub enum Event<'a> {
         done: usize,
     },
     Evaluated {
-        seq: usize,
         obs: &'a Observation,
         best: Option<&'a Observation>,
+        budget: &'a Budget,
     },
     FinalPhase {
         candidate: &'a str,
@@ -125,6 +132,7 @@ pub struct NewRun<'a> {
     pub budget: usize,
     pub llm: Option<LlmSettings>,
     pub tune_budget: usize,
+    pub tune_total: Option<usize>,
     pub window: u32,
 }
 
@@ -140,6 +148,7 @@ pub fn create(store: &Store, new: NewRun<'_>) -> Result<String> {
         budget,
         llm,
         tune_budget,
+        tune_total,
         window,
     } = new;
     let run_id = new_run_id(task.name());
@@ -149,6 +158,8 @@ pub fn create(store: &Store, new: NewRun<'_>) -> Result<String> {
         seed_name,
         strategy,
         budget,
+        budget_counts_rounds: strategy != StrategyKind::Tune,
+        tune_total,
         rng_seed: crate::rng::hash64(&run_id),
         checks: config_base.checks,
         timeout_s: config_base.timeout_s,
@@ -264,8 +275,9 @@ impl<'a> Runner<'a> {
                 llm.set_recorder(Box::new(move |ex: &Exchange| {
                     sink.lock().unwrap().push(ex.clone())
                 }));
-                let mut agent = Agent::new(llm, &task, target, &evaluator.hello["hardware"]);
+                let mut agent = Agent::new(llm, &task, target, &evaluator.hello);
                 agent.max_output_tokens = config.llm.as_ref().and_then(|l| l.max_output_tokens);
+                agent.auto_tune = config.tune_budget > 0;
                 let (tb, rs) = (config.tune_budget, config.rng_seed);
                 match kind {
                     StrategyKind::WorldModel => {
@@ -368,12 +380,44 @@ impl<'a> Runner<'a> {
                 .collect::<Result<Vec<_>, _>>()?;
             hist.push(Observation {
                 hash: a.candidate.clone(),
+                origin: a.origin.clone(),
                 candidate,
                 summary: a.summary.unwrap_or_default(),
                 results,
             });
         }
         Ok(hist)
+    }
+
+    /// What the run has spent of its budget, from its history.
+    fn budget(&self, history: &[Observation]) -> Budget {
+        let c = &self.config;
+        let mut walls: Vec<f64> = history
+            .iter()
+            .map(Observation::wall_s)
+            .filter(|t| *t > 0.0)
+            .collect();
+        walls.sort_by(f64::total_cmp);
+        let tune_used =
+            history.iter().filter(|o| !o.is_round()).count() - usize::from(!history.is_empty());
+        let llm = c.strategy != StrategyKind::Tune;
+        Budget {
+            total: c.budget,
+            used: if c.budget_counts_rounds {
+                history.iter().filter(|o| o.is_round()).count() + self.strategy.unmeasured_rounds()
+            } else {
+                history.len()
+            },
+            tune_total: match (llm, c.budget_counts_rounds) {
+                (false, _) => 0,
+                (true, true) => c.tune_total.unwrap_or(2 * c.budget),
+                // Runs stored before rounds were counted: tuning spent the one budget of evaluations.
+                (true, false) => c.budget,
+            },
+            tune_used,
+            eval_s: walls.get(walls.len() / 2).copied(),
+            rounds: c.budget_counts_rounds,
+        }
     }
 
     /// Runs (or resumes) to the end; returns the result object also stored with the run.
@@ -394,14 +438,26 @@ impl<'a> Runner<'a> {
             done: history.len(),
         });
 
-        while history.len() < self.config.budget {
-            let (cand, parent, origin, compare_with) = if history.is_empty() {
-                (seed.clone(), None, "seed".to_string(), None)
+        loop {
+            let budget = self.budget(&history);
+            // Evaluations are bounded whatever the strategy does: the seed, the rounds, the tuning cap.
+            let spent = if budget.rounds {
+                history.len() >= 1 + budget.total + budget.tune_total
+                    || (budget.left() == 0 && budget.tune_left() == 0)
             } else {
-                let next = self.strategy.propose(&history);
+                budget.left() == 0
+            };
+            if spent {
+                break;
+            }
+            let (cand, parent, origin, compare_with) = if history.is_empty() {
+                (seed.clone(), None, SEED_ORIGIN.to_string(), None)
+            } else {
+                let next = self.strategy.propose(&history, &budget);
                 self.persist_strategy()?;
                 match next {
                     Next::Propose(p) => (p.candidate, p.parent, p.origin, p.compare_with),
+                    Next::BudgetSpent => break,
                     Next::Done(why) => {
                         stopped = Some(why);
                         break;
@@ -446,6 +502,7 @@ impl<'a> Runner<'a> {
                 .finish_attempt(&self.run_id, "search", seq as i64, &summary)?;
             history.push(Observation {
                 hash,
+                origin,
                 candidate: cand,
                 summary,
                 results,
@@ -453,11 +510,17 @@ impl<'a> Runner<'a> {
             self.persist_strategy()?;
             let best = best_of(&history);
             progress(Event::Evaluated {
-                seq,
                 obs: history.last().unwrap(),
                 best,
+                budget: &self.budget(&history),
             });
         }
+        if !cut_short {
+            // A cycle cut short by the budget still attaches its best to its node.
+            self.strategy.finish(&history);
+            self.persist_strategy()?;
+        }
+        let spent = self.budget(&history);
 
         // Held-out workloads, scored only now: the best candidates in order until one passes them all (the
         // baselines timed again beside them).
@@ -512,6 +575,11 @@ impl<'a> Runner<'a> {
             "target": self.target.name(),
             "strategy": self.config.strategy.name(),
             "budget": self.config.budget,
+            "budget_unit": if spent.rounds { "rounds" } else { "evaluations" },
+            "rounds": spent.rounds.then_some(spent.used),
+            "rounds_without_candidate": spent.rounds.then(|| self.strategy.unmeasured_rounds()),
+            "tuning_evaluations": (spent.tune_total > 0).then_some(spent.tune_used),
+            "tuning_cap": (spent.tune_total > 0).then_some(spent.tune_total),
             "evaluations": history.len(),
             "status": if cut_short { "stopped" } else if chosen.is_some() { "completed" } else { "failed" },
             "hardware": self.evaluator.hardware(),
@@ -548,9 +616,14 @@ impl<'a> Runner<'a> {
             _ if cut_short => (
                 "stopped",
                 Some(format!(
-                    "the search stopped after {} of {} evaluations: {}",
-                    history.len(),
-                    self.config.budget,
+                    "the search stopped after {} of {} {}: {}",
+                    spent.used,
+                    spent.total,
+                    if spent.rounds {
+                        "rounds"
+                    } else {
+                        "evaluations"
+                    },
                     stopped.as_deref().unwrap_or("")
                 )),
             ),
@@ -577,11 +650,14 @@ pub fn make_llm(store: &Store, spec: &str, cfg: &LlmConfig) -> Result<Llm> {
         let path = std::path::Path::new(src);
         let exchanges = if path.is_file() {
             Llm::load_cassette(path)?
+        } else if let Some(text) = crate::builtin::recording(src) {
+            Llm::parse_cassette(text, &format!("built-in recording {src}"))?
         } else {
             let ex = store.exchanges(src)?;
             if ex.is_empty() {
                 bail!(
-                    "replay:{src}: neither a cassette file nor a run with recorded LLM exchanges in {}",
+                    "replay:{src}: neither a cassette file, a built-in recording ({}) nor a run with recorded LLM exchanges in {}",
+                    crate::builtin::recording_names().join(", "),
                     store.path().display()
                 );
             }

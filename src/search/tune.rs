@@ -281,7 +281,7 @@ impl Strategy for Tune {
         "tune"
     }
 
-    fn propose(&mut self, history: &[Observation]) -> Next {
+    fn propose(&mut self, history: &[Observation], _budget: &super::Budget) -> Next {
         match self.next(history) {
             Some(p) => Next::Propose(p),
             None => Next::Done("every valid configuration has been evaluated".into()),
@@ -320,6 +320,7 @@ mod tests {
     fn observe(c: &Candidate, cost: Option<f64>) -> Observation {
         Observation {
             hash: c.hash(),
+            origin: "tune".into(),
             candidate: c.clone(),
             summary: Summary {
                 passed: cost.is_some(),

@@ -86,6 +86,7 @@ class MlxTarget:
         if info["backend_available"]:
             info["peak_bandwidth_gbs"] = round(self._bandwidth(), 1)
             info["peak_gflops"] = round(self._matmul_rate(), 1)
+            info["peak_scope"] = "whole device"
         return {"hardware": info, "compiler": {"name": "MLX JIT", "version": m.__version__, "flags": []}}
 
     def _available(self) -> bool:
@@ -1011,24 +1012,32 @@ def _nvidia_smi() -> dict[str, Any]:
         return {}
     parts = [p.strip() for p in line[0].split(",")]
     info: dict[str, Any] = dict(zip(["name", "memory_total", "driver", "max_sm_clock"], parts, strict=False))
-    sms = _multiprocessors()
-    if sms:
-        info["sms"] = sms
+    info.update(_device_attributes())
     return info
 
 
-def _multiprocessors() -> int | None:
-    """The first GPU's multiprocessor count, from the driver API (nvidia-smi does not report it)."""
+# CUdevice_attribute numbers (cuda.h) of what a kernel writer sizes tiles and grids by.
+_CUDA_ATTRIBUTES = {"sms": 16, "l2_cache_bytes": 38, "compute_capability_major": 75,
+                    "compute_capability_minor": 76, "shared_memory_per_sm_bytes": 81,
+                    "shared_memory_per_block_optin_bytes": 97, "registers_per_sm": 82}
+
+
+def _device_attributes() -> dict[str, Any]:
+    """The first GPU's multiprocessor count, compute capability, L2 and shared memory sizes, from the
+    driver API (nvidia-smi reports none of them)."""
     import ctypes
 
+    out: dict[str, Any] = {}
     try:
         cuda = ctypes.CDLL("libcuda.so.1")
         dev, value = ctypes.c_int(), ctypes.c_int()
         if cuda.cuInit(0) or cuda.cuDeviceGet(ctypes.byref(dev), 0):
-            return None
-        multiprocessor_count = 16  # CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
-        if cuda.cuDeviceGetAttribute(ctypes.byref(value), multiprocessor_count, dev):
-            return None
-        return int(value.value)
+            return out
+        for name, attribute in _CUDA_ATTRIBUTES.items():
+            if not cuda.cuDeviceGetAttribute(ctypes.byref(value), attribute, dev):
+                out[name] = int(value.value)
     except (OSError, AttributeError):
-        return None
+        return out
+    if "compute_capability_major" in out and "compute_capability_minor" in out:
+        out["compute_capability"] = f"{out.pop('compute_capability_major')}.{out.pop('compute_capability_minor')}"
+    return out

@@ -26,8 +26,9 @@ use tree::{ROOT, Solution, Status, WorldModel};
 pub struct WorldModelConfig {
     /// Rounds without improvement that end a cycle (K-Search's stagnation window W).
     pub window: u32,
-    /// Hard cap on rounds per cycle.
-    pub max_cycle_rounds: u32,
+    /// A cap on rounds per cycle, if the user set one (none by default: the window alone ends cycles).
+    #[serde(default)]
+    pub max_cycle_rounds: Option<u32>,
     /// LLM calls per edit or generation before giving up on it (errors are fed back each time).
     pub tries: u32,
 }
@@ -36,10 +37,22 @@ impl Default for WorldModelConfig {
     fn default() -> Self {
         WorldModelConfig {
             window: 3,
-            max_cycle_rounds: 8,
+            max_cycle_rounds: None,
             tries: 3,
         }
     }
+}
+
+/// One round of a cycle as later prompts show it: what the model said it changed, and what came of it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct RoundNote {
+    /// `action`, `debug` or `improve`.
+    purpose: String,
+    change: String,
+    /// The candidate it produced, if the reply was usable.
+    candidate: Option<String>,
+    /// The measured outcome, or why there was nothing to measure.
+    result: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -55,6 +68,9 @@ struct Cycle {
     last_failure: Option<String>,
     /// Candidates this cycle asked the LLM for (others in the history are tuned variants).
     proposed: Vec<String>,
+    /// Every round of the cycle, in order.
+    #[serde(default)]
+    rounds: Vec<RoundNote>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -79,12 +95,21 @@ struct State {
     /// Tree snapshots taken at the end of each cycle and not yet stored.
     #[serde(default)]
     snapshots: Vec<Value>,
+    /// The node whose cycle produced each candidate (its own rounds and their tuned variants).
+    #[serde(default)]
+    homes: std::collections::BTreeMap<String, String>,
+    /// Rounds whose generation gave nothing to evaluate (an unusable reply, a candidate already
+    /// measured): rounds all the same, counted in the budget.
+    #[serde(default)]
+    unmeasured_rounds: usize,
 }
 
 pub struct WorldModelStrategy {
     agent: Agent,
     cfg: WorldModelConfig,
     st: State,
+    /// The last `step` stopped because the budget ran out.
+    spent: bool,
 }
 
 impl WorldModelStrategy {
@@ -93,6 +118,7 @@ impl WorldModelStrategy {
             agent,
             cfg,
             st: State::default(),
+            spent: false,
         }
     }
 
@@ -139,6 +165,7 @@ impl WorldModelStrategy {
         let Some(cyc) = self.st.cycle.as_mut() else {
             return;
         };
+        self.st.homes.insert(obs.hash.clone(), cyc.node.clone());
         let own = cyc.proposed.contains(&obs.hash);
         // Better than the cycle's best: by the verdict of the two timed side by side where this round was
         // compared with it (a difference within noise is no improvement), else by their medians.
@@ -155,6 +182,16 @@ impl WorldModelStrategy {
         }
         if !own {
             return;
+        }
+        let parent = cyc.parent.clone();
+        let result = outcome(obs, Self::find(history, &parent));
+        if let Some(r) = cyc
+            .rounds
+            .iter_mut()
+            .rev()
+            .find(|r| r.candidate.as_deref() == Some(&obs.hash))
+        {
+            r.result = result;
         }
         cyc.attempts += 1;
         cyc.last = Some(obs.hash.clone());
@@ -310,6 +347,67 @@ impl WorldModelStrategy {
         Ok(())
     }
 
+    /// Attaches a candidate to a node as its solution.
+    fn attach(&mut self, node: &str, hash: &str, cost: f64, round: u32) {
+        if let Some(n) = self.wm_mut().nodes.get_mut(node) {
+            n.solution = Some(Solution {
+                candidate: hash.to_string(),
+                cost_s: cost,
+                round,
+            });
+            n.status = Status::Solved;
+        }
+    }
+
+    /// The budget is spent: the cycle in flight attaches its best (no LLM edit: nothing would use it), and
+    /// the run's best is attached to the node whose cycle produced it if no node holds it yet.
+    fn close(&mut self, history: &[Observation]) {
+        for i in self.st.seen..history.len() {
+            let obs = history[i].clone();
+            self.absorb(&obs, history);
+        }
+        self.st.seen = history.len();
+        if self.st.wm.is_none() {
+            return;
+        }
+        if let Some(cyc) = self.st.cycle.take() {
+            self.st.round += 1;
+            let round = self.st.round;
+            if let Some(n) = self.wm_mut().nodes.get_mut(&cyc.node) {
+                n.cycles += 1;
+            }
+            match &cyc.best {
+                Some((hash, cost)) => {
+                    self.attach(&cyc.node, hash, *cost, round);
+                    self.log(format!(
+                        "cycle {round}: cut short by the budget; `{}` solved by {hash}",
+                        cyc.node
+                    ));
+                }
+                // Not retired: the action did not get its window.
+                None => self.log(format!(
+                    "cycle {round}: cut short by the budget before `{}` passed",
+                    cyc.node
+                )),
+            }
+        }
+        if let Some(best) = super::run::best_of(history) {
+            let held = self.wm().nodes.values().any(|n| {
+                n.solution
+                    .as_ref()
+                    .is_some_and(|s| s.candidate == best.hash)
+            });
+            if let (false, Some(node), Some(cost)) =
+                (held, self.st.homes.get(&best.hash).cloned(), best.cost())
+            {
+                let round = self.st.round;
+                self.attach(&node, &best.hash, cost, round);
+                self.log(format!("the run's best {} attached to `{node}`", best.hash));
+            }
+        }
+        self.st.snapshots.push(wire::tree_json(self.wm()));
+    }
+
     fn end_cycle(&mut self, history: &[Observation]) -> Result<(), Stop> {
         let cyc = self.st.cycle.take().expect("a cycle");
         self.st.round += 1;
@@ -324,21 +422,21 @@ impl WorldModelStrategy {
             .and_then(|n| n.action.as_ref())
             .map(|a| a.title.clone())
             .unwrap_or_default();
+        let rounds = trajectory(&cyc, history);
         match &cyc.best {
             Some((hash, cost)) => {
                 let best = Self::find(history, hash).expect("cycle best is in the history");
-                let n = self.wm_mut().nodes.get_mut(&cyc.node).expect("node");
-                n.solution = Some(Solution {
-                    candidate: hash.clone(),
-                    cost_s: *cost,
-                    round,
-                });
-                n.status = Status::Solved;
+                self.attach(&cyc.node, hash, *cost, round);
                 let vs_parent =
                     parent.and_then(|p| crate::eval::speedup(&p.results, &best.results));
+                let run_best = super::run::best_of(history)
+                    .map(|b| format!("{} ({})", b.hash, agent::perf(b, history.first())))
+                    .unwrap_or_default();
                 let evidence = format!(
-                    "Action: {title}\nRounds spent: {}\nParent: {}\nCycle best ({hash}): {}\nSpeedup over the parent: {}",
-                    cyc.attempts,
+                    "Action: {title}\nParent ({}): {}\nCycle best ({hash}): {}\nSpeedup of the cycle best over the parent: {}\n\
+                     Rounds of the cycle ({}; each change as the model described it, and its measured result):\n{rounds}\n\
+                     The run's best so far: {run_best}",
+                    cyc.parent,
                     parent
                         .map(|p| agent::perf(p, history.first()))
                         .unwrap_or_default(),
@@ -346,6 +444,7 @@ impl WorldModelStrategy {
                     vs_parent
                         .map(|x| format!("{x:.2}x"))
                         .unwrap_or_else(|| "unknown".into()),
+                    cyc.attempts,
                 );
                 let lacking = self.agent.lacking(best);
                 let evidence = if lacking.is_empty() {
@@ -379,7 +478,7 @@ impl WorldModelStrategy {
                     cyc.node
                 ));
                 let evidence = format!(
-                    "Action: {title}\nRounds spent: {}\nLast failure: {why}",
+                    "Action: {title}\nRounds of the cycle ({}; each change as the model described it, and its result):\n{rounds}\nLast failure: {why}",
                     cyc.attempts
                 );
                 let code = cyc
@@ -407,7 +506,7 @@ impl WorldModelStrategy {
         let Some(c) = &self.st.cycle else { return true };
         c.streak >= self.cfg.window
             || c.streak_base >= self.cfg.window
-            || c.attempts >= self.cfg.max_cycle_rounds
+            || self.cfg.max_cycle_rounds.is_some_and(|m| c.attempts >= m)
     }
 
     /// Asks the LLM for the cycle's next attempt; `None` when the reply was unusable (a failed round).
@@ -421,14 +520,23 @@ impl WorldModelStrategy {
         let seed = history.first();
         let action_view = json!({"title": action.title, "description": action.description, "difficulty": action.difficulty, "rationale": action.rationale});
         let hint = agent::source_hint(&parent.candidate);
+        let run_best = super::run::best_of(history);
+        // What every prompt of a cycle shows besides its own part: the rounds so far, the parent, the run's best.
+        let common = json!({
+            "rounds": trajectory(&cyc, history), "round": cyc.attempts + 1, "window": self.cfg.window,
+            "parent_perf": agent::perf(&parent, seed), "parent_hash": parent.hash,
+            "run_best_perf": run_best.map(|b| agent::perf(b, seed)).unwrap_or_default(),
+            "run_best_hash": run_best.map(|b| b.hash.clone()).unwrap_or_default(),
+            "action": action_view,
+        });
         let (template, purpose, base, extra) = if cyc.attempts == 0 {
             (
                 "action.j2",
                 "action",
                 parent.candidate.clone(),
                 json!({
-                    "tree": wire::prompt_json(self.wm(), 300), "action": action_view,
-                    "parent_code": agent::code(&parent.candidate), "parent_perf": agent::perf(&parent, seed),
+                    "path": wire::path_view(self.wm(), &cyc.node),
+                    "parent_code": agent::code(&parent.candidate),
                 }),
             )
         } else if let Some((best_hash, _)) = &cyc.best {
@@ -439,7 +547,8 @@ impl WorldModelStrategy {
                 best.candidate.clone(),
                 json!({
                     "best_code": agent::code(&best.candidate), "best_perf": agent::perf(&best, seed),
-                    "failure": cyc.last_failure.clone().unwrap_or_default(), "round": cyc.attempts + 1, "window": self.cfg.window,
+                    "best_hash": best.hash, "best_is_parent": best.hash == parent.hash,
+                    "failure": cyc.last_failure.clone().unwrap_or_default(),
                 }),
             )
         } else {
@@ -454,31 +563,43 @@ impl WorldModelStrategy {
                 "debug",
                 parent.candidate.clone(),
                 json!({
-                    "action": action_view, "parent_code": agent::code(&parent.candidate), "parent_perf": agent::perf(&parent, seed),
+                    "parent_code": agent::code(&parent.candidate),
                     "failure": cyc.last_failure.clone().unwrap_or_else(|| "the previous reply was unusable".into()),
-                    "current_code": current, "round": cyc.attempts + 1, "window": self.cfg.window,
+                    "current_code": current,
                 }),
             )
         };
-        let mut ctx = self.agent.ctx(extra);
-        if let (Some(o), Value::Object(h)) = (ctx.as_object_mut(), hint) {
-            o.extend(h);
+        let mut ctx = self.agent.ctx(common);
+        for extra in [extra, hint] {
+            if let (Some(o), Value::Object(h)) = (ctx.as_object_mut(), extra) {
+                o.extend(h);
+            }
         }
         let prompt = crate::prompts::render(template, ctx).map_err(Stop)?;
         match self
             .agent
             .candidate(purpose, prompt, &base, self.cfg.tries)?
         {
-            Ok(c) => {
+            Ok((c, change)) => {
                 let hash = c.hash();
                 if history.iter().any(|o| o.hash == hash) {
-                    self.fail_round(format!(
-                        "the reply is identical to candidate {hash}, which was already measured"
-                    ));
+                    self.fail_round(
+                        purpose,
+                        change,
+                        format!(
+                            "the reply is identical to candidate {hash}, which was already measured"
+                        ),
+                    );
                     return Ok(None);
                 }
                 if let Some(cy) = self.st.cycle.as_mut() {
-                    cy.proposed.push(hash);
+                    cy.proposed.push(hash.clone());
+                    cy.rounds.push(RoundNote {
+                        purpose: purpose.into(),
+                        change,
+                        candidate: Some(hash),
+                        result: "(being measured)".into(),
+                    });
                 }
                 Ok(Some(Proposal {
                     candidate: c,
@@ -488,18 +609,25 @@ impl WorldModelStrategy {
                 }))
             }
             Err(e) => {
-                self.fail_round(e);
+                self.fail_round(purpose, String::new(), e);
                 Ok(None)
             }
         }
     }
 
     /// A round that produced nothing to evaluate still counts toward the stagnation window.
-    fn fail_round(&mut self, why: String) {
+    fn fail_round(&mut self, purpose: &str, change: String, why: String) {
+        self.st.unmeasured_rounds += 1;
         if let Some(c) = self.st.cycle.as_mut() {
             c.attempts += 1;
             c.streak += 1;
             c.last_failure = Some(why.clone());
+            c.rounds.push(RoundNote {
+                purpose: purpose.into(),
+                change,
+                candidate: None,
+                result: format!("nothing measured: {why}"),
+            });
         }
         self.log(format!("round failed: {why}"));
     }
@@ -530,15 +658,13 @@ impl WorldModelStrategy {
             return Ok(false);
         };
         let node = self.wm().get(&id).expect("selected").clone();
-        let parent_hash = match node.parent.as_deref() {
-            Some(ROOT) | None => history[0].hash.clone(),
-            Some(p) => self
-                .wm()
-                .get(p)
-                .and_then(|p| p.solution.as_ref())
-                .map(|s| s.candidate.clone())
-                .unwrap_or_else(|| history[0].hash.clone()),
-        };
+        // The nearest ancestor with a candidate: its parent, or above a too-hard parent, its parent's.
+        let parent_hash = self
+            .wm()
+            .base_of(&id)
+            .and_then(|n| n.solution.as_ref())
+            .map(|s| s.candidate.clone())
+            .unwrap_or_else(|| history[0].hash.clone());
         self.log(format!(
             "cycle {}: `{id}` — {}",
             self.st.round + 1,
@@ -555,11 +681,20 @@ impl WorldModelStrategy {
             last: None,
             last_failure: None,
             proposed: Vec::new(),
+            rounds: Vec::new(),
         });
         Ok(true)
     }
 
-    fn step(&mut self, history: &[Observation]) -> Result<Option<Proposal>, Stop> {
+    /// The next proposal; `None` when the search converged or (`self.spent`) the budget ran out in rounds
+    /// that gave nothing to evaluate.
+    fn step(
+        &mut self,
+        history: &[Observation],
+        budget: &super::Budget,
+    ) -> Result<Option<Proposal>, Stop> {
+        self.spent = false;
+        let unmeasured_before = self.st.unmeasured_rounds;
         if let Some(p) = &self.st.pending
             && !history.iter().any(|o| o.hash == p.hash)
         {
@@ -581,8 +716,13 @@ impl WorldModelStrategy {
         if self.st.wm.is_none() {
             self.init(history)?;
         }
-        // Bounded: every pass either proposes, ends a cycle, or fails a round, and rounds are capped.
-        for _ in 0..(4 * self.cfg.max_cycle_rounds as usize + 8) {
+        // Bounded: every pass either proposes, ends a cycle, or fails a round; failed rounds end a cycle
+        // within its window, so many passes without a proposal mean the replies keep being unusable.
+        for _ in 0..(4 * self.cfg.window as usize + 16) {
+            if budget.used + (self.st.unmeasured_rounds - unmeasured_before) >= budget.total {
+                self.spent = true;
+                return Ok(None);
+            }
             if self.st.cycle.is_some() && self.cycle_done() {
                 self.end_cycle(history)?;
             }
@@ -599,13 +739,103 @@ impl WorldModelStrategy {
     }
 }
 
+/// A round's measured outcome in one line: its time with the spread, against the cycle's parent, and the
+/// side-by-side verdict where it was timed beside another candidate.
+fn outcome(obs: &Observation, parent: Option<&Observation>) -> String {
+    if !obs.summary.passed {
+        return agent::perf(obs, None);
+    }
+    let mut s = format!("passed, {}", agent::time_with_spread(obs));
+    if let Some(x) = parent.and_then(|p| crate::eval::speedup(&p.results, &obs.results)) {
+        s.push_str(&format!(", {x:.2}x the parent"));
+    }
+    if let Some(v) = &obs.summary.verdict {
+        s.push_str(&format!(
+            "; timed side by side with {}: {} ({:.3}x)",
+            v.incumbent,
+            v.verdict.name(),
+            v.speedup
+        ));
+    }
+    s
+}
+
+/// The tuner's variants of `base` in the history: the values tried and what each measured.
+fn tuning_lines(base: &str, history: &[Observation]) -> Vec<String> {
+    let tag = format!("{} {base}", super::TUNE_ORIGIN);
+    history
+        .iter()
+        .filter(|o| o.origin == tag)
+        .map(|o| {
+            let params: Vec<String> = o
+                .candidate
+                .params()
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
+            let result = if o.summary.passed {
+                agent::time_with_spread(o)
+            } else {
+                agent::perf(o, None)
+            };
+            format!("{} → {result}", params.join(" "))
+        })
+        .collect()
+}
+
+/// Every round of a cycle, each with its change and result, and the tuner's variants of its candidates.
+fn trajectory(cyc: &Cycle, history: &[Observation]) -> String {
+    let mut out = Vec::new();
+    for (i, r) in cyc.rounds.iter().enumerate() {
+        let made = r
+            .candidate
+            .as_ref()
+            .map(|h| format!(", candidate {h}"))
+            .unwrap_or_default();
+        let change = if r.change.is_empty() {
+            "(not described)"
+        } else {
+            &r.change
+        };
+        out.push(format!(
+            "- round {} ({}{made}): change: {change}\n  result: {}",
+            i + 1,
+            r.purpose,
+            r.result
+        ));
+        if let Some(h) = &r.candidate {
+            let base = history.iter().find(|o| &o.hash == h);
+            let tuned = tuning_lines(h, history);
+            if let (Some(b), false) = (base, tuned.is_empty()) {
+                let params: Vec<String> = b
+                    .candidate
+                    .params()
+                    .iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect();
+                out.push(format!(
+                    "  tuned automatically from {}: {}",
+                    params.join(" "),
+                    tuned.join("; ")
+                ));
+            }
+        }
+    }
+    if out.is_empty() {
+        "(no round yet)".into()
+    } else {
+        out.join("\n")
+    }
+}
+
 impl Strategy for WorldModelStrategy {
     fn name(&self) -> &'static str {
         "world-model"
     }
 
-    fn propose(&mut self, history: &[Observation]) -> Next {
-        match self.step(history) {
+    fn propose(&mut self, history: &[Observation], budget: &super::Budget) -> Next {
+        self.agent.budget = budget.describe();
+        match self.step(history, budget) {
             Ok(Some(p)) => {
                 self.st.pending = Some(PendingProposal {
                     hash: p.candidate.hash(),
@@ -615,6 +845,7 @@ impl Strategy for WorldModelStrategy {
                 });
                 Next::Propose(p)
             }
+            Ok(None) if self.spent => Next::BudgetSpent,
             Ok(None) => Next::Done("the world model has no open action left".into()),
             Err(stop) => {
                 self.log(format!("stopped: {}", stop.0));
@@ -642,6 +873,14 @@ impl Strategy for WorldModelStrategy {
 
     fn take_snapshots(&mut self) -> Vec<Value> {
         std::mem::take(&mut self.st.snapshots)
+    }
+
+    fn finish(&mut self, history: &[Observation]) {
+        self.close(history);
+    }
+
+    fn unmeasured_rounds(&self) -> usize {
+        self.st.unmeasured_rounds
     }
 
     fn tree(&self) -> Option<Value> {

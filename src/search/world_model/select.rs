@@ -3,8 +3,9 @@
 //! K-Search sorts the frontier lexicographically by the LLM's score and ignores the utility weights it
 //! defines; here the choice is a real utility: the LLM's priority, the quality of the candidate the
 //! action builds on, the LLM's confidence and rating, a cost for difficulty and depth, and an
-//! exploration bonus (UCB-style) for subtrees that have had few cycles, so a search does not sink all its
-//! budget into one branch. Retired (too-hard) nodes are never on the frontier.
+//! exploration bonus (UCB-style) for branches (the subtrees under the root's children, the end-to-end
+//! strategies) that have had few cycles, so a search does not sink all its budget into one branch.
+//! Retired (too-hard) nodes are never on the frontier; smaller actions under them are.
 
 use super::tree::{Node, ROOT, WorldModel};
 
@@ -44,13 +45,12 @@ fn parent_quality(wm: &WorldModel, n: &Node, seed_cost: Option<f64>) -> f64 {
         .best()
         .and_then(|b| b.solution.as_ref().map(|s| s.cost_s))
         .or(seed_cost);
-    let parent_cost = match n.parent.as_deref() {
-        Some(ROOT) => wm.root().solution.as_ref().map(|s| s.cost_s).or(seed_cost),
-        Some(p) => wm
-            .get(p)
-            .and_then(|p| p.solution.as_ref().map(|s| s.cost_s)),
-        None => None,
-    };
+    let parent_cost = wm.base_of(&n.id).and_then(|b| {
+        b.solution
+            .as_ref()
+            .map(|s| s.cost_s)
+            .or(if b.id == ROOT { seed_cost } else { None })
+    });
     match (best, parent_cost) {
         (Some(b), Some(p)) if p > 0.0 => (b / p).clamp(0.0, 1.0),
         _ => 0.5,
@@ -76,9 +76,11 @@ pub fn rank(wm: &WorldModel, seed_cost: Option<f64>, cfg: &SelectConfig) -> Vec<
         })
         .map(|n| {
             let a = n.action.as_ref().expect("frontier nodes have actions");
-            let parent = n.parent.as_deref().unwrap_or(ROOT);
+            // The node's branch: its ancestor just below the root (itself at depth 1).
+            let path = wm.path(&n.id);
+            let branch = path.get(1).map_or(n.id.as_str(), |b| b.id.as_str());
             let explore = cfg.exploration
-                * ((1.0 + total as f64).ln() / (1.0 + subtree_cycles(wm, parent) as f64)).sqrt();
+                * ((1.0 + total as f64).ln() / (1.0 + subtree_cycles(wm, branch) as f64)).sqrt();
             let utility = 0.45 * a.priority
                 + 0.15 * parent_quality(wm, n, seed_cost)
                 + 0.15 * n.confidence
@@ -174,6 +176,54 @@ mod tests {
         let r = rank(&w, Some(2.0), &SelectConfig::default());
         assert_eq!(r[0].id, "b1", "{r:?}");
         assert!(r[0].utility > r[1].utility);
+    }
+
+    #[test]
+    fn smaller_steps_under_a_too_hard_action_are_selectable_and_build_on_its_base() {
+        let mut w = wm(json!([
+            {"node_id": "a", "parent_id": "root", "action": {"title": "a", "score_0_to_1": 0.4}},
+            {"node_id": "hard", "parent_id": "a", "action": {"title": "h", "score_0_to_1": 0.9}},
+            {"node_id": "step", "parent_id": "hard", "action": {"title": "s", "score_0_to_1": 0.9}},
+        ]));
+        let cfg = SelectConfig::default();
+        assert_eq!(select(&w, None, &cfg).as_deref(), Some("a"));
+        let n = w.nodes.get_mut("a").unwrap();
+        n.solution = Some(Solution {
+            candidate: "ca".into(),
+            cost_s: 1.0,
+            round: 1,
+        });
+        n.status = Status::Solved;
+        assert_eq!(select(&w, None, &cfg).as_deref(), Some("hard"));
+        w.nodes.get_mut("hard").unwrap().status = Status::TooHard;
+        assert_eq!(select(&w, None, &cfg).as_deref(), Some("step"));
+        assert_eq!(w.base_of("step").map(|n| n.id.as_str()), Some("a"));
+        // An open (untried) parent is still in the way.
+        w.nodes.get_mut("hard").unwrap().status = Status::Open;
+        assert_eq!(w.base_of("step").map(|n| n.id.as_str()), None);
+    }
+
+    #[test]
+    fn exploration_favours_a_fresh_branch_over_a_deep_step_in_a_busy_one() {
+        // Equal in everything but the branch's history: `fresh` is a root child nothing was spent on,
+        // `deep` a follow-up in a branch that had four cycles.
+        let mut w = wm(json!([
+            {"node_id": "busy", "parent_id": "root", "action": {"title": "b"}},
+            {"node_id": "fresh", "parent_id": "root", "action": {"title": "f", "score_0_to_1": 0.6}},
+            {"node_id": "deep", "parent_id": "busy", "action": {"title": "d", "score_0_to_1": 0.6}},
+        ]));
+        let n = w.nodes.get_mut("busy").unwrap();
+        n.solution = Some(Solution {
+            candidate: "cb".into(),
+            cost_s: 1.0,
+            round: 4,
+        });
+        n.status = Status::Solved;
+        n.cycles = 4;
+        let r = rank(&w, Some(1.0), &SelectConfig::default());
+        let u = |id: &str| r.iter().find(|s| s.id == id).unwrap().utility;
+        // Depth costs `deep` 0.03; the exploration bonus must account for more than that.
+        assert!(u("fresh") - u("deep") > 0.05, "{r:?}");
     }
 
     #[test]

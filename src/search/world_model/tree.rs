@@ -2,8 +2,9 @@
 //! the choice made), optionally an action still to try, and once tried, the candidate that realised it.
 //!
 //! Paths from the root are composed optimisation plans; siblings are alternatives. A node with an
-//! action and no solution is *open*; the *frontier* is the open nodes whose parent is solved or is the
-//! root, the actions that can be implemented on an existing candidate right now.
+//! action and no solution is *open*; the *frontier* is the open nodes with a candidate to build on: their
+//! parent is solved or is the root, or their parent was too hard and its own parent has one (smaller steps
+//! toward a too-hard goal build on the candidate the too-hard action was tried on).
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -18,7 +19,8 @@ pub struct Action {
     pub difficulty: u8,
     /// The LLM's estimate that this is worth doing next, 0..1 (K-Search's `score_0_to_1`).
     pub priority: f64,
-    /// Expected speedup over the parent's candidate, if the LLM gave one.
+    /// Expected speedup of this node's candidate over the starting candidate (the root), if the LLM gave
+    /// one (K-Search's `expected_vs_baseline_factor`).
     pub expected_gain: Option<f64>,
     pub rationale: String,
 }
@@ -162,13 +164,26 @@ impl WorldModel {
         out
     }
 
-    /// Whether a node's parent has a candidate to build on (the root always does: the seed).
-    pub fn parent_ready(&self, n: &Node) -> bool {
-        match n.parent.as_deref() {
-            Some(ROOT) => true,
-            Some(p) => self.nodes.get(p).is_some_and(|p| p.solution.is_some()),
-            None => false,
+    /// The node whose candidate `id` builds on: its parent if solved (or the root: the seed), else, through
+    /// too-hard parents, the nearest such ancestor; None when an open or missing ancestor is in the way.
+    pub fn base_of(&self, id: &str) -> Option<&Node> {
+        let mut cur = self.nodes.get(id)?.parent.as_deref();
+        for _ in 0..=self.nodes.len() {
+            let p = self.nodes.get(cur?)?;
+            if p.id == ROOT || p.solution.is_some() {
+                return Some(p);
+            }
+            if p.status != Status::TooHard {
+                return None;
+            }
+            cur = p.parent.as_deref();
         }
+        None
+    }
+
+    /// Whether a node has a candidate to build on (see [`WorldModel::base_of`]).
+    pub fn parent_ready(&self, n: &Node) -> bool {
+        self.base_of(&n.id).is_some()
     }
 
     pub fn frontier(&self) -> Vec<&Node> {

@@ -353,6 +353,80 @@ pub fn prompt_json(wm: &WorldModel, max_notes: usize) -> String {
         .expect("json")
 }
 
+/// One node in a line of text: id, its action or choice, its state and what it measured.
+fn node_line(n: &Node) -> String {
+    let what = n
+        .action
+        .as_ref()
+        .map(|a| format!("\"{}\"", a.title))
+        .unwrap_or_else(|| {
+            if n.choice.is_empty() {
+                "(no action)".into()
+            } else {
+                n.choice.clone()
+            }
+        });
+    let state = match (&n.status, &n.solution) {
+        (_, Some(s)) => format!(
+            "solved by {} ({}, round {})",
+            s.candidate,
+            crate::report::fmt_time(Some(s.cost_s)),
+            s.round
+        ),
+        (Status::TooHard, None) => "too hard (never passed)".into(),
+        _ => match &n.action {
+            Some(a) => format!(
+                "open: score {:.2}, difficulty {}/5, rating {:.1}/10",
+                a.priority, a.difficulty, n.rating
+            ),
+            None => "decision".into(),
+        },
+    };
+    format!("`{}` {what}: {state}", n.id)
+}
+
+fn short_notes(notes: &str, max: usize) -> String {
+    let one = notes.split_whitespace().collect::<Vec<_>>().join(" ");
+    if one.len() > max {
+        format!("{}…", &one[..one.floor_char_boundary(max)])
+    } else {
+        one
+    }
+}
+
+/// What an action prompt shows of the tree (K-Search projects onto the active path): the kernel summary,
+/// the path from the root to the node with each step's measurement and notes, and the node's siblings
+/// with their states, so the model knows what was tried beside it. Smaller than the whole tree, which
+/// the tree-editing prompts keep.
+pub fn path_view(wm: &WorldModel, id: &str) -> String {
+    let mut out = format!("Kernel summary: {}\n", wm.kernel_summary);
+    out.push_str("Path from the root (the starting candidate) to this action:\n");
+    let path = wm.path(id);
+    for (depth, n) in path.iter().enumerate() {
+        let here = if n.id == id { "  ← this action" } else { "" };
+        out.push_str(&format!("{}- {}{here}\n", "  ".repeat(depth), node_line(n)));
+        if !n.notes.is_empty() && n.id != id {
+            out.push_str(&format!(
+                "{}  notes: {}\n",
+                "  ".repeat(depth),
+                short_notes(&n.notes, 300)
+            ));
+        }
+    }
+    let parent = wm.get(id).and_then(|n| n.parent.clone());
+    let siblings: Vec<&Node> = parent
+        .as_deref()
+        .map(|p| wm.children(p).filter(|c| c.id != id).collect())
+        .unwrap_or_default();
+    if !siblings.is_empty() {
+        out.push_str("Alternatives beside it (its siblings):\n");
+        for s in siblings {
+            out.push_str(&format!("- {}\n", node_line(s)));
+        }
+    }
+    out
+}
+
 impl NodeSpec {
     /// Turns a spec into a node under `parent` with id `id`.
     pub fn into_node(self, id: String, parent: String, round: u32) -> Node {
