@@ -74,15 +74,15 @@ enum Command {
         /// Seconds of timing per workload (more samples, tighter medians; default 0.15 on the CPU, 0.3 on GPUs).
         #[arg(long, value_parser = flags::seconds)]
         timing_budget: Option<f64>,
-        /// Evaluations spent tuning the tunables of each generated candidate (hybrid search; 0: none).
-        #[arg(long, default_value_t = 6)]
-        tune_budget: usize,
+        /// Evaluations spent tuning the tunables of each generated candidate (hybrid search; 0: none;
+        /// default 6, 0 under `--preset k-search`).
+        #[arg(long)]
+        tune_budget: Option<usize>,
         /// Evaluations the hybrid search may spend tuning in the whole run (default: twice --budget).
         #[arg(long)]
         tune_total: Option<usize>,
-        /// World model: rounds without improvement that end a cycle.
-        #[arg(long, default_value_t = 3, value_parser = flags::at_least_one::<u32>)]
-        window: u32,
+        #[command(flatten)]
+        wm: WorldModelArgs,
         #[command(flatten)]
         llm: LlmArgs,
         #[arg(long)]
@@ -210,6 +210,63 @@ enum Command {
     },
 }
 
+/// Published algorithms `--preset` reproduces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Preset {
+    /// K-Search's rules as its code runs them (docs/world-model.md lists each and ksearch's default).
+    KSearch,
+}
+
+/// The world model's rules: a preset, then each rule given explicitly over it.
+#[derive(clap::Args, Clone, Default)]
+struct WorldModelArgs {
+    /// `k-search`: window 7, no tuning, K-Search's selection, proposals every cycle, cumulative edits,
+    /// too-hard actions kept open, IMPROVE on the last attempt. Flags given explicitly win.
+    #[arg(long, value_enum)]
+    preset: Option<Preset>,
+    /// World model: rounds in a row without improvement that end a cycle (default 3; 7 in the preset).
+    #[arg(long, value_parser = flags::at_least_one::<u32>)]
+    window: Option<u32>,
+    /// World model: a cap on rounds per cycle (none by default).
+    #[arg(long, value_parser = flags::at_least_one::<u32>)]
+    max_cycle_rounds: Option<u32>,
+    /// World model: how the next action is chosen.
+    #[arg(long, value_enum)]
+    selection: Option<crate::search::world_model::Selection>,
+    /// World model: what becomes of an action whose cycle never passed.
+    #[arg(long, value_enum)]
+    too_hard: Option<crate::search::world_model::TooHard>,
+    /// World model: how the LLM's tree edits are applied.
+    #[arg(long, value_enum)]
+    edits: Option<crate::search::world_model::Edits>,
+    /// World model: what an IMPROVE round edits.
+    #[arg(long, value_enum)]
+    improve_from: Option<crate::search::world_model::ImproveFrom>,
+    /// World model: when the LLM is asked for new actions.
+    #[arg(long, value_enum)]
+    propose: Option<crate::search::world_model::Propose>,
+}
+
+impl WorldModelArgs {
+    fn config(&self) -> crate::search::world_model::WorldModelConfig {
+        use crate::search::world_model::WorldModelConfig;
+        let mut c = match self.preset {
+            Some(Preset::KSearch) => WorldModelConfig::k_search(),
+            None => WorldModelConfig::default(),
+        };
+        if let Some(w) = self.window {
+            c.window = w;
+        }
+        c.max_cycle_rounds = self.max_cycle_rounds.or(c.max_cycle_rounds);
+        c.selection = self.selection.unwrap_or(c.selection);
+        c.too_hard = self.too_hard.unwrap_or(c.too_hard);
+        c.edits = self.edits.unwrap_or(c.edits);
+        c.improve_from = self.improve_from.unwrap_or(c.improve_from);
+        c.propose = self.propose.unwrap_or(c.propose);
+        c
+    }
+}
+
 /// Which LLM to use and how much of it.
 #[derive(clap::Args, Clone, Default)]
 struct LlmArgs {
@@ -315,7 +372,7 @@ fn dispatch(cli: Cli) -> Result<u8> {
             timing_budget,
             tune_budget,
             tune_total,
-            window,
+            wm,
             llm,
             json,
         } => {
@@ -373,9 +430,9 @@ fn dispatch(cli: Cli) -> Result<u8> {
                     strategy,
                     budget,
                     llm: llm_settings.filter(|_| strategy != StrategyKind::Tune),
-                    tune_budget,
+                    tune_budget: tune_budget.unwrap_or(if wm.preset.is_some() { 0 } else { 6 }),
                     tune_total,
-                    window,
+                    world_model: wm.config(),
                 },
             )?;
             if !json {

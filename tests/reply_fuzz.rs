@@ -697,6 +697,7 @@ fn check_world_model(v: &Value) -> Result<(), TestCaseError> {
         let req = ops::Requirements {
             solved: Some("a".into()),
             promising_frontier: true,
+            ..Default::default()
         };
         match ops::apply(&mut wm, &list, &req, 1) {
             Ok(_) => prop_assert!(wm.check().is_ok()),
@@ -705,6 +706,17 @@ fn check_world_model(v: &Value) -> Result<(), TestCaseError> {
                 prop_assert_eq!(wm, before);
             }
         }
+        // K-Search's cumulative edits keep what applies: the tree stays well formed whatever the ops.
+        let before = base_tree().clone();
+        let mut cum = before.clone();
+        let req = ops::Requirements {
+            solved: Some("a".into()),
+            follow_up_max_difficulty: Some(4),
+            ..Default::default()
+        };
+        let _ = ops::apply_cumulative(&mut cum, &list, &req, 1);
+        prop_assert!(cum.check().is_ok());
+        prop_assert!(cum.nodes.len() <= before.nodes.len() + ops::MAX_NEW_NODES);
     }
     Ok(())
 }

@@ -687,3 +687,86 @@ fn a_budget_of_twelve_rounds_on_default_settings_learns_and_every_prompt_shows_t
     eprintln!("action prompt: tree view {path_chars} chars; whole tree {whole} chars");
     assert!(path_chars < whole);
 }
+
+/// `--preset k-search` runs K-Search's rules: no tuning (rounds only), cumulative tree edits, an action
+/// that never passed kept open (and chosen again, as nothing lowered its score), IMPROVE on the last
+/// attempt with the cycle's best beside it, and the active path in every code prompt. An explicit flag
+/// (`--window 2`) wins over the preset's (7).
+#[test]
+fn the_k_search_preset_runs_k_searchs_rules() {
+    let server = llm_server(|_| None);
+    let url = format!("{}/v1", server.url());
+    let store = tempfile::tempdir().unwrap();
+    let mut args = scripted_run(
+        "world-model",
+        &url,
+        &["--preset", "k-search", "--budget", "18", "--window", "2"],
+    );
+    args.extend_from_slice(QUICK);
+    let out = run(store.path(), &args);
+    let v = last_json(&out);
+    assert_eq!(v["status"], "completed", "{}", v["stopped"]);
+    assert_eq!(v["rounds"], 18, "{v}");
+    assert_eq!(v["tuning_evaluations"], Value::Null, "no tuning: {v}");
+    let run_id = v["run_id"].as_str().unwrap();
+    let shown = last_json(&run(store.path(), &["show", run_id, "--json"]));
+    let wm = &shown["config"]["world_model"];
+    assert_eq!(wm["window"], 2, "{wm}");
+    for (k, want) in [
+        ("selection", "k-search"),
+        ("too_hard", "keep"),
+        ("edits", "cumulative"),
+        ("improve_from", "last"),
+        ("propose", "every-cycle"),
+    ] {
+        assert_eq!(wm[k], want, "{k}: {wm}");
+    }
+    let log: Vec<String> = shown["strategy_state"]["log"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.as_str().unwrap().to_string())
+        .collect();
+    assert!(
+        log.iter().any(|l| l.contains("applied cumulatively")),
+        "{log:#?}"
+    );
+    let kept: Vec<String> = log
+        .iter()
+        .filter_map(|l| l.split("cycle ").nth(1))
+        .filter(|l| l.contains("never passed; kept open"))
+        .filter_map(|l| l.split('`').nth(1).map(str::to_string))
+        .collect();
+    let first = kept
+        .first()
+        .unwrap_or_else(|| panic!("no action kept: {log:#?}"));
+    let chosen = log
+        .iter()
+        .filter(|l| l.contains(&format!("`{first}` — ")))
+        .count();
+    assert!(chosen >= 2, "{first} kept open and chosen again: {log:#?}");
+
+    let prompts: Vec<String> = server
+        .requests()
+        .iter()
+        .map(|r| prompt_and_feedback(r).0)
+        .collect();
+    let code_prompts: Vec<&String> = prompts
+        .iter()
+        .filter(|p| p.contains("## How to answer"))
+        .collect();
+    assert!(!code_prompts.is_empty());
+    for p in &code_prompts {
+        assert!(p.contains("## World model: where"), "active path: {p}");
+        assert!(
+            !p.contains("tuned automatically"),
+            "no tuning is promised: {p}"
+        );
+    }
+    assert!(
+        prompts
+            .iter()
+            .any(|p| p.contains("Make it faster.") && p.contains("## Your last attempt (")),
+        "IMPROVE edits the last attempt"
+    );
+}

@@ -55,9 +55,12 @@ pub struct RunConfig {
     /// Evaluations the hybrid search spends tuning one generated candidate.
     #[serde(default = "default_tune_budget")]
     pub tune_budget: usize,
-    /// World-model stagnation window.
+    /// World-model stagnation window (runs stored before `world_model` was).
     #[serde(default = "default_window")]
     pub window: u32,
+    /// The world model's rules.
+    #[serde(default)]
+    pub world_model: Option<WorldModelConfig>,
 }
 
 fn timing_settings<'de, D: serde::Deserializer<'de>>(
@@ -133,7 +136,7 @@ pub struct NewRun<'a> {
     pub llm: Option<LlmSettings>,
     pub tune_budget: usize,
     pub tune_total: Option<usize>,
-    pub window: u32,
+    pub world_model: WorldModelConfig,
 }
 
 /// Creates a run in the store and returns its id.
@@ -149,7 +152,7 @@ pub fn create(store: &Store, new: NewRun<'_>) -> Result<String> {
         llm,
         tune_budget,
         tune_total,
-        window,
+        world_model,
     } = new;
     let run_id = new_run_id(task.name());
     let hash = store.put_candidate(seed)?;
@@ -160,6 +163,8 @@ pub fn create(store: &Store, new: NewRun<'_>) -> Result<String> {
         budget,
         budget_counts_rounds: strategy != StrategyKind::Tune,
         tune_total,
+        window: world_model.window,
+        world_model: Some(world_model),
         rng_seed: crate::rng::hash64(&run_id),
         checks: config_base.checks,
         timeout_s: config_base.timeout_s,
@@ -167,7 +172,6 @@ pub fn create(store: &Store, new: NewRun<'_>) -> Result<String> {
         input_secret: crate::eval::fresh_secret(),
         llm,
         tune_budget,
-        window,
     };
     let dir = task.dir.canonicalize().unwrap_or_else(|_| task.dir.clone());
     store.create_run(
@@ -281,10 +285,10 @@ impl<'a> Runner<'a> {
                 let (tb, rs) = (config.tune_budget, config.rng_seed);
                 match kind {
                     StrategyKind::WorldModel => {
-                        let cfg = WorldModelConfig {
+                        let cfg = config.world_model.clone().unwrap_or(WorldModelConfig {
                             window: config.window.max(1),
                             ..Default::default()
-                        };
+                        });
                         Box::new(Hybrid::new(WorldModelStrategy::new(agent, cfg), tb, rs))
                     }
                     StrategyKind::Evolve => Box::new(Hybrid::new(
@@ -408,7 +412,7 @@ impl<'a> Runner<'a> {
             } else {
                 history.len()
             },
-            tune_total: match (llm, c.budget_counts_rounds) {
+            tune_total: match (llm && c.tune_budget > 0, c.budget_counts_rounds) {
                 (false, _) => 0,
                 (true, true) => c.tune_total.unwrap_or(2 * c.budget),
                 // Runs stored before rounds were counted: tuning spent the one budget of evaluations.

@@ -22,6 +22,62 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tree::{ROOT, Solution, Status, WorldModel};
 
+/// How the next action is chosen (`docs/world-model.md` gives the reasons for the default).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Selection {
+    /// A utility: priority, the parent's speed, confidence, rating, difficulty and depth, and an
+    /// exploration bonus per branch.
+    #[default]
+    Utility,
+    /// K-Search's: difficulty at most 4 first, then score, difficulty, rating, id.
+    KSearch,
+}
+
+/// What becomes of an action whose cycle never passed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum TooHard {
+    /// Retired: never selected again (smaller steps under it stay selectable).
+    #[default]
+    Retire,
+    /// K-Search's: it stays open unless the LLM lowers its score or deletes it.
+    Keep,
+}
+
+/// How the LLM's tree edits are applied.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Edits {
+    /// Each try's edit applies whole or not at all; the errors go back for the next try.
+    #[default]
+    Validated,
+    /// K-Search's: the ops that apply are kept across tries, a validation-failed block lists the rest.
+    Cumulative,
+}
+
+/// What an IMPROVE round edits.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum ImproveFrom {
+    /// The cycle's best candidate.
+    #[default]
+    Best,
+    /// K-Search's: the last attempt, with the cycle's best shown beside it.
+    Last,
+}
+
+/// When the LLM is asked for new actions.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Propose {
+    /// Only when nothing on the frontier can be selected.
+    #[default]
+    WhenEmpty,
+    /// K-Search's: before every cycle, unless three open actions wait and the best node has an open child.
+    EveryCycle,
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct WorldModelConfig {
     /// Rounds without improvement that end a cycle (K-Search's stagnation window W).
@@ -31,6 +87,16 @@ pub struct WorldModelConfig {
     pub max_cycle_rounds: Option<u32>,
     /// LLM calls per edit or generation before giving up on it (errors are fed back each time).
     pub tries: u32,
+    #[serde(default)]
+    pub selection: Selection,
+    #[serde(default)]
+    pub too_hard: TooHard,
+    #[serde(default)]
+    pub edits: Edits,
+    #[serde(default)]
+    pub improve_from: ImproveFrom,
+    #[serde(default)]
+    pub propose: Propose,
 }
 
 impl Default for WorldModelConfig {
@@ -39,6 +105,28 @@ impl Default for WorldModelConfig {
             window: 3,
             max_cycle_rounds: None,
             tries: 3,
+            selection: Selection::default(),
+            too_hard: TooHard::default(),
+            edits: Edits::default(),
+            improve_from: ImproveFrom::default(),
+            propose: Propose::default(),
+        }
+    }
+}
+
+impl WorldModelConfig {
+    /// K-Search's algorithm as its code runs it (`--preset k-search`): the paper's window of 7 and every
+    /// rule of its own.
+    pub fn k_search() -> Self {
+        WorldModelConfig {
+            window: 7,
+            max_cycle_rounds: None,
+            tries: 3,
+            selection: Selection::KSearch,
+            too_hard: TooHard::Keep,
+            edits: Edits::Cumulative,
+            improve_from: ImproveFrom::Last,
+            propose: Propose::EveryCycle,
         }
     }
 }
@@ -275,6 +363,7 @@ impl WorldModelStrategy {
                     &Requirements {
                         solved: None,
                         promising_frontier: true,
+                        ..Default::default()
                     },
                     0,
                 );
@@ -296,6 +385,7 @@ impl WorldModelStrategy {
         let req = Requirements {
             solved: None,
             promising_frontier: true,
+            ..Default::default()
         };
         if ops::apply(&mut wm.clone(), &[], &req, 0).is_err() {
             ops::fallback(&mut wm, &req, 0);
@@ -314,14 +404,11 @@ impl WorldModelStrategy {
         code: Option<String>,
         req: Requirements,
     ) -> Result<(), Stop> {
+        if self.cfg.edits == Edits::Cumulative {
+            return self.edit_cumulative(mode, node, evidence, code, req);
+        }
         let round = self.st.round;
-        let node_view = node.and_then(|id| self.wm().get(id)).map(|n| json!({"id": n.id, "title": n.action.as_ref().map(|a| a.title.clone()).unwrap_or_default()}));
-        let attempts = self.st.cycle.as_ref().map_or(0, |c| c.attempts);
-        let ctx = self.agent.ctx(json!({
-            "mode": mode, "node": node_view.unwrap_or(json!({"id": "", "title": ""})), "attempts": attempts,
-            "tree": wire::prompt_json(self.wm(), 400), "evidence": evidence, "code": code.unwrap_or_default(),
-        }));
-        let prompt = crate::prompts::render("wm_edit.j2", ctx).map_err(Stop)?;
+        let prompt = self.edit_prompt(mode, node, &evidence, code.as_deref())?;
         let base = self.wm().clone();
         let r = req.clone();
         let reply = self
@@ -344,6 +431,88 @@ impl WorldModelStrategy {
                 ));
             }
         }
+        Ok(())
+    }
+
+    fn edit_prompt(
+        &self,
+        mode: &str,
+        node: Option<&str>,
+        evidence: &str,
+        code: Option<&str>,
+    ) -> Result<String, Stop> {
+        let node_view = node.and_then(|id| self.wm().get(id)).map(|n| json!({"id": n.id, "title": n.action.as_ref().map(|a| a.title.clone()).unwrap_or_default()}));
+        let attempts = self.st.cycle.as_ref().map_or(0, |c| c.attempts);
+        let ctx = self.agent.ctx(json!({
+            "mode": mode, "node": node_view.unwrap_or(json!({"id": "", "title": ""})), "attempts": attempts,
+            "retired": self.cfg.too_hard == TooHard::Retire,
+            "tree": wire::prompt_json(self.wm(), 400), "evidence": evidence, "code": code.unwrap_or_default(),
+        }));
+        crate::prompts::render("wm_edit.j2", ctx).map_err(Stop)
+    }
+
+    /// K-Search's edits (`--edits cumulative`): each try's ops that apply are kept; what failed goes back
+    /// in a validation-failed block; refine requires an open follow-up of difficulty below 5 under the
+    /// solved node and falls back to one scored 0.35; a too-hard edit is applied as it comes, unvalidated.
+    fn edit_cumulative(
+        &mut self,
+        mode: &str,
+        node: Option<&str>,
+        evidence: String,
+        code: Option<String>,
+        mut req: Requirements,
+    ) -> Result<(), Stop> {
+        let round = self.st.round;
+        let too_hard = mode == "too_hard";
+        if mode == "refine" {
+            req.follow_up_max_difficulty = Some(4);
+            req.promising_frontier = false;
+        }
+        if too_hard {
+            req = Requirements::default();
+        }
+        let mut problems: Vec<String> = Vec::new();
+        let tries = if too_hard { 1 } else { self.cfg.tries.max(1) };
+        for _ in 0..tries {
+            let shown = if problems.is_empty() {
+                evidence.clone()
+            } else {
+                format!(
+                    "{evidence}\n\n[REFINE_VALIDATION_FAILED] Your previous edit was applied as far as it went (the tree above includes it); still wrong:\n- {}",
+                    problems.join("\n- ")
+                )
+            };
+            let prompt = self.edit_prompt(mode, node, &shown, code.as_deref())?;
+            match self.agent.json(
+                &format!("wm-{mode}"),
+                prompt,
+                self.cfg.tries,
+                wire::parse_ops,
+            )? {
+                Ok(ops) => {
+                    problems = ops::apply_cumulative(self.wm_mut(), &ops, &req, round);
+                    self.log(format!(
+                        "{mode} edit applied cumulatively ({} ops, {} problems)",
+                        ops.len(),
+                        problems.len()
+                    ));
+                    if problems.is_empty() || too_hard {
+                        return Ok(());
+                    }
+                }
+                // An unparsable reply ends the edit with the tree as it is.
+                Err(e) => {
+                    problems.push(e);
+                    break;
+                }
+            }
+        }
+        let priority = if mode == "refine" { 0.35 } else { 0.6 };
+        let added = ops::fallback_scored(self.wm_mut(), &req, round, priority);
+        self.log(format!(
+            "{mode} edit left problems ({}); fallback added {added:?}",
+            problems.join("; ")
+        ));
         Ok(())
     }
 
@@ -464,6 +633,7 @@ impl WorldModelStrategy {
                     Requirements {
                         solved: Some(cyc.node.clone()),
                         promising_frontier: true,
+                        ..Default::default()
                     },
                 )?;
             }
@@ -472,11 +642,27 @@ impl WorldModelStrategy {
                     .last_failure
                     .clone()
                     .unwrap_or_else(|| "no attempt passed".into());
-                ops::retire(self.wm_mut(), &cyc.node, round, &why);
-                self.log(format!(
-                    "cycle {round}: `{}` never passed; retired",
-                    cyc.node
-                ));
+                match self.cfg.too_hard {
+                    TooHard::Retire => {
+                        ops::retire(self.wm_mut(), &cyc.node, round, &why);
+                        self.log(format!(
+                            "cycle {round}: `{}` never passed; retired",
+                            cyc.node
+                        ));
+                    }
+                    TooHard::Keep => {
+                        if let Some(n) = self.wm_mut().nodes.get_mut(&cyc.node) {
+                            n.notes = format!("{}\nTOO_HARD (round {round}): {why}", n.notes)
+                                .trim()
+                                .to_string();
+                            n.updated_round = round;
+                        }
+                        self.log(format!(
+                            "cycle {round}: `{}` never passed; kept open",
+                            cyc.node
+                        ));
+                    }
+                }
                 let evidence = format!(
                     "Action: {title}\nRounds of the cycle ({}; each change as the model described it, and its result):\n{rounds}\nLast failure: {why}",
                     cyc.attempts
@@ -494,6 +680,7 @@ impl WorldModelStrategy {
                     Requirements {
                         solved: None,
                         promising_frontier: true,
+                        ..Default::default()
                     },
                 )?;
             }
@@ -527,7 +714,7 @@ impl WorldModelStrategy {
             "parent_perf": agent::perf(&parent, seed), "parent_hash": parent.hash,
             "run_best_perf": run_best.map(|b| agent::perf(b, seed)).unwrap_or_default(),
             "run_best_hash": run_best.map(|b| b.hash.clone()).unwrap_or_default(),
-            "action": action_view,
+            "action": action_view, "path": wire::path_view(self.wm(), &cyc.node),
         });
         let (template, purpose, base, extra) = if cyc.attempts == 0 {
             (
@@ -535,21 +722,33 @@ impl WorldModelStrategy {
                 "action",
                 parent.candidate.clone(),
                 json!({
-                    "path": wire::path_view(self.wm(), &cyc.node),
                     "parent_code": agent::code(&parent.candidate),
                 }),
             )
         } else if let Some((best_hash, _)) = &cyc.best {
             let best = Self::find(history, best_hash).expect("best").clone();
+            // K-Search edits the last attempt (the cycle's best beside it); the default climbs from the best.
+            let last = cyc
+                .last
+                .as_ref()
+                .and_then(|h| Self::find(history, h))
+                .filter(|l| self.cfg.improve_from == ImproveFrom::Last && l.hash != best.hash)
+                .cloned();
+            let mut extra = json!({
+                "best_code": agent::code(&best.candidate), "best_perf": agent::perf(&best, seed),
+                "best_hash": best.hash, "best_is_parent": best.hash == parent.hash,
+                "failure": cyc.last_failure.clone().unwrap_or_default(), "last_code": "",
+            });
+            if let Some(l) = &last {
+                extra["last_code"] = json!(agent::code(&l.candidate));
+                extra["last_perf"] = json!(agent::perf(l, seed));
+                extra["last_hash"] = json!(l.hash);
+            }
             (
                 "improve.j2",
                 "improve",
-                best.candidate.clone(),
-                json!({
-                    "best_code": agent::code(&best.candidate), "best_perf": agent::perf(&best, seed),
-                    "best_hash": best.hash, "best_is_parent": best.hash == parent.hash,
-                    "failure": cyc.last_failure.clone().unwrap_or_default(),
-                }),
+                last.map_or(best.candidate, |l| l.candidate),
+                extra,
             )
         } else {
             let current = cyc
@@ -632,11 +831,29 @@ impl WorldModelStrategy {
         self.log(format!("round failed: {why}"));
     }
 
+    /// The next action by the configured rule.
+    fn choose(&self, seed_cost: Option<f64>) -> Option<String> {
+        let cfg = select::SelectConfig::default();
+        match self.cfg.selection {
+            Selection::Utility => select::select(self.wm(), seed_cost, &cfg),
+            Selection::KSearch => select::select_ksearch(self.wm(), &cfg),
+        }
+    }
+
+    /// Whether to ask for new actions before this cycle, and the node that must get an open child.
+    /// `when-empty`: only when nothing can be selected. `every-cycle` (K-Search): unless three open
+    /// actions wait on the frontier and the best node already has an open child.
+    fn propose_needed(&self, seed_cost: Option<f64>) -> Option<Option<String>> {
+        needs_proposal(
+            self.wm(),
+            self.cfg.propose,
+            self.choose(seed_cost).is_some(),
+        )
+    }
+
     fn start_cycle(&mut self, history: &[Observation]) -> Result<bool, Stop> {
         let seed_cost = history.first().and_then(Observation::cost);
-        let cfg = select::SelectConfig::default();
-        if select::select(self.wm(), seed_cost, &cfg).is_none() {
-            // K-Search's "propose" step: ask for new actions when the frontier is empty.
+        if let Some(needs_child) = self.propose_needed(seed_cost) {
             let evidence = format!(
                 "Best so far: {}",
                 super::run::best_of(history)
@@ -645,16 +862,17 @@ impl WorldModelStrategy {
             );
             self.edit(
                 "propose",
-                None,
+                needs_child.clone().as_deref(),
                 evidence,
                 None,
                 Requirements {
-                    solved: None,
+                    solved: needs_child,
                     promising_frontier: true,
+                    ..Default::default()
                 },
             )?;
         }
-        let Some(id) = select::select(self.wm(), seed_cost, &cfg) else {
+        let Some(id) = self.choose(seed_cost) else {
             return Ok(false);
         };
         let node = self.wm().get(&id).expect("selected").clone();
@@ -736,6 +954,22 @@ impl WorldModelStrategy {
         Err(Stop(
             "no usable candidate after many rounds; see the run's log".into(),
         ))
+    }
+}
+
+/// Whether to ask for new actions (see `WorldModelStrategy::propose_needed`), and the node that must get
+/// an open child; `selectable`: the configured rule can choose an action now.
+fn needs_proposal(wm: &WorldModel, rule: Propose, selectable: bool) -> Option<Option<String>> {
+    match rule {
+        Propose::WhenEmpty => (!selectable).then_some(None),
+        Propose::EveryCycle => {
+            let open = wm.frontier().len();
+            let childless = wm
+                .best()
+                .map(|b| b.id.clone())
+                .filter(|b| !wm.children(b).any(|c| c.is_open()));
+            (open < 3 || childless.is_some()).then_some(childless)
+        }
     }
 }
 
@@ -885,5 +1119,57 @@ impl Strategy for WorldModelStrategy {
 
     fn tree(&self) -> Option<Value> {
         self.st.wm.as_ref().map(wire::tree_json)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tree(open_under_root: usize, best_has_child: bool) -> WorldModel {
+        let mut wm = WorldModel::new("k");
+        let spec = |id: &str, parent: &str| {
+            wire::parse_node(&json!({"node_id": id, "parent_id": parent, "action": {"title": id}}))
+                .unwrap()
+                .into_node(id.into(), parent.into(), 0)
+        };
+        for i in 0..open_under_root {
+            let id = format!("o{i}");
+            wm.nodes.insert(id.clone(), spec(&id, ROOT));
+        }
+        let mut best = spec("best", ROOT);
+        best.solution = Some(Solution {
+            candidate: "c".into(),
+            cost_s: 1.0,
+            round: 1,
+        });
+        best.status = Status::Solved;
+        wm.nodes.insert("best".into(), best);
+        if best_has_child {
+            wm.nodes.insert("next".into(), spec("next", "best"));
+        }
+        wm
+    }
+
+    #[test]
+    fn k_search_proposes_every_cycle_unless_three_actions_wait_and_the_best_has_a_follow_up() {
+        let every = Propose::EveryCycle;
+        assert_eq!(needs_proposal(&tree(3, true), every, true), None);
+        // Too few open actions: propose, no child demanded (the best has one).
+        assert_eq!(needs_proposal(&tree(1, true), every, true), Some(None));
+        // The best node has no open child: propose, demanding one under it.
+        assert_eq!(
+            needs_proposal(&tree(4, false), every, true),
+            Some(Some("best".into()))
+        );
+        // The default asks only when nothing can be selected.
+        assert_eq!(
+            needs_proposal(&tree(1, false), Propose::WhenEmpty, true),
+            None
+        );
+        assert_eq!(
+            needs_proposal(&tree(0, false), Propose::WhenEmpty, false),
+            Some(None)
+        );
     }
 }

@@ -34,6 +34,8 @@ pub struct Requirements {
     pub solved: Option<String>,
     /// The frontier must hold an action with priority above 0.5.
     pub promising_frontier: bool,
+    /// The follow-up under `solved` must be at most this hard (K-Search's continuation rule: below 5).
+    pub follow_up_max_difficulty: Option<u8>,
 }
 
 #[derive(Debug, Default, Clone, PartialEq)]
@@ -71,31 +73,85 @@ pub fn apply(
             errors.push(format!("ops[{i}]: {e}"));
         }
     }
-    if let Some(solved) = &req.solved
-        && next.get(solved).is_some()
-        && !next.children(solved).any(|c| c.is_open())
-    {
-        errors.push(format!(
-            "node `{solved}` was just solved: keep at least one open follow-up child under it (insert_node with parent_id \"{solved}\")"
-        ));
-    }
-    if req.promising_frontier
-        && !next
-            .frontier()
-            .iter()
-            .any(|n| n.action.as_ref().is_some_and(|a| a.priority > 0.5))
-    {
-        errors.push("the frontier needs at least one open action with score_0_to_1 > 0.5 whose parent is solved or the root".into());
-    }
-    if let Err(e) = next.check() {
-        errors.push(e);
-    }
+    errors.extend(unmet(&next, req));
     if errors.is_empty() {
         *wm = next;
         Ok(report)
     } else {
         Err(errors)
     }
+}
+
+/// K-Search's way: each op that applies is kept (the tree accumulates them across tries), the ones that
+/// do not and the new nodes beyond the cap are skipped; the errors (skipped ops, unmet requirements) are
+/// returned for the next try's validation-failed block. Empty when the edit left everything required.
+pub fn apply_cumulative(
+    wm: &mut WorldModel,
+    ops: &[EditOp],
+    req: &Requirements,
+    round: u32,
+) -> Vec<String> {
+    let mut errors = Vec::new();
+    let mut report = ApplyReport::default();
+    let mut new_nodes = 0;
+    for (i, op) in ops.iter().enumerate() {
+        let adds = match op {
+            EditOp::Insert { .. } => 1,
+            EditOp::Split { into, .. } => into.len(),
+            _ => 0,
+        };
+        if new_nodes + adds > MAX_NEW_NODES {
+            errors.push(format!(
+                "ops[{i}]: skipped, it would exceed {MAX_NEW_NODES} new nodes per edit"
+            ));
+            continue;
+        }
+        let mut next = wm.clone();
+        match apply_one(&mut next, op, round, &mut report).and_then(|()| next.check()) {
+            Ok(()) => {
+                *wm = next;
+                new_nodes += adds;
+            }
+            Err(e) => errors.push(format!("ops[{i}]: skipped: {e}")),
+        }
+    }
+    errors.extend(unmet(wm, req));
+    errors
+}
+
+/// The requirements `wm` does not meet, each as an error for the LLM.
+fn unmet(wm: &WorldModel, req: &Requirements) -> Vec<String> {
+    let mut errors = Vec::new();
+    if let Some(solved) = &req.solved
+        && wm.get(solved).is_some()
+        && !wm.children(solved).any(|c| {
+            c.is_open()
+                && c.action
+                    .as_ref()
+                    .is_some_and(|a| a.difficulty <= req.follow_up_max_difficulty.unwrap_or(5))
+        })
+    {
+        errors.push(match req.follow_up_max_difficulty {
+            Some(d) => format!(
+                "node `{solved}` was just solved: keep at least one open follow-up child under it with difficulty_1_to_5 at most {d} (insert_node with parent_id \"{solved}\")"
+            ),
+            None => format!(
+                "node `{solved}` was just solved: keep at least one open follow-up child under it (insert_node with parent_id \"{solved}\")"
+            ),
+        });
+    }
+    if req.promising_frontier
+        && !wm
+            .frontier()
+            .iter()
+            .any(|n| n.action.as_ref().is_some_and(|a| a.priority > 0.5))
+    {
+        errors.push("the frontier needs at least one open action with score_0_to_1 > 0.5 whose parent is solved or the root".into());
+    }
+    if let Err(e) = wm.check() {
+        errors.push(e);
+    }
+    errors
 }
 
 fn apply_one(
@@ -254,6 +310,16 @@ fn apply_one(
 /// The deterministic fallback when the LLM cannot produce a valid edit: a follow-up under the solved
 /// node (K-Search's "refine best solution") so the search always has somewhere to go.
 pub fn fallback(wm: &mut WorldModel, req: &Requirements, round: u32) -> Vec<String> {
+    fallback_scored(wm, req, round, 0.6)
+}
+
+/// [`fallback`] with the follow-up's priority given (K-Search's refine fallback scores it 0.35).
+pub fn fallback_scored(
+    wm: &mut WorldModel,
+    req: &Requirements,
+    round: u32,
+    priority: f64,
+) -> Vec<String> {
     let mut added = Vec::new();
     let target = req
         .solved
@@ -280,7 +346,7 @@ pub fn fallback(wm: &mut WorldModel, req: &Requirements, round: u32) -> Vec<Stri
                 title: "Refine the best candidate: target its top bottleneck".into(),
                 description: "Profile-guided refinement of the current best candidate: pick its largest remaining cost (memory traffic, latency chains, redundant work) and remove it.".into(),
                 difficulty: 2,
-                priority: 0.6,
+                priority,
                 expected_gain: None,
                 rationale: "deterministic fallback after an invalid world-model edit".into(),
             }),
@@ -384,6 +450,7 @@ mod tests {
         let req = Requirements {
             solved: Some("a".into()),
             promising_frontier: true,
+            ..Default::default()
         };
         let del = parse_ops(&json!({"ops": [{"op": "delete_node", "node_id": "a1"}]})).unwrap();
         let errs = apply(&mut wm, &del, &req, 1).unwrap_err();
@@ -404,6 +471,48 @@ mod tests {
         let added = fallback(&mut wm2, &req, 2);
         assert_eq!(added.len(), 1);
         assert!(apply(&mut wm2, &[], &req, 2).is_ok());
+    }
+
+    #[test]
+    fn cumulative_edits_keep_what_applies_and_name_what_did_not() {
+        let mut wm = tree();
+        wm.nodes.get_mut("b").unwrap().solution = Some(Solution {
+            candidate: "cb".into(),
+            cost_s: 1.0,
+            round: 1,
+        });
+        wm.nodes.get_mut("b").unwrap().status = Status::Solved;
+        let req = Requirements {
+            solved: Some("b".into()),
+            follow_up_max_difficulty: Some(4),
+            ..Default::default()
+        };
+        // One good update, one op on a missing node, and a follow-up too hard for the continuation rule.
+        let ops = parse_ops(&json!({"ops": [
+            {"op": "update_node", "node_id": "b", "patch": {"notes": "CURRENT: kept"}},
+            {"op": "update_node", "node_id": "ghost", "patch": {"notes": "x"}},
+            {"op": "insert_node", "parent_id": "b", "node": {"node_id": "b_hard", "action": {"title": "t", "difficulty_1_to_5": 5}}},
+        ]}))
+        .unwrap();
+        let errors = apply_cumulative(&mut wm, &ops, &req, 2);
+        assert_eq!(
+            wm.get("b").unwrap().notes,
+            "CURRENT: kept",
+            "the good op stays"
+        );
+        assert!(wm.get("b_hard").is_some(), "applied ops accumulate");
+        assert!(errors.iter().any(|e| e.contains("ops[1]")), "{errors:?}");
+        assert!(errors.iter().any(|e| e.contains("at most 4")), "{errors:?}");
+        // The next try adds an easier follow-up: nothing is left to complain about.
+        let ops = parse_ops(&json!({"ops": [
+            {"op": "insert_node", "parent_id": "b", "node": {"node_id": "b_next", "action": {"title": "t", "difficulty_1_to_5": 2}}},
+        ]}))
+        .unwrap();
+        assert_eq!(
+            apply_cumulative(&mut wm, &ops, &req, 2),
+            Vec::<String>::new()
+        );
+        assert!(wm.get("b_hard").is_some() && wm.get("b_next").is_some());
     }
 
     #[test]

@@ -106,6 +106,33 @@ pub fn select(wm: &WorldModel, seed_cost: Option<f64>, cfg: &SelectConfig) -> Op
     rank(wm, seed_cost, cfg).into_iter().next().map(|s| s.id)
 }
 
+/// K-Search's choice (`--selection k-search`): the frontier's actions of difficulty at most
+/// `max_difficulty` (all of them if none is), sorted by score descending, difficulty ascending, rating
+/// descending, then id.
+pub fn select_ksearch(wm: &WorldModel, cfg: &SelectConfig) -> Option<String> {
+    let frontier = wm.frontier();
+    let easy: Vec<&Node> = frontier
+        .iter()
+        .copied()
+        .filter(|n| {
+            n.action
+                .as_ref()
+                .is_some_and(|a| a.difficulty <= cfg.max_difficulty)
+        })
+        .collect();
+    let pool = if easy.is_empty() { frontier } else { easy };
+    pool.into_iter()
+        .min_by(|a, b| {
+            let (x, y) = (a.action.as_ref().unwrap(), b.action.as_ref().unwrap());
+            y.priority
+                .total_cmp(&x.priority)
+                .then(x.difficulty.cmp(&y.difficulty))
+                .then(b.rating.total_cmp(&a.rating))
+                .then(a.id.cmp(&b.id))
+        })
+        .map(|n| n.id.clone())
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::ops::{Requirements, apply};
@@ -224,6 +251,28 @@ mod tests {
         let u = |id: &str| r.iter().find(|s| s.id == id).unwrap().utility;
         // Depth costs `deep` 0.03; the exploration bonus must account for more than that.
         assert!(u("fresh") - u("deep") > 0.05, "{r:?}");
+    }
+
+    #[test]
+    fn k_search_selection_is_lexicographic_after_the_difficulty_gate() {
+        let w = wm(json!([
+            {"node_id": "hard", "parent_id": "root", "action": {"title": "h", "score_0_to_1": 0.99, "difficulty_1_to_5": 5}},
+            {"node_id": "b", "parent_id": "root", "overall_rating_0_to_10": 9, "action": {"title": "b", "score_0_to_1": 0.7, "difficulty_1_to_5": 3}},
+            {"node_id": "a", "parent_id": "root", "overall_rating_0_to_10": 2, "action": {"title": "a", "score_0_to_1": 0.7, "difficulty_1_to_5": 2}},
+            {"node_id": "c", "parent_id": "root", "overall_rating_0_to_10": 9, "action": {"title": "c", "score_0_to_1": 0.7, "difficulty_1_to_5": 2}},
+        ]));
+        let cfg = SelectConfig::default();
+        // Score ties at 0.7: the easier first (a, c at 2), then the higher rating (c).
+        assert_eq!(select_ksearch(&w, &cfg).as_deref(), Some("c"));
+        let mut only_hard = w.clone();
+        for id in ["a", "b", "c"] {
+            only_hard.nodes.remove(id);
+        }
+        assert_eq!(select_ksearch(&only_hard, &cfg).as_deref(), Some("hard"));
+        // A kept too-hard node (status open) stays selectable; a retired one does not.
+        let mut kept = only_hard.clone();
+        kept.nodes.get_mut("hard").unwrap().status = Status::TooHard;
+        assert_eq!(select_ksearch(&kept, &cfg), None);
     }
 
     #[test]
