@@ -440,19 +440,22 @@ fn dispatch(cli: Cli) -> Result<u8> {
                     "ksearch: run {run_id} (resume with `ksearch resume {run_id}` if interrupted)"
                 );
             }
-            execute(&store, &run_id, python.as_deref(), client, json)
+            match execute(&store, &run_id, python.as_deref(), client, json) {
+                // The evaluator could not start (Python, the target, the task's reference): the run never
+                // began, so it is not kept as an empty `interrupted` run.
+                Err(e) if store.forget_unstarted_run(&run_id).unwrap_or(false) => {
+                    Err(e.context(format!("run {run_id} could not start; it was not kept")))
+                }
+                r => r,
+            }
         }
         Command::Resume { run, llm, json } => {
             let store = Store::open(&store_dir)?;
             let row = store
                 .run(&run)?
                 .ok_or_else(|| anyhow!("no run `{run}` in {}", store.path().display()))?;
-            if row.status == "running" {
-                bail!(
-                    "run {run} is still running (process {}); wait for it or stop it first",
-                    row.pid.unwrap_or(0)
-                );
-            }
+            // The lease first, before anything slow: a second `resume` of the run is refused now.
+            store.claim_run(&run)?;
             let client = match llm.settings(row.budget as usize) {
                 Some(l) => Some(run::make_llm(&store, &l.spec, &l.config)?),
                 None => None,

@@ -31,15 +31,21 @@ fn hint(e: &rusqlite::Error) -> String {
     };
     match code {
         DatabaseBusy | DatabaseLocked => format!(
-            " — another process held the store locked for longer than {} ms (KSEARCH_STORE_BUSY_MS); \
+            " — another process holds the store locked (this one waits up to {} ms, KSEARCH_STORE_BUSY_MS); \
              wait for it or use another --store; nothing finished is lost",
             busy_ms()
         ),
+        DatabaseCorrupt | NotADatabase => DAMAGED.into(),
         DiskFull => " — the disk holding the store is full: free space, then `ksearch resume RUN`; every finished evaluation is kept".into(),
         ReadOnly | CannotOpen | PermissionDenied => " — the store cannot be written here: check the folder's permissions, or pass --store DIR".into(),
         _ => String::new(),
     }
 }
+
+/// What to do about a damaged store file.
+const DAMAGED: &str = " — the store file is damaged: move ksearch.db aside (what is readable can be saved with \
+     `sqlite3 ksearch.db .recover > dump.sql`) and start a new store, or pass --store DIR; ksearch writes \
+     nothing more into a damaged file";
 
 /// How long to wait for another process's lock on the store.
 fn busy_ms() -> u64 {
@@ -141,6 +147,18 @@ impl Store {
             path: path.clone(),
             message: format!("cannot create the store folder: {e}"),
         })?;
+        // Turning a new database to WAL and creating the schema meet locks SQLite does not wait for: a
+        // process reading the schema while another converts the journal fails at once, whatever the busy
+        // timeout (seen with two runs started together on a fresh store). One process at a time opens,
+        // under a file lock beside the database; later statements are short and wait on the busy timeout.
+        // A folder that cannot hold the lock file (read-only) is opened without it.
+        let guard = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(dir.join("ksearch.db.open-lock"))
+            .ok()
+            .filter(|f| f.lock().is_ok());
         let conn = Connection::open(&path).map_err(wrap)?;
         // Another run or a reader may hold the lock briefly; wait rather than fail.
         conn.busy_timeout(Duration::from_millis(busy_ms()))
@@ -156,7 +174,23 @@ impl Store {
         }
         conn.execute_batch("PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;")
             .map_err(wrap)?;
+        // Damage in the middle of the file is otherwise met only by the statement that reads it, and new
+        // runs would be written into the damaged file: check at open (cheap: no index cross-checks).
+        let health: Vec<String> = conn
+            .prepare("PRAGMA quick_check(5)")
+            .and_then(|mut s| {
+                s.query_map([], |r| r.get::<_, String>(0))?
+                    .collect::<std::result::Result<Vec<_>, _>>()
+            })
+            .map_err(wrap)?;
+        if health != ["ok"] {
+            return Err(StoreError::Other {
+                path,
+                message: format!("integrity check failed ({}){DAMAGED}", health.join("; ")),
+            });
+        }
         conn.execute_batch(SCHEMA).map_err(wrap)?;
+        drop(guard);
         Ok(Store { conn, path })
     }
 
@@ -203,15 +237,61 @@ impl Store {
         Ok(())
     }
 
-    /// Marks a run as being worked on by this process again.
+    /// Marks a run as being worked on by this process: the run's lease. Refused, naming the holder, while
+    /// another live process holds it; the check and the claim are one write transaction, so of two
+    /// `resume`s started together exactly one gets the run.
     pub fn claim_run(&self, run_id: &str) -> Result<()> {
-        self.conn
+        let me = std::process::id() as i64;
+        let tx = rusqlite::Transaction::new_unchecked(
+            &self.conn,
+            rusqlite::TransactionBehavior::Immediate,
+        )
+        .map_err(|e| self.sql(e))?;
+        let holder: Option<(String, Option<i64>)> = tx
+            .query_row(
+                "SELECT status, pid FROM runs WHERE run_id=?1",
+                params![run_id],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()
+            .map_err(|e| self.sql(e))?;
+        if let Some((status, Some(pid))) = &holder
+            && status == "running"
+            && *pid != me
+            && process_alive(*pid)
+        {
+            return Err(StoreError::Other {
+                path: self.path.clone(),
+                message: format!(
+                    "run {run_id} is being worked on by process {pid}; wait for it or stop it first"
+                ),
+            });
+        }
+        tx.execute(
+            "UPDATE runs SET status='running', pid=?2, error=NULL, updated_at=?3 WHERE run_id=?1",
+            params![run_id, me, now()],
+        )
+        .map_err(|e| self.sql(e))?;
+        tx.commit().map_err(|e| self.sql(e))?;
+        Ok(())
+    }
+
+    /// Removes a run nothing of which started (no attempt, exchange or state stored): a run whose
+    /// evaluator could not start (Python, the target, the task's reference) leaves no empty run behind.
+    /// Whether it was removed.
+    pub fn forget_unstarted_run(&self, run_id: &str) -> Result<bool> {
+        let n = self
+            .conn
             .execute(
-                "UPDATE runs SET status='running', pid=?2, error=NULL, updated_at=?3 WHERE run_id=?1",
-                params![run_id, std::process::id() as i64, now()],
+                "DELETE FROM runs WHERE run_id=?1
+                   AND NOT EXISTS (SELECT 1 FROM attempts WHERE run_id=?1)
+                   AND NOT EXISTS (SELECT 1 FROM evaluations WHERE run_id=?1)
+                   AND NOT EXISTS (SELECT 1 FROM llm_exchanges WHERE run_id=?1)
+                   AND NOT EXISTS (SELECT 1 FROM strategy_state WHERE run_id=?1)",
+                params![run_id],
             )
             .map_err(|e| self.sql(e))?;
-        Ok(())
+        Ok(n > 0)
     }
 
     pub fn set_hardware(&self, run_id: &str, hw: &Value) -> Result<()> {
@@ -564,16 +644,15 @@ impl Store {
     }
 }
 
+fn process_alive(pid: i64) -> bool {
+    // SAFETY: signal 0 only checks that the process exists.
+    pid > 0 && pid <= i32::MAX as i64 && unsafe { libc::kill(pid as i32, 0) } == 0
+}
+
 /// A run marked `running` whose process is gone was killed: show it as `interrupted`.
 fn mark_interrupted(mut r: RunRow) -> RunRow {
-    if r.status == "running" {
-        let alive = r.pid.is_some_and(|pid| {
-            // SAFETY: signal 0 only checks that the process exists.
-            pid > 0 && unsafe { libc::kill(pid as i32, 0) } == 0
-        });
-        if !alive {
-            r.status = "interrupted".into();
-        }
+    if r.status == "running" && !r.pid.is_some_and(process_alive) {
+        r.status = "interrupted".into();
     }
     r
 }

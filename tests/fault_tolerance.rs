@@ -182,6 +182,30 @@ fn a_full_disk_stops_the_run_with_a_clear_error_and_resume_finishes_it() {
     }
 }
 
+/// Processes opening a fresh store together: turning it to WAL and creating the schema take locks SQLite
+/// does not wait for, so without the store's open lock one of them failed at once with "database is
+/// locked" (a clean-clone CI run failed on it).
+#[test]
+fn processes_opening_a_fresh_store_together_all_succeed() {
+    for _ in 0..16 {
+        let store = tempfile::tempdir().unwrap();
+        let children: Vec<_> = (0..6)
+            .map(|_| {
+                ksearch(store.path())
+                    .args(["runs", "--json"])
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        for c in children {
+            let out = c.wait_with_output().unwrap();
+            assert!(out.status.success(), "{}", stderr(&out));
+        }
+    }
+}
+
 #[test]
 fn two_runs_on_one_store_do_not_disturb_each_other() {
     let store = tempfile::tempdir().unwrap();
@@ -189,6 +213,9 @@ fn two_runs_on_one_store_do_not_disturb_each_other() {
         let mut args = vec!["run", task, "--budget", "4", "--json"];
         args.extend_from_slice(QUICK);
         ksearch(store.path())
+            // Writers hold the store for milliseconds: a wait of 5 s (not the default 30) must never run out,
+            // however loaded the machine.
+            .env("KSEARCH_STORE_BUSY_MS", "5000")
             .args(&args)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -213,4 +240,107 @@ fn two_runs_on_one_store_do_not_disturb_each_other() {
         let evals = shown["evaluations"].as_array().unwrap();
         assert!(evals.len() >= 4, "{r}");
     }
+}
+
+/// The run's lease: while one `resume` works on a run, a second is refused with the holder's pid, and
+/// the first finishes the run alone.
+#[test]
+fn a_second_resume_of_a_run_in_progress_is_refused_with_the_holders_pid() {
+    let store = tempfile::tempdir().unwrap();
+    let mut args = vec!["run", "matmul", "--budget", "12"];
+    args.extend_from_slice(QUICK);
+    let first = ksearch(store.path())
+        .args(&args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let run_id = wait_for_run(store.path());
+    drop(Killed(first));
+    let resume = |extra: &[&str]| {
+        let mut c = ksearch(store.path());
+        c.args(["resume", &run_id]).args(extra);
+        c
+    };
+    let holder = resume(&["--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait until the resume holds the lease (the store names its pid), then try a second one.
+    let start = Instant::now();
+    loop {
+        let row = Store::open(store.path())
+            .unwrap()
+            .run(&run_id)
+            .unwrap()
+            .unwrap();
+        if row.status == "running" && row.pid == Some(holder.id() as i64) {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(60), "no lease taken");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let second = resume(&["--json"]).output().unwrap();
+    assert!(!second.status.success(), "{}", stderr(&second));
+    assert!(
+        stderr(&second).contains(&format!("being worked on by process {}", holder.id())),
+        "{}",
+        stderr(&second)
+    );
+    let out = holder.wait_with_output().unwrap();
+    let v = last_json(&out);
+    assert_eq!(v["status"], "completed", "{}", stderr(&out));
+    assert_eq!(v["evaluations"], 12);
+}
+
+fn wait_for_run(store: &std::path::Path) -> String {
+    let start = Instant::now();
+    loop {
+        if let Some(id) = Store::open(store)
+            .ok()
+            .and_then(|s| s.runs().ok())
+            .and_then(|r| r.first().map(|r| r.run_id.clone()))
+        {
+            return id;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the run never appeared"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Damage in the middle of the store file is found when the store is opened, and nothing more is written
+/// into it: every command refuses with what to do.
+#[test]
+fn a_damaged_store_is_refused_at_open_with_the_fix() {
+    let store = tempfile::tempdir().unwrap();
+    let mut args = vec!["run", "softmax", "--budget", "2", "--json"];
+    args.extend_from_slice(QUICK);
+    assert!(run(store.path(), &args).status.success());
+    let db = store.path().join("ksearch.db");
+    let before = std::fs::read(&db).unwrap();
+    // Every page after the first gets a broken b-tree page header.
+    let mut damaged = before.clone();
+    for page in (4096..damaged.len()).step_by(4096) {
+        damaged[page] = 0x0d;
+        damaged[page + 1..page + 8].fill(0xff);
+    }
+    std::fs::write(&db, &damaged).unwrap();
+    for cmd in [vec!["runs"], args.clone()] {
+        let out = run(store.path(), &cmd);
+        assert!(!out.status.success(), "{cmd:?}");
+        assert!(
+            stderr(&out).contains("the store file is damaged") && stderr(&out).contains("--store"),
+            "{cmd:?}: {}",
+            stderr(&out)
+        );
+    }
+    assert_eq!(
+        std::fs::read(&db).unwrap(),
+        damaged,
+        "nothing written into it"
+    );
 }

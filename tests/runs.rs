@@ -310,3 +310,69 @@ fn semantic_task_errors_name_the_field() {
         );
     }
 }
+
+/// A seed that does not compile ends the run after its own evaluation, with the compiler's reason, instead
+/// of spending the budget on variants that meet the same failure.
+#[test]
+fn a_seed_that_does_not_compile_stops_the_run_with_the_reason() {
+    let store = tempfile::tempdir().unwrap();
+    let seed = fixture("matmul/syntax");
+    let mut args = vec![
+        "run",
+        "matmul",
+        "--candidate",
+        seed.to_str().unwrap(),
+        "--budget",
+        "10",
+        "--json",
+    ];
+    args.extend_from_slice(QUICK);
+    let out = run(store.path(), &args);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let v = last_json(&out);
+    assert_eq!(v["status"], "failed", "{v}");
+    assert_eq!(v["evaluations"], 1, "{v}");
+    let row = &last_json(&run(store.path(), &["runs", "--json"]))[0];
+    let shown = last_json(&run(
+        store.path(),
+        &["show", row["run_id"].as_str().unwrap(), "--json"],
+    ));
+    assert!(
+        shown["error"]
+            .as_str()
+            .is_some_and(|e| e.starts_with("the seed did not pass") && e.contains("compile")),
+        "{shown:#}"
+    );
+}
+
+/// A run whose evaluator cannot start (here: the task's reference fails to import) is refused before
+/// anything is measured, and leaves no empty `interrupted` run in the store.
+#[test]
+fn a_run_that_cannot_start_leaves_no_run_behind() {
+    let store = tempfile::tempdir().unwrap();
+    let task = tempfile::tempdir().unwrap();
+    copy_dir(&repo().join("tasks/softmax"), task.path());
+    std::fs::write(
+        task.path().join("reference.py"),
+        "raise RuntimeError('this reference is broken')\n",
+    )
+    .unwrap();
+    let out = run(
+        store.path(),
+        &[
+            "run",
+            task.path().to_str().unwrap(),
+            "--budget",
+            "3",
+            "--json",
+        ],
+    );
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("this reference is broken") && stderr(&out).contains("was not kept"),
+        "{}",
+        stderr(&out)
+    );
+    let runs = last_json(&run(store.path(), &["runs", "--json"]));
+    assert_eq!(runs.as_array().unwrap().len(), 0, "{runs}");
+}

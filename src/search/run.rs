@@ -451,7 +451,10 @@ impl<'a> Runner<'a> {
             } else {
                 budget.left() == 0
             };
-            if spent {
+            // A seed that does not pass (does not compile, computes wrong, or the target cannot run here)
+            // ends the run with its reason: every later candidate would meet the same failure or have
+            // nothing correct to be measured against.
+            if spent || history.first().is_some_and(|s| !s.summary.passed) {
                 break;
             }
             let (cand, parent, origin, compare_with) = if history.is_empty() {
