@@ -101,16 +101,20 @@ pub fn workloads_table(results: &[WorkloadResult]) -> String {
             compared.join("; ")
         ));
     }
+    // One message once, with every workload it came from (a compile error is the same on each).
+    let mut messages: Vec<(Vec<&str>, &str)> = Vec::new();
     for r in results.iter().filter(|r| {
         !r.message.is_empty()
             && (r.status != crate::eval::Status::Passed
                 || r.roofline.as_ref().is_some_and(|f| f.beats_roofline))
     }) {
-        out.push_str(&format!(
-            "\n{}: {}",
-            r.workload,
-            first_lines(&r.message, 12)
-        ));
+        match messages.iter_mut().find(|(_, m)| *m == r.message) {
+            Some((names, _)) => names.push(&r.workload),
+            None => messages.push((vec![&r.workload], &r.message)),
+        }
+    }
+    for (names, m) in messages {
+        out.push_str(&format!("\n{}: {}", names.join(", "), first_lines(m, 12)));
     }
     out
 }

@@ -99,6 +99,14 @@ fn a_crashing_kernel_costs_only_itself() {
 fn compiler_errors_come_back_with_the_compilers_message() {
     let (v, _) = eval("syntax", &[]);
     assert!(statuses(&v).iter().all(|s| s == "compile_error"), "{v}");
+    // For people the compiler's message is printed once, naming every workload it came from.
+    let store = tempfile::tempdir().unwrap();
+    let dir = fixture("matmul").join("syntax");
+    let mut args = vec!["eval", "matmul", dir.to_str().unwrap()];
+    args.extend_from_slice(QUICK);
+    let text = String::from_utf8_lossy(&run(store.path(), &args).stdout).to_string();
+    assert_eq!(text.matches("error: expected").count(), 1, "{text}");
+    assert!(text.contains("sq256, rect384x320x512, sq512"), "{text}");
     assert!(
         v["workloads"][0]["message"]
             .as_str()
