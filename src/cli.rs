@@ -97,8 +97,18 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// List the runs in the store.
+    /// List the runs in the store (`runs rm RUN…` deletes runs). A RUN argument anywhere is a run id,
+    /// a unique prefix of one, or `last`.
     Runs {
+        #[command(subcommand)]
+        action: Option<RunsAction>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Two runs side by side: per workload, each run's best candidate's time and the ratio.
+    Compare {
+        a: String,
+        b: String,
         #[arg(long)]
         json: bool,
     },
@@ -207,6 +217,15 @@ enum Command {
         task: Option<String>,
         #[arg(long)]
         json: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum RunsAction {
+    /// Delete runs and everything stored for them (refused for a run in progress).
+    Rm {
+        #[arg(required = true)]
+        runs: Vec<String>,
     },
 }
 
@@ -451,6 +470,7 @@ fn dispatch(cli: Cli) -> Result<u8> {
         }
         Command::Resume { run, llm, json } => {
             let store = Store::open(&store_dir)?;
+            let run = store.resolve_run(&run)?;
             let row = store
                 .run(&run)?
                 .ok_or_else(|| anyhow!("no run `{run}` in {}", store.path().display()))?;
@@ -462,7 +482,24 @@ fn dispatch(cli: Cli) -> Result<u8> {
             };
             execute(&store, &run, python.as_deref(), client, json)
         }
-        Command::Runs { json } => {
+        Command::Runs {
+            action: Some(RunsAction::Rm { runs }),
+            json: _,
+        } => {
+            let store = Store::open(&store_dir)?;
+            // Every name resolved before anything is deleted: a typo deletes nothing.
+            let ids = runs
+                .iter()
+                .map(|r| store.resolve_run(r))
+                .collect::<Result<Vec<_>, _>>()?;
+            for id in ids {
+                store.remove_run(&id)?;
+                println!("removed {id}");
+            }
+            Ok(0)
+        }
+        Command::Compare { a, b, json } => cmd_compare(&store_dir, &a, &b, json),
+        Command::Runs { action: None, json } => {
             let store = Store::open(&store_dir)?;
             let runs = store.runs()?;
             if json {
@@ -487,6 +524,7 @@ fn dispatch(cli: Cli) -> Result<u8> {
             cassette,
             force,
         } => {
+            let run = Store::open(&store_dir)?.resolve_run(&run)?;
             if let Some(path) = cassette {
                 write_cassette(&store_dir, &run, &path)?;
             }
@@ -753,6 +791,67 @@ fn write_cassette(store_dir: &Path, run_id: &str, path: &Path) -> Result<()> {
 }
 
 /// The latest world model of a run: the strategy's live state, else the last snapshot.
+fn cmd_compare(store_dir: &Path, a: &str, b: &str, json: bool) -> Result<u8> {
+    let store = Store::open(store_dir)?;
+    let mut rows = Vec::new();
+    for name in [a, b] {
+        let id = store.resolve_run(name)?;
+        let row = store.run(&id)?.expect("resolved");
+        rows.push(row);
+    }
+    // Each run's best, timed beside its baselines at the end where it was (`confirmed`), else as searched.
+    let times = |r: &crate::store::RunRow| -> Vec<(String, Option<f64>)> {
+        let best = &r.result["best"];
+        let ws = best["confirmed"]
+            .as_array()
+            .or_else(|| best["workloads"].as_array())
+            .cloned()
+            .unwrap_or_default();
+        ws.iter()
+            .map(|w| {
+                (
+                    w["workload"].as_str().unwrap_or("?").to_string(),
+                    w["median_s"].as_f64(),
+                )
+            })
+            .collect()
+    };
+    let (ta, tb) = (times(&rows[0]), times(&rows[1]));
+    let mut names: Vec<String> = ta.iter().map(|(n, _)| n.clone()).collect();
+    for (n, _) in &tb {
+        if !names.contains(n) {
+            names.push(n.clone());
+        }
+    }
+    let get =
+        |t: &[(String, Option<f64>)], n: &str| t.iter().find(|(m, _)| m == n).and_then(|x| x.1);
+    let per: Vec<Value> = names
+        .iter()
+        .map(|n| {
+            let (x, y) = (get(&ta, n), get(&tb, n));
+            json!({"workload": n, "a_s": x, "b_s": y, "b_speedup_over_a": x.zip(y).map(|(x, y)| x / y)})
+        })
+        .collect();
+    let summary = |r: &crate::store::RunRow| {
+        json!({"run_id": r.run_id, "task": r.task, "target": r.target, "strategy": r.strategy, "status": r.status,
+               "hardware": r.hardware["name"],
+               "best": r.result["best"]["candidate"], "speedup_vs_seed": r.result["best"]["speedup_vs_seed"]})
+    };
+    let v = json!({"a": summary(&rows[0]), "b": summary(&rows[1]), "workloads": per});
+    if json {
+        print_json(&v);
+        return Ok(0);
+    }
+    if rows[0].task != rows[1].task {
+        eprintln!(
+            "ksearch: the runs are of different tasks ({} and {}): workloads are compared by name",
+            rows[0].task, rows[1].task
+        );
+    }
+    println!("{}", report::compare_table(&v));
+    Ok(0)
+}
+
 fn cmd_tree(store_dir: &Path, run_id: &str, json: bool) -> Result<u8> {
     let store = Store::open(store_dir)?;
     store

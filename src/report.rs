@@ -345,3 +345,33 @@ pub fn tree_text(tree: &Value) -> String {
     walk(&nodes, "root", 1, &mut out);
     out
 }
+
+/// `ksearch compare`: the two runs, then per workload each best's time and B's speedup over A.
+pub fn compare_table(v: &Value) -> String {
+    let mut out = String::new();
+    for k in ["a", "b"] {
+        let r = &v[k];
+        out.push_str(&format!(
+            "{}: {}  {} / {} / {}  {}  best {}  {} vs its seed\n",
+            k.to_uppercase(),
+            r["run_id"].as_str().unwrap_or("?"),
+            r["task"].as_str().unwrap_or("?"),
+            r["target"].as_str().unwrap_or("?"),
+            r["strategy"].as_str().unwrap_or("?"),
+            r["status"].as_str().unwrap_or("?"),
+            r["best"].as_str().unwrap_or("–"),
+            fmt_x(r["speedup_vs_seed"].as_f64()),
+        ));
+    }
+    let mut t = table(&["workload", "A", "B", "B over A"]);
+    for w in v["workloads"].as_array().into_iter().flatten() {
+        t.add_row(vec![
+            w["workload"].as_str().unwrap_or("?").to_string(),
+            fmt_time(w["a_s"].as_f64()),
+            fmt_time(w["b_s"].as_f64()),
+            fmt_x(w["b_speedup_over_a"].as_f64()),
+        ]);
+    }
+    out.push_str(&t.to_string());
+    out
+}

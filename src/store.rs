@@ -276,6 +276,76 @@ impl Store {
         Ok(())
     }
 
+    /// The run a user names: its id, `last` (the run created most recently), or a prefix of one id.
+    pub fn resolve_run(&self, name: &str) -> Result<String> {
+        let runs = self.runs()?;
+        if runs.iter().any(|r| r.run_id == name) {
+            return Ok(name.to_string());
+        }
+        if name == "last"
+            && let Some(r) = runs.last()
+        {
+            return Ok(r.run_id.clone());
+        }
+        let matching: Vec<&str> = runs
+            .iter()
+            .map(|r| r.run_id.as_str())
+            .filter(|id| !name.is_empty() && id.starts_with(name))
+            .collect();
+        match matching.as_slice() {
+            [one] => Ok(one.to_string()),
+            [] => Err(StoreError::Other {
+                path: self.path.clone(),
+                message: format!("no run `{name}`; `ksearch runs` lists them"),
+            }),
+            many => Err(StoreError::Other {
+                path: self.path.clone(),
+                message: format!(
+                    "`{name}` names {} runs ({}{}); give more of the id",
+                    many.len(),
+                    many[..many.len().min(5)].join(", "),
+                    if many.len() > 5 { ", …" } else { "" }
+                ),
+            }),
+        }
+    }
+
+    /// Deletes a run and everything stored for it (its candidates stay: other runs may share them).
+    /// Refused while a live process works on it.
+    pub fn remove_run(&self, run_id: &str) -> Result<()> {
+        if let Some(r) = self.run(run_id)?
+            && r.status == "running"
+        {
+            return Err(StoreError::Other {
+                path: self.path.clone(),
+                message: format!(
+                    "run {run_id} is being worked on by process {}; stop it first",
+                    r.pid.unwrap_or(0)
+                ),
+            });
+        }
+        let tx = rusqlite::Transaction::new_unchecked(
+            &self.conn,
+            rusqlite::TransactionBehavior::Immediate,
+        )
+        .map_err(|e| self.sql(e))?;
+        for table in [
+            "attempts",
+            "evaluations",
+            "strategy_state",
+            "llm_exchanges",
+            "wm_snapshots",
+            "runs",
+        ] {
+            tx.execute(
+                &format!("DELETE FROM {table} WHERE run_id=?1"),
+                params![run_id],
+            )
+            .map_err(|e| self.sql(e))?;
+        }
+        tx.commit().map_err(|e| self.sql(e))
+    }
+
     /// Removes a run nothing of which started (no attempt, exchange or state stored): a run whose
     /// evaluator could not start (Python, the target, the task's reference) leaves no empty run behind.
     /// Whether it was removed.

@@ -376,3 +376,64 @@ fn a_run_that_cannot_start_leaves_no_run_behind() {
     let runs = last_json(&run(store.path(), &["runs", "--json"]));
     assert_eq!(runs.as_array().unwrap().len(), 0, "{runs}");
 }
+
+/// Run management: ids by unique prefix or `last`, an ambiguous prefix named as such, two runs compared
+/// per workload, and `runs rm` deleting a run with everything stored for it.
+#[test]
+fn runs_are_named_by_prefix_or_last_compared_and_removed() {
+    let store = tempfile::tempdir().unwrap();
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let mut args = vec!["run", "softmax", "--budget", "2", "--json"];
+        args.extend_from_slice(QUICK);
+        let v = last_json(&run(store.path(), &args));
+        ids.push(v["run_id"].as_str().unwrap().to_string());
+    }
+    let shown = last_json(&run(store.path(), &["show", "last", "--json"]));
+    assert_eq!(shown["run_id"], ids[1].as_str());
+    // The ids differ in their time or nonce: the shortest prefix that tells them apart names one.
+    let split = ids[0]
+        .chars()
+        .zip(ids[1].chars())
+        .take_while(|(a, b)| a == b)
+        .count();
+    let prefix = &ids[0][..=split];
+    let shown = last_json(&run(store.path(), &["show", prefix, "--json"]));
+    assert_eq!(shown["run_id"], ids[0].as_str());
+    let out = run(store.path(), &["show", "softmax-", "--json"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("names 2 runs"), "{}", stderr(&out));
+
+    let c = last_json(&run(store.path(), &["compare", &ids[0], "last", "--json"]));
+    let ws = c["workloads"].as_array().unwrap();
+    assert!(!ws.is_empty(), "{c}");
+    for w in ws {
+        assert!(
+            w["a_s"].as_f64().unwrap() > 0.0 && w["b_s"].as_f64().unwrap() > 0.0,
+            "{w}"
+        );
+        assert!(w["b_speedup_over_a"].as_f64().unwrap() > 0.0, "{w}");
+    }
+    let text = String::from_utf8_lossy(&run(store.path(), &["compare", &ids[0], &ids[1]]).stdout)
+        .to_string();
+    assert!(text.contains("B over A"), "{text}");
+
+    // A typo deletes nothing; then the first run goes with all it stored.
+    assert!(
+        !run(store.path(), &["runs", "rm", &ids[0], "no-such-run"])
+            .status
+            .success()
+    );
+    assert_eq!(
+        last_json(&run(store.path(), &["runs", "--json"]))
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+    assert!(run(store.path(), &["runs", "rm", &ids[0]]).status.success());
+    let left = last_json(&run(store.path(), &["runs", "--json"]));
+    assert_eq!(left.as_array().unwrap().len(), 1);
+    assert_eq!(left[0]["run_id"], ids[1].as_str());
+    assert!(!run(store.path(), &["show", &ids[0]]).status.success());
+}
