@@ -705,7 +705,54 @@ fn execute(
             .expect("template")
             .progress_chars("=> "),
     );
-    let result = runner.execute(|e| match e {
+    let run_id = runner.run_id.clone();
+    let result = runner.execute(|e| {
+        if json {
+            // Progress as JSON lines on stderr, for scripts (docs/formats.md §6); stdout keeps the result.
+            eprintln!("{}", progress_event(&run_id, &e));
+        }
+        progress_bar(&bar, e)
+    });
+    bar.finish_and_clear();
+    let result = result?;
+    if json {
+        print_json(&result);
+    } else {
+        print!("{}", report::run_summary(&result));
+    }
+    Ok(if result["status"] == "completed" {
+        0
+    } else {
+        1
+    })
+}
+
+/// One progress event as a JSON line (`docs/formats.md` §6).
+fn progress_event(run_id: &str, e: &Event<'_>) -> Value {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0);
+    match e {
+        Event::Started { budget, done } => {
+            json!({"event": "started", "run_id": run_id, "time": t, "budget": budget, "done": done})
+        }
+        Event::Evaluated { obs, best, budget } => json!({
+            "event": "evaluated", "run_id": run_id, "time": t, "candidate": obs.hash, "origin": obs.origin,
+            "passed": obs.summary.passed, "geomean_s": obs.summary.geomean_s,
+            "failure": obs.summary.first_failure, "wall_s": obs.wall_s(),
+            "best": best.map(|b| json!({"candidate": b.hash, "geomean_s": b.summary.geomean_s})),
+            "budget": {"unit": if budget.rounds { "rounds" } else { "evaluations" }, "used": budget.used,
+                       "total": budget.total, "tuning_used": budget.tune_used, "tuning_total": budget.tune_total},
+        }),
+        Event::FinalPhase { candidate } => {
+            json!({"event": "final_phase", "run_id": run_id, "time": t, "candidate": candidate})
+        }
+    }
+}
+
+fn progress_bar(bar: &ProgressBar, e: Event<'_>) {
+    match e {
         Event::Started { budget, done } => {
             bar.set_length(budget as u64);
             bar.set_position(done as u64);
@@ -726,19 +773,7 @@ fn execute(
         Event::FinalPhase { candidate } => {
             bar.set_message(format!("held-out workloads on {candidate}"))
         }
-    });
-    bar.finish_and_clear();
-    let result = result?;
-    if json {
-        print_json(&result);
-    } else {
-        print!("{}", report::run_summary(&result));
     }
-    Ok(if result["status"] == "completed" {
-        0
-    } else {
-        1
-    })
 }
 
 fn cmd_tasks(json: bool) -> Result<u8> {

@@ -437,3 +437,37 @@ fn runs_are_named_by_prefix_or_last_compared_and_removed() {
     assert_eq!(left[0]["run_id"], ids[1].as_str());
     assert!(!run(store.path(), &["show", &ids[0]]).status.success());
 }
+
+/// `run --json` streams progress events on stderr (docs/formats.md §6), one per evaluation, while stdout's
+/// last line stays the result.
+#[test]
+fn a_json_run_streams_progress_events_on_stderr() {
+    let store = tempfile::tempdir().unwrap();
+    let mut args = vec!["run", "softmax", "--budget", "3", "--json"];
+    args.extend_from_slice(QUICK);
+    let out = run(store.path(), &args);
+    let v = last_json(&out);
+    assert_eq!(v["status"], "completed");
+    let events: Vec<Value> = stderr(&out)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e.get("event").is_some())
+        .collect();
+    assert_eq!(events[0]["event"], "started", "{events:?}");
+    let evaluated: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["event"] == "evaluated")
+        .collect();
+    assert_eq!(evaluated.len(), 3, "{events:?}");
+    assert_eq!(evaluated[0]["origin"], "seed");
+    for (i, e) in evaluated.iter().enumerate() {
+        assert_eq!(e["run_id"], v["run_id"]);
+        assert_eq!(e["budget"]["used"], i as u64 + 1, "{e}");
+        assert_eq!(e["budget"]["unit"], "evaluations");
+        assert!(e["time"].as_f64().unwrap() > 0.0);
+    }
+    assert!(
+        events.iter().any(|e| e["event"] == "final_phase"),
+        "{events:?}"
+    );
+}
