@@ -471,16 +471,23 @@ fn dispatch(cli: Cli) -> Result<u8> {
         Command::Resume { run, llm, json } => {
             let store = Store::open(&store_dir)?;
             let run = store.resolve_run(&run)?;
-            let row = store
+            let before = store
                 .run(&run)?
                 .ok_or_else(|| anyhow!("no run `{run}` in {}", store.path().display()))?;
+            let attempts = store.attempts(&run, None)?.len();
             // The lease first, before anything slow: a second `resume` of the run is refused now.
             store.claim_run(&run)?;
-            let client = match llm.settings(row.budget as usize) {
-                Some(l) => Some(run::make_llm(&store, &l.spec, &l.config)?),
-                None => None,
-            };
-            execute(&store, &run, python.as_deref(), client, json)
+            let result = match llm.settings(before.budget as usize) {
+                Some(l) => run::make_llm(&store, &l.spec, &l.config).map(Some),
+                None => Ok(None),
+            }
+            .and_then(|client| execute(&store, &run, python.as_deref(), client, json));
+            // Failed before evaluating anything (a bad LLM spec, no Python, a worker that cannot
+            // start): the run is left as it was, its status and error included.
+            if result.is_err() && store.attempts(&run, None)?.len() == attempts {
+                store.release_run(&run, &before.status, before.error.as_deref())?;
+            }
+            result
         }
         Command::Runs {
             action: Some(RunsAction::Rm { runs }),
@@ -488,10 +495,12 @@ fn dispatch(cli: Cli) -> Result<u8> {
         } => {
             let store = Store::open(&store_dir)?;
             // Every name resolved before anything is deleted: a typo deletes nothing.
-            let ids = runs
+            let mut ids = runs
                 .iter()
                 .map(|r| store.resolve_run(r))
                 .collect::<Result<Vec<_>, _>>()?;
+            ids.sort();
+            ids.dedup();
             for id in ids {
                 store.remove_run(&id)?;
                 println!("removed {id}");
@@ -1215,17 +1224,68 @@ fn cmd_eval(
     Ok(if all_passed { 0 } else { 1 })
 }
 
+/// One line of `doctor`'s checklist: passed (`Some(true)`), missing (`Some(false)`, with the fix) or a fact
+/// (`None`: neither, such as which LLM keys are set).
+fn check_item(name: &str, ok: Option<bool>, detail: String, fix: &str) -> Value {
+    json!({"check": name, "ok": ok, "detail": detail, "fix": if ok == Some(false) { Some(fix) } else { None }})
+}
+
+/// MLX's version and backends as the worker's Python sees them, without installing anything.
+fn probe_mlx(python: &Path) -> std::result::Result<(String, bool, bool), String> {
+    let code = "import mlx.core as mx\n\
+                m = getattr(mx, 'metal', None); c = getattr(mx, 'cuda', None)\n\
+                print(mx.__version__, bool(m and m.is_available()), bool(c and c.is_available()))";
+    let out = std::process::Command::new(python)
+        .args(["-c", code])
+        .output()
+        .map_err(|e| e.to_string())?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        return Err(err.lines().last().unwrap_or("import failed").to_string());
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let w: Vec<&str> = text.split_whitespace().collect();
+    match w.as_slice() {
+        [v, metal, cuda] => Ok((v.to_string(), *metal == "True", *cuda == "True")),
+        _ => Err(format!("unexpected answer `{}`", text.trim())),
+    }
+}
+
 fn cmd_doctor(store_dir: &Path, python: Option<&Path>, json: bool) -> Result<u8> {
     let mut report = serde_json::Map::new();
-    let mut ok = true;
+    let mut checks: Vec<Value> = Vec::new();
     report.insert("ksearch".into(), json!(env!("CARGO_PKG_VERSION")));
     report.insert("cache".into(), json!(builtin::cache_root()));
     report.insert("builtin_tasks".into(), json!(builtin::task_names()));
-    match pyenv::ensure(python) {
-        Ok(env) => {
+    // The interpreter must run: `--python` is taken as given.
+    let runs = |env: &pyenv::PythonEnv| {
+        std::process::Command::new(&env.python)
+            .arg("--version")
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .ok_or_else(|| anyhow!("{} does not run", env.python.display()))
+    };
+    match pyenv::ensure(python).and_then(|env| runs(&env).map(|v| (env, v))) {
+        Ok((env, version)) => {
+            checks.push(check_item(
+                "python",
+                Some(true),
+                format!(
+                    "{} ({version}{})",
+                    env.python.display(),
+                    if env.managed {
+                        ", managed environment"
+                    } else {
+                        ""
+                    }
+                ),
+                "",
+            ));
             report.insert(
                 "python".into(),
-                json!({"path": env.python, "managed": env.managed, "worker": env.worker_path}),
+                json!({"path": env.python, "managed": env.managed, "worker": env.worker_path, "version": version}),
             );
             let task = Task::load(&builtin::task_dir(DEFAULT_TASK)?)?;
             let build = std::env::temp_dir().join(format!("ksearch-doctor-{}", std::process::id()));
@@ -1233,55 +1293,177 @@ fn cmd_doctor(store_dir: &Path, python: Option<&Path>, json: bool) -> Result<u8>
             match Evaluator::start(
                 task,
                 Target::Cpu,
-                env,
+                env.clone(),
                 build.clone(),
                 settings,
                 eval::fresh_secret(),
             ) {
                 Ok(ev) => {
+                    checks.push(check_item(
+                        "worker (numpy, the sandbox)",
+                        Some(true),
+                        format!(
+                            "started; sandbox: {}",
+                            ev.hello["sandbox"]
+                                .as_object()
+                                .map(|o| o
+                                    .iter()
+                                    .filter(|(_, v)| v.as_bool() == Some(true))
+                                    .map(|(k, _)| k.replace('_', " "))
+                                    .collect::<Vec<_>>()
+                                    .join(", "))
+                                .unwrap_or_default()
+                        ),
+                        "",
+                    ));
+                    let compiler = &ev.hello["compiler"];
+                    let version = compiler["version"].as_str().unwrap_or("");
+                    checks.push(check_item(
+                        "C compiler (cpu target)",
+                        Some(!version.is_empty() && !version.starts_with("unavailable")),
+                        format!("{}: {version}", compiler["name"].as_str().unwrap_or("cc")),
+                        "install gcc or clang, or set CC",
+                    ));
                     // The hardware facts as the prompts state them.
-                    report.insert(
-                        "hardware_facts".into(),
-                        json!(crate::search::agent::hardware_line(&ev.hello)),
-                    );
+                    let facts = crate::search::agent::hardware_line(&ev.hello);
+                    checks.push(check_item("hardware", None, facts.clone(), ""));
+                    report.insert("hardware_facts".into(), json!(facts));
                     report.insert("worker".into(), ev.hello.clone());
                 }
                 Err(e) => {
-                    ok = false;
+                    checks.push(check_item(
+                        "worker (numpy, the sandbox)",
+                        Some(false),
+                        format!("{e:#}"),
+                        "see the error; `--python PATH` picks another interpreter (3.11 or newer)",
+                    ));
                     report.insert("worker".into(), json!({"error": format!("{e:#}")}));
                 }
             }
             let _ = std::fs::remove_dir_all(&build);
+            // Which MLX targets can run here (nothing is installed to find out).
+            let (metal, cuda, detail) = match probe_mlx(&env.python) {
+                Ok((v, metal, cuda)) => (metal, cuda, format!("MLX {v}")),
+                Err(e) => (false, false, format!("MLX not importable: {e}")),
+            };
+            for (name, ok, fix) in [
+                (
+                    "target mlx-metal",
+                    metal,
+                    "needs a Mac with Apple silicon and MLX",
+                ),
+                (
+                    "target mlx-cuda",
+                    cuda,
+                    "needs an NVIDIA GPU and MLX's CUDA build (`pip install mlx[cuda]` into the worker's Python)",
+                ),
+            ] {
+                // Not a failure of the installation: the CPU target is what every machine must run.
+                let detail = format!(
+                    "{detail}{}",
+                    if ok {
+                        ""
+                    } else {
+                        "; its backend is not available here"
+                    }
+                );
+                checks.push(json!({"check": name, "ok": None::<bool>, "available": ok, "detail": detail, "fix": if ok { None } else { Some(fix) }}));
+            }
         }
         Err(e) => {
-            ok = false;
+            checks.push(check_item(
+                "python",
+                Some(false),
+                format!("{e:#}"),
+                "install Python 3.11 or newer with venv, or pass --python PATH",
+            ));
             report.insert("python".into(), json!({"error": format!("{e:#}")}));
         }
     }
+    let gpu = std::process::Command::new("nvidia-smi")
+        .args(["--query-gpu=name", "--format=csv,noheader"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+    checks.push(check_item(
+        "NVIDIA GPU",
+        None,
+        gpu.unwrap_or_else(|| "none found (nvidia-smi)".into()),
+        "",
+    ));
+    // Which LLM keys are set (never their values).
+    let keys: Vec<&str> = [
+        "OPENAI_API_KEY",
+        "ANTHROPIC_API_KEY",
+        "GEMINI_API_KEY",
+        "OPENROUTER_API_KEY",
+    ]
+    .into_iter()
+    .filter(|k| std::env::var(k).is_ok_and(|v| !v.is_empty()))
+    .collect();
+    checks.push(check_item(
+        "LLM keys in the environment",
+        None,
+        if keys.is_empty() {
+            "none (a config file, a local server, command: or replay: need none)".into()
+        } else {
+            keys.join(", ")
+        },
+        "",
+    ));
     match Store::open(store_dir) {
         Ok(s) => {
+            let runs = s.runs()?.len();
+            checks.push(check_item(
+                "store",
+                Some(true),
+                format!("{} ({runs} runs, integrity ok)", s.path().display()),
+                "",
+            ));
             report.insert(
                 "store".into(),
-                json!({"path": s.path(), "journal_mode": "wal", "runs": s.runs()?.len()}),
+                json!({"path": s.path(), "journal_mode": "wal", "runs": runs}),
             );
         }
         Err(e) => {
-            ok = false;
+            checks.push(check_item(
+                "store",
+                Some(false),
+                e.to_string(),
+                "see the error; --store DIR uses another folder",
+            ));
             report.insert("store".into(), json!({"error": e.to_string()}));
         }
     }
+    let ok = checks.iter().all(|c| c["ok"] != json!(false));
+    report.insert("checks".into(), json!(checks));
     report.insert("ok".into(), json!(ok));
     let v = Value::Object(report);
     if json {
         print_json(&v);
     } else {
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        for c in &checks {
+            let mark = match (c["ok"].as_bool(), c["available"].as_bool()) {
+                (Some(true), _) | (None, Some(true)) => "✓",
+                (Some(false), _) | (None, Some(false)) => "✗",
+                _ => "·",
+            };
+            println!(
+                "{mark} {}: {}",
+                c["check"].as_str().unwrap_or("?"),
+                c["detail"].as_str().unwrap_or("")
+            );
+            if let Some(fix) = c["fix"].as_str() {
+                println!("    fix: {fix}");
+            }
+        }
         println!(
             "{}",
             if ok {
                 "everything needed is here"
             } else {
-                "something is missing: see the errors above"
+                "something is missing: see the fixes above"
             }
         );
     }

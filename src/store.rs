@@ -174,8 +174,11 @@ impl Store {
         }
         conn.execute_batch("PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;")
             .map_err(wrap)?;
+        conn.execute_batch(SCHEMA).map_err(wrap)?;
+        drop(guard);
         // Damage in the middle of the file is otherwise met only by the statement that reads it, and new
-        // runs would be written into the damaged file: check at open (cheap: no index cross-checks).
+        // runs would be written into the damaged file: check at open (it reads every page, without the
+        // index cross-checks of a full integrity check; a few ms for a store of thousands of evaluations).
         let health: Vec<String> = conn
             .prepare("PRAGMA quick_check(5)")
             .and_then(|mut s| {
@@ -189,8 +192,6 @@ impl Store {
                 message: format!("integrity check failed ({}){DAMAGED}", health.join("; ")),
             });
         }
-        conn.execute_batch(SCHEMA).map_err(wrap)?;
-        drop(guard);
         Ok(Store { conn, path })
     }
 
@@ -276,6 +277,18 @@ impl Store {
         Ok(())
     }
 
+    /// Gives the lease back with the status and error the run had before it was claimed (a `resume` that
+    /// failed before doing anything leaves a finished run as it was). Only by the process holding it.
+    pub fn release_run(&self, run_id: &str, status: &str, error: Option<&str>) -> Result<()> {
+        self.conn
+            .execute(
+                "UPDATE runs SET status=?2, error=?3, pid=NULL, updated_at=?4 WHERE run_id=?1 AND pid=?5",
+                params![run_id, status, error, now(), std::process::id() as i64],
+            )
+            .map_err(|e| self.sql(e))?;
+        Ok(())
+    }
+
     /// The run a user names: its id, `last` (the run created most recently), or a prefix of one id.
     pub fn resolve_run(&self, name: &str) -> Result<String> {
         let runs = self.runs()?;
@@ -313,22 +326,29 @@ impl Store {
     /// Deletes a run and everything stored for it (its candidates stay: other runs may share them).
     /// Refused while a live process works on it.
     pub fn remove_run(&self, run_id: &str) -> Result<()> {
-        if let Some(r) = self.run(run_id)?
-            && r.status == "running"
-        {
-            return Err(StoreError::Other {
-                path: self.path.clone(),
-                message: format!(
-                    "run {run_id} is being worked on by process {}; stop it first",
-                    r.pid.unwrap_or(0)
-                ),
-            });
-        }
         let tx = rusqlite::Transaction::new_unchecked(
             &self.conn,
             rusqlite::TransactionBehavior::Immediate,
         )
         .map_err(|e| self.sql(e))?;
+        // Checked inside the write transaction: a `resume` cannot claim the run in between.
+        let holder: Option<(String, Option<i64>)> = tx
+            .query_row(
+                "SELECT status, pid FROM runs WHERE run_id=?1",
+                params![run_id],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()
+            .map_err(|e| self.sql(e))?;
+        if let Some((status, Some(pid))) = holder
+            && status == "running"
+            && process_alive(pid)
+        {
+            return Err(StoreError::Other {
+                path: self.path.clone(),
+                message: format!("run {run_id} is being worked on by process {pid}; stop it first"),
+            });
+        }
         for table in [
             "attempts",
             "evaluations",

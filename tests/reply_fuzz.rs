@@ -714,7 +714,7 @@ fn check_world_model(v: &Value) -> Result<(), TestCaseError> {
             follow_up_max_difficulty: Some(4),
             ..Default::default()
         };
-        let _ = ops::apply_cumulative(&mut cum, &list, &req, 1);
+        let _ = ops::apply_cumulative(&mut cum, &list, &req, 1, &mut 0);
         prop_assert!(cum.check().is_ok());
         prop_assert!(cum.nodes.len() <= before.nodes.len() + ops::MAX_NEW_NODES);
     }

@@ -471,3 +471,57 @@ fn a_json_run_streams_progress_events_on_stderr() {
         "{events:?}"
     );
 }
+
+/// `doctor` is a checklist: each item passed, missing (with the fix) or a fact; which MLX targets can run
+/// here; the hardware facts as prompts state them; a missing interpreter is a failed item with its fix.
+#[test]
+fn doctor_is_a_checklist_with_fixes() {
+    let store = tempfile::tempdir().unwrap();
+    let v = last_json(&run(store.path(), &["doctor", "--json"]));
+    let checks = v["checks"].as_array().unwrap();
+    let item = |name: &str| {
+        checks
+            .iter()
+            .find(|c| c["check"].as_str().unwrap().starts_with(name))
+            .unwrap_or_else(|| panic!("no {name} in {v:#}"))
+    };
+    assert_eq!(item("python")["ok"], true);
+    assert_eq!(item("store")["ok"], true);
+    assert!(item("target mlx-cuda")["available"].is_boolean());
+    assert!(
+        item("hardware")["detail"]
+            .as_str()
+            .unwrap()
+            .contains("cores")
+    );
+    assert_eq!(v["ok"], true);
+    let text = String::from_utf8_lossy(&run(store.path(), &["doctor"]).stdout).to_string();
+    assert!(text.lines().any(|l| l.starts_with("✓ store")), "{text}");
+
+    let out = run(
+        store.path(),
+        &["--python", "/nonexistent/python3", "doctor"],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        text.contains("✗ python") && text.contains("fix: install Python 3.11"),
+        "{text}"
+    );
+}
+
+/// A `resume` that fails before evaluating anything (here: an LLM spec no provider knows) leaves the run
+/// as it was: a completed run stays completed, not `interrupted`.
+#[test]
+fn a_resume_that_fails_early_leaves_the_run_as_it_was() {
+    let store = tempfile::tempdir().unwrap();
+    let mut args = vec!["run", "softmax", "--budget", "2", "--json"];
+    args.extend_from_slice(QUICK);
+    let v = last_json(&run(store.path(), &args));
+    assert_eq!(v["status"], "completed");
+    let id = v["run_id"].as_str().unwrap();
+    let out = run(store.path(), &["resume", id, "--llm", "no-such-provider:x"]);
+    assert!(!out.status.success());
+    let runs = last_json(&run(store.path(), &["runs", "--json"]));
+    assert_eq!(runs[0]["status"], "completed", "{runs}");
+}

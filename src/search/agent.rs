@@ -28,6 +28,9 @@ impl Stop {
     }
 }
 
+/// How the reason for a failed provider call begins (as opposed to an unusable reply).
+pub const CALL_FAILED: &str = "LLM call failed: ";
+
 /// Consecutive provider failures (after the client's own retries) that end a run.
 pub const MAX_CONSECUTIVE_FAILURES: u32 = 3;
 
@@ -122,7 +125,7 @@ impl Agent {
                         "the LLM failed {MAX_CONSECUTIVE_FAILURES} calls in a row; last: {e}"
                     )))
                 } else {
-                    Ok(Err(format!("LLM call failed: {e}")))
+                    Ok(Err(format!("{CALL_FAILED}{e}")))
                 }
             }
         }

@@ -439,7 +439,7 @@ impl<'a> Runner<'a> {
         let mut cut_short = false;
         progress(Event::Started {
             budget: self.config.budget,
-            done: history.len(),
+            done: self.budget(&history).used,
         });
 
         loop {
@@ -451,10 +451,18 @@ impl<'a> Runner<'a> {
             } else {
                 budget.left() == 0
             };
-            // A seed that does not pass (does not compile, computes wrong, or the target cannot run here)
-            // ends the run with its reason: every later candidate would meet the same failure or have
-            // nothing correct to be measured against.
-            if spent || history.first().is_some_and(|s| !s.summary.passed) {
+            // A seed that does not compile, or that the evaluator could not run (the target is missing
+            // here), ends the run with its reason: every later candidate would meet the same failure. For
+            // LLM strategies any failing seed does: their prompts build on a correct starting candidate.
+            // `tune` goes on after other failures: another configuration of the seed may pass.
+            let seed_stops = history.first().is_some_and(|s| {
+                !s.summary.passed
+                    && (self.config.strategy != StrategyKind::Tune
+                        || s.results
+                            .iter()
+                            .any(|r| matches!(r.status, Status::CompileError | Status::Error)))
+            });
+            if spent || seed_stops {
                 break;
             }
             let (cand, parent, origin, compare_with) = if history.is_empty() {

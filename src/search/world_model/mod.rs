@@ -472,6 +472,7 @@ impl WorldModelStrategy {
             req = Requirements::default();
         }
         let mut problems: Vec<String> = Vec::new();
+        let mut added = 0;
         let tries = if too_hard { 1 } else { self.cfg.tries.max(1) };
         for _ in 0..tries {
             let shown = if problems.is_empty() {
@@ -490,15 +491,18 @@ impl WorldModelStrategy {
                 wire::parse_ops,
             )? {
                 Ok(ops) => {
-                    problems = ops::apply_cumulative(self.wm_mut(), &ops, &req, round);
+                    let (skipped, unmet) =
+                        ops::apply_cumulative(self.wm_mut(), &ops, &req, round, &mut added);
                     self.log(format!(
-                        "{mode} edit applied cumulatively ({} ops, {} problems)",
+                        "{mode} edit applied cumulatively ({} ops, {} skipped, {} requirements unmet)",
                         ops.len(),
-                        problems.len()
+                        skipped.len(),
+                        unmet.len()
                     ));
-                    if problems.is_empty() || too_hard {
+                    if unmet.is_empty() || too_hard {
                         return Ok(());
                     }
+                    problems = skipped.into_iter().chain(unmet).collect();
                 }
                 // An unparsable reply ends the edit with the tree as it is.
                 Err(e) => {
@@ -539,7 +543,9 @@ impl WorldModelStrategy {
         if self.st.wm.is_none() {
             return;
         }
+        let mut changed = false;
         if let Some(cyc) = self.st.cycle.take() {
+            changed = true;
             self.st.round += 1;
             let round = self.st.round;
             if let Some(n) = self.wm_mut().nodes.get_mut(&cyc.node) {
@@ -566,15 +572,20 @@ impl WorldModelStrategy {
                     .as_ref()
                     .is_some_and(|s| s.candidate == best.hash)
             });
-            if let (false, Some(node), Some(cost)) =
-                (held, self.st.homes.get(&best.hash).cloned(), best.cost())
+            let home = self.st.homes.get(&best.hash).cloned();
+            // Only onto a node with no candidate yet: a solved node's children were built on its own.
+            if let (false, Some(node), Some(cost)) = (held, home, best.cost())
+                && self.wm().get(&node).is_some_and(|n| n.solution.is_none())
             {
                 let round = self.st.round;
                 self.attach(&node, &best.hash, cost, round);
                 self.log(format!("the run's best {} attached to `{node}`", best.hash));
+                changed = true;
             }
         }
-        self.st.snapshots.push(wire::tree_json(self.wm()));
+        if changed {
+            self.st.snapshots.push(wire::tree_json(self.wm()));
+        }
     }
 
     fn end_cycle(&mut self, history: &[Observation]) -> Result<(), Stop> {
@@ -816,7 +827,11 @@ impl WorldModelStrategy {
 
     /// A round that produced nothing to evaluate still counts toward the stagnation window.
     fn fail_round(&mut self, purpose: &str, change: String, why: String) {
-        self.st.unmeasured_rounds += 1;
+        // A provider's failed call wrote no code: it is no round of the budget (the agent stops the run
+        // after repeated failures), though it counts toward the cycle's window.
+        if !why.starts_with(agent::CALL_FAILED) {
+            self.st.unmeasured_rounds += 1;
+        }
         if let Some(c) = self.st.cycle.as_mut() {
             c.attempts += 1;
             c.streak += 1;
@@ -937,7 +952,12 @@ impl WorldModelStrategy {
         // Bounded: every pass either proposes, ends a cycle, or fails a round; failed rounds end a cycle
         // within its window, so many passes without a proposal mean the replies keep being unusable.
         for _ in 0..(4 * self.cfg.window as usize + 16) {
-            if budget.used + (self.st.unmeasured_rounds - unmeasured_before) >= budget.total {
+            let unmeasured = if budget.rounds {
+                self.st.unmeasured_rounds - unmeasured_before
+            } else {
+                0 // runs stored before rounds were counted spend evaluations only
+            };
+            if budget.used + unmeasured >= budget.total {
                 self.spent = true;
                 return Ok(None);
             }

@@ -83,24 +83,25 @@ pub fn apply(
 }
 
 /// K-Search's way: each op that applies is kept (the tree accumulates them across tries), the ones that
-/// do not and the new nodes beyond the cap are skipped; the errors (skipped ops, unmet requirements) are
-/// returned for the next try's validation-failed block. Empty when the edit left everything required.
+/// do not and the new nodes beyond the cap (`new_nodes` counts them across the tries of one edit) are
+/// skipped. Returns the skipped ops' errors and the requirements still unmet, for the next try's
+/// validation-failed block; the edit is done when nothing is unmet.
 pub fn apply_cumulative(
     wm: &mut WorldModel,
     ops: &[EditOp],
     req: &Requirements,
     round: u32,
-) -> Vec<String> {
+    new_nodes: &mut usize,
+) -> (Vec<String>, Vec<String>) {
     let mut errors = Vec::new();
     let mut report = ApplyReport::default();
-    let mut new_nodes = 0;
     for (i, op) in ops.iter().enumerate() {
         let adds = match op {
             EditOp::Insert { .. } => 1,
             EditOp::Split { into, .. } => into.len(),
             _ => 0,
         };
-        if new_nodes + adds > MAX_NEW_NODES {
+        if *new_nodes + adds > MAX_NEW_NODES {
             errors.push(format!(
                 "ops[{i}]: skipped, it would exceed {MAX_NEW_NODES} new nodes per edit"
             ));
@@ -110,13 +111,12 @@ pub fn apply_cumulative(
         match apply_one(&mut next, op, round, &mut report).and_then(|()| next.check()) {
             Ok(()) => {
                 *wm = next;
-                new_nodes += adds;
+                *new_nodes += adds;
             }
             Err(e) => errors.push(format!("ops[{i}]: skipped: {e}")),
         }
     }
-    errors.extend(unmet(wm, req));
-    errors
+    (errors, unmet(wm, req))
 }
 
 /// The requirements `wm` does not meet, each as an error for the LLM.
@@ -326,7 +326,10 @@ pub fn fallback_scored(
         .clone()
         .or_else(|| wm.best().map(|n| n.id.clone()))
         .unwrap_or_else(|| ROOT.into());
-    let needs_child = !wm.children(&target).any(|c| c.is_open());
+    let max = req.follow_up_max_difficulty.unwrap_or(5);
+    let needs_child = !wm
+        .children(&target)
+        .any(|c| c.is_open() && c.action.as_ref().is_some_and(|a| a.difficulty <= max));
     let needs_promise = req.promising_frontier
         && !wm
             .frontier()
@@ -494,24 +497,27 @@ mod tests {
             {"op": "insert_node", "parent_id": "b", "node": {"node_id": "b_hard", "action": {"title": "t", "difficulty_1_to_5": 5}}},
         ]}))
         .unwrap();
-        let errors = apply_cumulative(&mut wm, &ops, &req, 2);
+        let mut added = 0;
+        let (skipped, unmet) = apply_cumulative(&mut wm, &ops, &req, 2, &mut added);
         assert_eq!(
             wm.get("b").unwrap().notes,
             "CURRENT: kept",
             "the good op stays"
         );
         assert!(wm.get("b_hard").is_some(), "applied ops accumulate");
-        assert!(errors.iter().any(|e| e.contains("ops[1]")), "{errors:?}");
-        assert!(errors.iter().any(|e| e.contains("at most 4")), "{errors:?}");
+        assert!(skipped.iter().any(|e| e.contains("ops[1]")), "{skipped:?}");
+        assert!(unmet.iter().any(|e| e.contains("at most 4")), "{unmet:?}");
+        // The fallback honours the continuation rule: the too-hard child does not count.
+        let mut fb = wm.clone();
+        assert_eq!(fallback_scored(&mut fb, &req, 2, 0.35).len(), 1);
         // The next try adds an easier follow-up: nothing is left to complain about.
         let ops = parse_ops(&json!({"ops": [
             {"op": "insert_node", "parent_id": "b", "node": {"node_id": "b_next", "action": {"title": "t", "difficulty_1_to_5": 2}}},
         ]}))
         .unwrap();
-        assert_eq!(
-            apply_cumulative(&mut wm, &ops, &req, 2),
-            Vec::<String>::new()
-        );
+        let (_, unmet) = apply_cumulative(&mut wm, &ops, &req, 2, &mut added);
+        assert_eq!(unmet, Vec::<String>::new());
+        assert_eq!(added, 2, "new nodes counted across the tries of one edit");
         assert!(wm.get("b_hard").is_some() && wm.get("b_next").is_some());
     }
 

@@ -228,6 +228,9 @@ mod tests {
         // An open (untried) parent is still in the way.
         w.nodes.get_mut("hard").unwrap().status = Status::Open;
         assert_eq!(w.base_of("step").map(|n| n.id.as_str()), None);
+        // Kept open after a failed cycle (`--too-hard keep`): steps under it build on its base.
+        w.nodes.get_mut("hard").unwrap().cycles = 1;
+        assert_eq!(w.base_of("step").map(|n| n.id.as_str()), Some("a"));
     }
 
     #[test]

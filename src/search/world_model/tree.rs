@@ -165,7 +165,8 @@ impl WorldModel {
     }
 
     /// The node whose candidate `id` builds on: its parent if solved (or the root: the seed), else, through
-    /// too-hard parents, the nearest such ancestor; None when an open or missing ancestor is in the way.
+    /// parents tried without passing (too hard, or kept open after a failed cycle), the nearest such
+    /// ancestor; None when an untried or missing ancestor is in the way.
     pub fn base_of(&self, id: &str) -> Option<&Node> {
         let mut cur = self.nodes.get(id)?.parent.as_deref();
         for _ in 0..=self.nodes.len() {
@@ -173,7 +174,8 @@ impl WorldModel {
             if p.id == ROOT || p.solution.is_some() {
                 return Some(p);
             }
-            if p.status != Status::TooHard {
+            // Through a parent that was tried and never passed (retired, or kept open with cycles spent).
+            if p.status != Status::TooHard && p.cycles == 0 {
                 return None;
             }
             cur = p.parent.as_deref();
