@@ -193,6 +193,8 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Print a shell completion script: `ksearch completions bash > ~/.local/share/bash-completion/completions/ksearch`.
+    Completions { shell: clap_complete::Shell },
     /// Translate the kernels of a CUDA file into an MLX candidate folder (plan.toml + kernel bodies),
     /// with coded diagnostics for what cannot be translated (docs/translate.md).
     Translate {
@@ -574,6 +576,17 @@ fn dispatch(cli: Cli) -> Result<u8> {
             )
         }
         Command::Doctor { json } => cmd_doctor(&store_dir, python.as_deref(), json),
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            // Into a buffer: the generator panics on a closed pipe (`| head`); a write error here does not.
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "ksearch", &mut script);
+            use std::io::Write;
+            match std::io::stdout().write_all(&script) {
+                Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+                _ => Ok(0),
+            }
+        }
         Command::Check { path, task, json } => cmd_check(&path, task, json),
         Command::Translate {
             file,

@@ -133,3 +133,40 @@ fn outputs_that_would_replace_files_are_refused_without_force() {
     assert_ne!(code, 0, "{stderr}");
     assert!(stderr.contains("--force"), "{stderr}");
 }
+
+/// `ksearch completions SHELL` prints a script the shell accepts, knowing the commands and flags.
+#[test]
+fn completion_scripts_load_in_bash_and_know_the_commands() {
+    let store = tempfile::tempdir().unwrap();
+    for shell in ["bash", "zsh", "fish"] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_ksearch"))
+            .args([
+                "--store",
+                store.path().to_str().unwrap(),
+                "completions",
+                shell,
+            ])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{shell}");
+        let text = String::from_utf8(out.stdout).unwrap();
+        assert!(
+            text.contains("compare") && text.contains("preset"),
+            "{shell}"
+        );
+        if shell == "bash" {
+            let file = store.path().join("ksearch.bash");
+            std::fs::write(&file, &text).unwrap();
+            let loaded = std::process::Command::new("bash")
+                .arg("-c")
+                .arg(format!("source {} && complete -p ksearch", file.display()))
+                .output()
+                .unwrap();
+            assert!(
+                String::from_utf8_lossy(&loaded.stdout).contains("_ksearch"),
+                "{}",
+                String::from_utf8_lossy(&loaded.stderr)
+            );
+        }
+    }
+}
