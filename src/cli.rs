@@ -193,6 +193,12 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// The settings config files give (a project's ksearch.toml found upward, then
+    /// ~/.config/ksearch/config.toml's [defaults]) and where each comes from; flags override them.
+    Config {
+        #[arg(long)]
+        json: bool,
+    },
     /// Print a shell completion script: `ksearch completions bash > ~/.local/share/bash-completion/completions/ksearch`.
     Completions { shell: clap_complete::Shell },
     /// Translate the kernels of a CUDA file into an MLX candidate folder (plan.toml + kernel bodies),
@@ -349,8 +355,89 @@ impl LlmArgs {
     }
 }
 
+/// Fills what the command line left unset from the config files (`defaults.rs`); flags and the environment
+/// win. Only values clap took from its own defaults (or none) are replaced.
+fn apply_defaults(
+    cli: &mut Cli,
+    matches: &clap::ArgMatches,
+    d: &crate::defaults::Defaults,
+) -> Result<()> {
+    use clap::ValueEnum;
+    use clap::parser::ValueSource;
+    if cli.store.is_none() {
+        cli.store = d.store.clone();
+    }
+    let Command::Run {
+        task,
+        target,
+        strategy,
+        budget,
+        llm,
+        ..
+    } = &mut cli.command
+    else {
+        return Ok(());
+    };
+    let Some(m) = matches.subcommand_matches("run") else {
+        return Ok(());
+    };
+    let unset = |id: &str| {
+        !matches!(
+            m.value_source(id),
+            Some(ValueSource::CommandLine | ValueSource::EnvVariable)
+        )
+    };
+    if let (true, Some(t)) = (unset("task"), &d.task) {
+        *task = t.clone();
+    }
+    if let (true, Some(t)) = (unset("target"), &d.target) {
+        *target = t
+            .parse()
+            .map_err(|e: String| anyhow!("config: target `{t}`: {e}"))?;
+    }
+    if let (true, Some(s)) = (unset("strategy"), &d.strategy) {
+        *strategy = Some(
+            StrategyKind::from_str(s, true).map_err(|e| anyhow!("config: strategy `{s}`: {e}"))?,
+        );
+    }
+    if let (true, Some(b)) = (unset("budget"), d.budget) {
+        if b == 0 {
+            bail!("config: budget must be at least 1");
+        }
+        *budget = b;
+    }
+    if unset("llm") && llm.llm.is_none() {
+        llm.llm = d.llm.clone();
+    }
+    llm.max_llm_calls = llm.max_llm_calls.or(d.max_llm_calls);
+    llm.max_llm_tokens = llm.max_llm_tokens.or(d.max_llm_tokens);
+    llm.max_llm_cost = llm.max_llm_cost.or(d.max_llm_cost);
+    llm.max_llm_time = llm.max_llm_time.or(d.max_llm_time);
+    Ok(())
+}
+
 pub fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
+    use clap::{CommandFactory, FromArgMatches};
+    let matches = Cli::command().get_matches();
+    let mut cli = match Cli::from_arg_matches(&matches) {
+        Ok(c) => c,
+        Err(e) => e.exit(),
+    };
+    let cwd = std::env::current_dir().unwrap_or_default();
+    let layers = crate::defaults::load(&cwd).and_then(|l| {
+        apply_defaults(&mut cli, &matches, &l.merged().0)?;
+        Ok(l)
+    });
+    let layers = match layers {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("ksearch: error: {e:#}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    if let Command::Config { json } = &cli.command {
+        return std::process::ExitCode::from(cmd_config(&cli, &layers, *json));
+    }
     let filter = match cli.verbose {
         0 => "warn",
         1 => "info",
@@ -576,6 +663,7 @@ fn dispatch(cli: Cli) -> Result<u8> {
             )
         }
         Command::Doctor { json } => cmd_doctor(&store_dir, python.as_deref(), json),
+        Command::Config { .. } => unreachable!("answered in main"),
         Command::Completions { shell } => {
             use clap::CommandFactory;
             // Into a buffer: the generator panics on a closed pipe (`| head`); a write error here does not.
@@ -848,6 +936,40 @@ fn write_cassette(store_dir: &Path, run_id: &str, path: &Path) -> Result<()> {
 }
 
 /// The latest world model of a run: the strategy's live state, else the last snapshot.
+fn cmd_config(cli: &Cli, layers: &crate::defaults::Layers, json: bool) -> u8 {
+    let (_, mut origins) = layers.merged();
+    let store = store::default_dir(cli.store.as_deref());
+    if !origins.iter().any(|o| o.key == "store") {
+        let source = if std::env::var_os("KSEARCH_STORE").is_some() {
+            "environment (KSEARCH_STORE)"
+        } else {
+            "built-in default"
+        };
+        origins.insert(
+            0,
+            crate::defaults::Origin {
+                key: "store",
+                value: json!(store),
+                source: source.into(),
+            },
+        );
+    }
+    if json {
+        print_json(
+            &json!({"settings": origins, "files": layers.layers.iter().map(|(s, _)| s).collect::<Vec<_>>()}),
+        );
+    } else if origins.is_empty() {
+        println!(
+            "no config file found (ksearch.toml upward from here, or [defaults] in ~/.config/ksearch/config.toml)"
+        );
+    } else {
+        for o in &origins {
+            println!("{} = {}    # {}", o.key, o.value, o.source);
+        }
+    }
+    0
+}
+
 fn cmd_compare(store_dir: &Path, a: &str, b: &str, json: bool) -> Result<u8> {
     let store = Store::open(store_dir)?;
     let mut rows = Vec::new();

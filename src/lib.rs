@@ -7,6 +7,7 @@ pub mod candidate;
 pub mod check;
 pub mod cli;
 pub mod cpplex;
+pub mod defaults;
 pub mod dtype;
 pub mod eval;
 pub mod export;

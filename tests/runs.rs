@@ -525,3 +525,58 @@ fn a_resume_that_fails_early_leaves_the_run_as_it_was() {
     let runs = last_json(&run(store.path(), &["runs", "--json"]));
     assert_eq!(runs[0]["status"], "completed", "{runs}");
 }
+
+/// A project's `ksearch.toml`, found from a subfolder, sets the task, the budget and the store (relative to
+/// the file); a flag overrides it; `ksearch config` says where each value came from.
+#[test]
+fn a_project_config_file_sets_defaults_that_flags_override() {
+    let project = tempfile::tempdir().unwrap();
+    let user = tempfile::tempdir().unwrap();
+    std::fs::write(
+        project.path().join("ksearch.toml"),
+        "store = \"st\"\ntask = \"softmax\"\nbudget = 2\n",
+    )
+    .unwrap();
+    let sub = project.path().join("a/b");
+    std::fs::create_dir_all(&sub).unwrap();
+    let cmd = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_ksearch"))
+            .current_dir(&sub)
+            .env_remove("KSEARCH_STORE")
+            .env_remove("KSEARCH_CONFIG")
+            .env("XDG_CONFIG_HOME", user.path())
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let mut args = vec!["run", "--json"];
+    args.extend_from_slice(QUICK);
+    let v = last_json(&cmd(&args));
+    assert_eq!(v["task"], "softmax", "{v}");
+    assert_eq!(v["evaluations"], 2, "{v}");
+    assert!(project.path().join("st/ksearch.db").is_file());
+    let mut args = vec!["run", "--budget", "3", "--json"];
+    args.extend_from_slice(QUICK);
+    assert_eq!(last_json(&cmd(&args))["evaluations"], 3);
+    let c = last_json(&cmd(&["config", "--json"]));
+    let budget = c["settings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["key"] == "budget")
+        .unwrap();
+    assert_eq!(budget["value"], 2);
+    assert!(
+        budget["source"].as_str().unwrap().ends_with("ksearch.toml"),
+        "{c}"
+    );
+    // A misspelt field is named with its file.
+    std::fs::write(project.path().join("ksearch.toml"), "budgett = 2\n").unwrap();
+    let out = cmd(&["runs"]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("budgett") && stderr(&out).contains("ksearch.toml"),
+        "{}",
+        stderr(&out)
+    );
+}

@@ -22,6 +22,11 @@ mod retry;
 pub use budget::{Budget, Meter};
 pub use prices::Price;
 
+/// The user's config folder (`$XDG_CONFIG_HOME/ksearch`, else `~/.config/ksearch`).
+pub fn user_config_dir() -> Option<std::path::PathBuf> {
+    config::config_dir()
+}
+
 use config::Secret;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
