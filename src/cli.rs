@@ -35,6 +35,9 @@ pub struct Cli {
     /// More logging on stderr (-v, -vv).
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     verbose: u8,
+    /// No progress bar and no notices on stderr (errors and warnings still print).
+    #[arg(short, long, global = true)]
+    quiet: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -463,7 +466,15 @@ fn print_json(v: &Value) {
     println!("{}", serde_json::to_string(v).expect("json"));
 }
 
+/// `--quiet`, for the places that print progress and notices.
+static QUIET: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+fn quiet() -> bool {
+    QUIET.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 fn dispatch(cli: Cli) -> Result<u8> {
+    QUIET.store(cli.quiet, std::sync::atomic::Ordering::Relaxed);
     let store_dir = store::default_dir(cli.store.as_deref());
     let python = cli.python.clone();
     match cli.command {
@@ -543,7 +554,7 @@ fn dispatch(cli: Cli) -> Result<u8> {
                     world_model: wm.config(),
                 },
             )?;
-            if !json {
+            if !json && !quiet() {
                 eprintln!(
                     "ksearch: run {run_id} (resume with `ksearch resume {run_id}` if interrupted)"
                 );
@@ -805,7 +816,7 @@ fn execute(
         env.ensure_target(row.target.parse().map_err(|e: String| anyhow!(e))?)?;
     }
     let mut runner = Runner::open(store, run_id, env, llm)?;
-    let bar = if json {
+    let bar = if json || quiet() {
         ProgressBar::hidden()
     } else {
         ProgressBar::new(runner.config.budget as u64)
@@ -1269,7 +1280,7 @@ fn cmd_eval(
                 retime_baselines: false,
             };
             let r = ev.evaluate_workload_with(cand, w, opts);
-            if !json {
+            if !json && !quiet() {
                 eprintln!(
                     "{}{}: {}",
                     w.name,

@@ -21,7 +21,9 @@ pub fn fmt_x(x: Option<f64>) -> String {
 
 fn table(header: &[&str]) -> Table {
     let mut t = Table::new();
+    // On a terminal, columns wrap to its width; piped output is left whole for scripts.
     t.load_preset(UTF8_FULL_CONDENSED)
+        .set_content_arrangement(comfy_table::ContentArrangement::Dynamic)
         .set_header(header.to_vec());
     t
 }

@@ -580,3 +580,21 @@ fn a_project_config_file_sets_defaults_that_flags_override() {
         stderr(&out)
     );
 }
+
+/// `--quiet` leaves stderr to errors and warnings: no per-workload lines, no run notice, no progress.
+#[test]
+fn quiet_leaves_stderr_empty_on_success() {
+    let store = tempfile::tempdir().unwrap();
+    let seed = repo().join("tasks/softmax/seeds/cpu/naive");
+    let mut args = vec!["--quiet", "eval", "softmax", seed.to_str().unwrap()];
+    args.extend_from_slice(QUICK);
+    let out = run(store.path(), &args);
+    assert!(out.status.success());
+    assert_eq!(stderr(&out), "");
+    let mut args = vec!["-q", "run", "softmax", "--budget", "2"];
+    args.extend_from_slice(QUICK);
+    let out = run(store.path(), &args);
+    assert!(out.status.success());
+    assert_eq!(stderr(&out), "");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("status completed"));
+}
