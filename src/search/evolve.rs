@@ -204,6 +204,11 @@ impl Evolve {
                 }))
             }
             Err(e) => {
+                // A reply that still repeats its parent after the repair prompts brings nothing new, as a
+                // repeat of a measured candidate does: the LLM answers, with nothing left to try.
+                if e.contains(&crate::reply::ReplyError::Unchanged.to_string()) {
+                    self.repeated = true;
+                }
                 self.st
                     .log
                     .push(format!("proposal {}: {e}", self.st.proposals));
