@@ -15,6 +15,14 @@ pub fn fmt_time(s: Option<f64>) -> String {
     }
 }
 
+/// Tunable values as `NAME=VALUE` words, as tables and prompts show them.
+pub fn fmt_params(p: &crate::candidate::Params) -> String {
+    p.iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 pub fn fmt_x(x: Option<f64>) -> String {
     x.map(|x| format!("{x:.2}x")).unwrap_or_else(|| "–".into())
 }
@@ -197,14 +205,8 @@ pub fn run_summary(result: &Value) -> String {
                 best["candidate"].as_str().unwrap_or("?"),
                 best["name"].as_str().unwrap_or("")
             ),
-            best["params"]
-                .as_object()
-                .map(|m| {
-                    m.iter()
-                        .map(|(k, v)| format!("{k}={v}"))
-                        .collect::<Vec<_>>()
-                        .join(" ")
-                })
+            serde_json::from_value::<crate::candidate::Params>(best["params"].clone())
+                .map(|p| fmt_params(&p))
                 .unwrap_or_default(),
             fmt_x(best["speedup_vs_seed"].as_f64()),
             fmt_x(best["speedup_vs_baseline"].as_f64()),

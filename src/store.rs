@@ -178,7 +178,7 @@ impl Store {
         drop(guard);
         // Damage in the middle of the file is otherwise met only by the statement that reads it, and new
         // runs would be written into the damaged file: check at open (it reads every page, without the
-        // index cross-checks of a full integrity check; a few ms for a store of thousands of evaluations).
+        // index cross-checks of a full integrity check).
         let health: Vec<String> = conn
             .prepare("PRAGMA quick_check(5)")
             .and_then(|mut s| {
@@ -248,18 +248,8 @@ impl Store {
             rusqlite::TransactionBehavior::Immediate,
         )
         .map_err(|e| self.sql(e))?;
-        let holder: Option<(String, Option<i64>)> = tx
-            .query_row(
-                "SELECT status, pid FROM runs WHERE run_id=?1",
-                params![run_id],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .optional()
-            .map_err(|e| self.sql(e))?;
-        if let Some((status, Some(pid))) = &holder
-            && status == "running"
-            && *pid != me
-            && process_alive(*pid)
+        if let Some(pid) = self.live_holder(&tx, run_id)?
+            && pid != me
         {
             return Err(StoreError::Other {
                 path: self.path.clone(),
@@ -275,6 +265,22 @@ impl Store {
         .map_err(|e| self.sql(e))?;
         tx.commit().map_err(|e| self.sql(e))?;
         Ok(())
+    }
+
+    /// The live process holding a run's lease (status `running`, its pid alive), read inside `tx`.
+    fn live_holder(&self, tx: &rusqlite::Transaction<'_>, run_id: &str) -> Result<Option<i64>> {
+        let holder: Option<(String, Option<i64>)> = tx
+            .query_row(
+                "SELECT status, pid FROM runs WHERE run_id=?1",
+                params![run_id],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()
+            .map_err(|e| self.sql(e))?;
+        Ok(match holder {
+            Some((status, Some(pid))) if status == "running" && process_alive(pid) => Some(pid),
+            _ => None,
+        })
     }
 
     /// Gives the lease back with the status and error the run had before it was claimed (a `resume` that
@@ -332,18 +338,7 @@ impl Store {
         )
         .map_err(|e| self.sql(e))?;
         // Checked inside the write transaction: a `resume` cannot claim the run in between.
-        let holder: Option<(String, Option<i64>)> = tx
-            .query_row(
-                "SELECT status, pid FROM runs WHERE run_id=?1",
-                params![run_id],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .optional()
-            .map_err(|e| self.sql(e))?;
-        if let Some((status, Some(pid))) = holder
-            && status == "running"
-            && process_alive(pid)
-        {
+        if let Some(pid) = self.live_holder(&tx, run_id)? {
             return Err(StoreError::Other {
                 path: self.path.clone(),
                 message: format!("run {run_id} is being worked on by process {pid}; stop it first"),

@@ -520,6 +520,15 @@ impl WorldModelStrategy {
         Ok(())
     }
 
+    /// Folds the evaluations finished since the last call into the cycle.
+    fn catch_up(&mut self, history: &[Observation]) {
+        for i in self.st.seen..history.len() {
+            let obs = history[i].clone();
+            self.absorb(&obs, history);
+        }
+        self.st.seen = history.len();
+    }
+
     /// Attaches a candidate to a node as its solution.
     fn attach(&mut self, node: &str, hash: &str, cost: f64, round: u32) {
         if let Some(n) = self.wm_mut().nodes.get_mut(node) {
@@ -535,11 +544,7 @@ impl WorldModelStrategy {
     /// The budget is spent: the cycle in flight attaches its best (no LLM edit: nothing would use it), and
     /// the run's best is attached to the node whose cycle produced it if no node holds it yet.
     fn close(&mut self, history: &[Observation]) {
-        for i in self.st.seen..history.len() {
-            let obs = history[i].clone();
-            self.absorb(&obs, history);
-        }
-        self.st.seen = history.len();
+        self.catch_up(history);
         if self.st.wm.is_none() {
             return;
         }
@@ -941,11 +946,7 @@ impl WorldModelStrategy {
             }));
         }
         self.st.pending = None;
-        for i in self.st.seen..history.len() {
-            let obs = history[i].clone();
-            self.absorb(&obs, history);
-        }
-        self.st.seen = history.len();
+        self.catch_up(history);
         if self.st.wm.is_none() {
             self.init(history)?;
         }
@@ -1021,18 +1022,15 @@ fn tuning_lines(base: &str, history: &[Observation]) -> Vec<String> {
         .iter()
         .filter(|o| o.origin == tag)
         .map(|o| {
-            let params: Vec<String> = o
-                .candidate
-                .params()
-                .iter()
-                .map(|(k, v)| format!("{k}={v}"))
-                .collect();
             let result = if o.summary.passed {
                 agent::time_with_spread(o)
             } else {
                 agent::perf(o, None)
             };
-            format!("{} → {result}", params.join(" "))
+            format!(
+                "{} → {result}",
+                crate::report::fmt_params(&o.candidate.params())
+            )
         })
         .collect()
 }
@@ -1061,15 +1059,9 @@ fn trajectory(cyc: &Cycle, history: &[Observation]) -> String {
             let base = history.iter().find(|o| &o.hash == h);
             let tuned = tuning_lines(h, history);
             if let (Some(b), false) = (base, tuned.is_empty()) {
-                let params: Vec<String> = b
-                    .candidate
-                    .params()
-                    .iter()
-                    .map(|(k, v)| format!("{k}={v}"))
-                    .collect();
                 out.push(format!(
                     "  tuned automatically from {}: {}",
-                    params.join(" "),
+                    crate::report::fmt_params(&b.candidate.params()),
                     tuned.join("; ")
                 ));
             }

@@ -151,6 +151,18 @@ mod tests {
         wm
     }
 
+    /// Marks `id` solved by a candidate of `cost` after `cycles` cycles.
+    fn solve(w: &mut WorldModel, id: &str, cost: f64, cycles: u32) {
+        let n = w.nodes.get_mut(id).unwrap();
+        n.solution = Some(Solution {
+            candidate: format!("c{id}"),
+            cost_s: cost,
+            round: 1,
+        });
+        n.status = Status::Solved;
+        n.cycles = cycles;
+    }
+
     #[test]
     fn priority_dominates_when_all_else_is_equal() {
         let w = wm(json!([
@@ -191,14 +203,7 @@ mod tests {
             {"node_id": "b1", "parent_id": "b", "action": {"title": "b1", "score_0_to_1": 0.6}},
         ]));
         for (id, cycles) in [("a", 6), ("b", 1)] {
-            let n = w.nodes.get_mut(id).unwrap();
-            n.solution = Some(Solution {
-                candidate: id.into(),
-                cost_s: 1.0,
-                round: 1,
-            });
-            n.status = Status::Solved;
-            n.cycles = cycles;
+            solve(&mut w, id, 1.0, cycles);
         }
         let r = rank(&w, Some(2.0), &SelectConfig::default());
         assert_eq!(r[0].id, "b1", "{r:?}");
@@ -214,13 +219,7 @@ mod tests {
         ]));
         let cfg = SelectConfig::default();
         assert_eq!(select(&w, None, &cfg).as_deref(), Some("a"));
-        let n = w.nodes.get_mut("a").unwrap();
-        n.solution = Some(Solution {
-            candidate: "ca".into(),
-            cost_s: 1.0,
-            round: 1,
-        });
-        n.status = Status::Solved;
+        solve(&mut w, "a", 1.0, 0);
         assert_eq!(select(&w, None, &cfg).as_deref(), Some("hard"));
         w.nodes.get_mut("hard").unwrap().status = Status::TooHard;
         assert_eq!(select(&w, None, &cfg).as_deref(), Some("step"));
@@ -242,14 +241,7 @@ mod tests {
             {"node_id": "fresh", "parent_id": "root", "action": {"title": "f", "score_0_to_1": 0.6}},
             {"node_id": "deep", "parent_id": "busy", "action": {"title": "d", "score_0_to_1": 0.6}},
         ]));
-        let n = w.nodes.get_mut("busy").unwrap();
-        n.solution = Some(Solution {
-            candidate: "cb".into(),
-            cost_s: 1.0,
-            round: 4,
-        });
-        n.status = Status::Solved;
-        n.cycles = 4;
+        solve(&mut w, "busy", 1.0, 4);
         let r = rank(&w, Some(1.0), &SelectConfig::default());
         let u = |id: &str| r.iter().find(|s| s.id == id).unwrap().utility;
         // Depth costs `deep` 0.03; the exploration bonus must account for more than that.
@@ -287,13 +279,7 @@ mod tests {
             {"node_id": "s1", "parent_id": "slow", "action": {"title": "s1", "score_0_to_1": 0.6}},
         ]));
         for (id, cost) in [("fast", 1.0), ("slow", 4.0)] {
-            let n = w.nodes.get_mut(id).unwrap();
-            n.solution = Some(Solution {
-                candidate: id.into(),
-                cost_s: cost,
-                round: 1,
-            });
-            n.status = Status::Solved;
+            solve(&mut w, id, cost, 0);
         }
         assert_eq!(
             select(&w, Some(8.0), &SelectConfig::default()).as_deref(),
