@@ -114,6 +114,15 @@ fn tempdir_in(parent: &Path, label: &str) -> Result<PathBuf> {
     Ok(p)
 }
 
+/// The cache folder names this binary unpacks into (`gc` keeps them).
+pub fn worker_dir_name() -> String {
+    format!("python-{}", content_hash(&PYTHON))
+}
+
+pub fn tasks_dir_name() -> String {
+    format!("tasks-{}", content_hash(&TASKS))
+}
+
 /// The folder holding the `ksearch_worker` package and `requirements.txt`.
 pub fn python_dir() -> Result<PathBuf> {
     unpack(&PYTHON, "python")

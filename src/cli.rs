@@ -191,6 +191,19 @@ enum Command {
         #[arg(long)]
         force: bool,
     },
+    /// Remove what nothing needs any more: candidates no run refers to (left by `runs rm`), and in the
+    /// cache folder the unpacked worker, tasks and Python environments of other ksearch versions and
+    /// reference outputs not used for a while. All of it is made again on demand; no result is lost.
+    Gc {
+        /// List what would be removed, remove nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Cache entries (other versions, references) must be unused for this many days.
+        #[arg(long, default_value_t = 7.0, value_parser = flags::days)]
+        older_than: f64,
+        #[arg(long)]
+        json: bool,
+    },
     /// Check the installation: Python environment, compiler, worker, hardware, store.
     Doctor {
         #[arg(long)]
@@ -609,8 +622,11 @@ fn dispatch(cli: Cli) -> Result<u8> {
         }
         Command::Compare { a, b, json } => cmd_compare(&store_dir, &a, &b, json),
         Command::Runs { action: None, json } => {
-            let store = Store::open(&store_dir)?;
-            let runs = store.runs()?;
+            let store = Store::open_read(&store_dir)?;
+            let runs = match &store {
+                Some(s) => s.runs()?,
+                None => Vec::new(),
+            };
             if json {
                 print_json(&json!(runs.iter().map(|r| json!({
                     "run_id": r.run_id, "task": r.task, "target": r.target, "strategy": r.strategy,
@@ -619,7 +635,7 @@ fn dispatch(cli: Cli) -> Result<u8> {
                     "best": r.result.get("best").cloned().unwrap_or(Value::Null),
                 })).collect::<Vec<_>>()));
             } else if runs.is_empty() {
-                println!("no runs in {}", store.path().display());
+                println!("no runs in {}", store_dir.join("ksearch.db").display());
             } else {
                 println!("{}", report::runs_table(&runs));
             }
@@ -633,7 +649,7 @@ fn dispatch(cli: Cli) -> Result<u8> {
             cassette,
             force,
         } => {
-            let run = Store::open(&store_dir)?.resolve_run(&run)?;
+            let run = Store::open_existing(&store_dir)?.resolve_run(&run)?;
             if let Some(path) = cassette {
                 write_cassette(&store_dir, &run, &path)?;
             }
@@ -674,6 +690,11 @@ fn dispatch(cli: Cli) -> Result<u8> {
             )
         }
         Command::Doctor { json } => cmd_doctor(&store_dir, python.as_deref(), json),
+        Command::Gc {
+            dry_run,
+            older_than,
+            json,
+        } => cmd_gc(&store_dir, dry_run, older_than, json),
         Command::Config { .. } => unreachable!("answered in main"),
         Command::Completions { shell } => {
             use clap::CommandFactory;
@@ -744,7 +765,7 @@ fn dispatch(cli: Cli) -> Result<u8> {
                     .map_err(|m| anyhow!("{}: {m}", dir.join("plan.toml").display()))?;
                 (task, c)
             } else {
-                let store = Store::open(&store_dir)?;
+                let store = Store::open_existing(&store_dir)?;
                 let row = store.run(&source)?.ok_or_else(|| {
                     anyhow!(
                         "`{source}` is neither a candidate folder nor a run in {}",
@@ -927,7 +948,7 @@ fn cmd_tasks(json: bool) -> Result<u8> {
 }
 
 fn write_cassette(store_dir: &Path, run_id: &str, path: &Path) -> Result<()> {
-    let store = Store::open(store_dir)?;
+    let store = Store::open_existing(store_dir)?;
     let ex = store.exchanges(run_id)?;
     if ex.is_empty() {
         bail!("run {run_id} has no recorded LLM exchanges");
@@ -982,7 +1003,7 @@ fn cmd_config(cli: &Cli, layers: &crate::defaults::Layers, json: bool) -> u8 {
 }
 
 fn cmd_compare(store_dir: &Path, a: &str, b: &str, json: bool) -> Result<u8> {
-    let store = Store::open(store_dir)?;
+    let store = Store::open_existing(store_dir)?;
     let mut rows = Vec::new();
     for name in [a, b] {
         let id = store.resolve_run(name)?;
@@ -1043,7 +1064,7 @@ fn cmd_compare(store_dir: &Path, a: &str, b: &str, json: bool) -> Result<u8> {
 }
 
 fn cmd_tree(store_dir: &Path, run_id: &str, json: bool) -> Result<u8> {
-    let store = Store::open(store_dir)?;
+    let store = Store::open_existing(store_dir)?;
     store
         .run(run_id)?
         .ok_or_else(|| anyhow!("no run `{run_id}` in {}", store.path().display()))?;
@@ -1073,7 +1094,7 @@ fn cmd_show(
     out: Option<&Path>,
     force: bool,
 ) -> Result<u8> {
-    let store = Store::open(store_dir)?;
+    let store = Store::open_existing(store_dir)?;
     let row = store
         .run(run_id)?
         .ok_or_else(|| anyhow!("no run `{run_id}` in {}", store.path().display()))?;
@@ -1558,8 +1579,18 @@ fn cmd_doctor(store_dir: &Path, python: Option<&Path>, json: bool) -> Result<u8>
         },
         "",
     ));
-    match Store::open(store_dir) {
-        Ok(s) => {
+    match Store::open_read(store_dir) {
+        Ok(None) => {
+            let path = store_dir.join("ksearch.db");
+            checks.push(check_item(
+                "store",
+                Some(true),
+                format!("{} (none yet: the first run creates it)", path.display()),
+                "",
+            ));
+            report.insert("store".into(), json!({"path": path, "runs": 0}));
+        }
+        Ok(Some(s)) => {
             let runs = s.runs()?.len();
             checks.push(check_item(
                 "store",
@@ -1718,6 +1749,18 @@ mod flags {
         Ok(v)
     }
 
+    /// Days, 0 or more (0: whatever its age), at most ten years.
+    pub fn days(s: &str) -> Result<f64, String> {
+        let v: f64 = s
+            .trim()
+            .parse()
+            .map_err(|_| format!("`{s}` is not a number of days"))?;
+        if !(v.is_finite() && (0.0..=3650.0).contains(&v)) {
+            return Err(format!("`{s}`: give a number of days, 0 to 3650"));
+        }
+        Ok(v)
+    }
+
     pub fn dollars(s: &str) -> Result<f64, String> {
         let v: f64 = s
             .trim()
@@ -1751,6 +1794,35 @@ mod flags {
             _ => Err(format!("`{s}`: give a whole number, 1 or more")),
         }
     }
+}
+
+/// `ksearch gc`: see `gc.rs`.
+fn cmd_gc(store_dir: &Path, dry_run: bool, older_than_days: f64, json: bool) -> Result<u8> {
+    let older_than = std::time::Duration::from_secs_f64(older_than_days * 86_400.0);
+    let report = crate::gc::collect(store_dir, &builtin::cache_root(), older_than, dry_run)?;
+    if json {
+        print_json(&serde_json::to_value(&report)?);
+        return Ok(0);
+    }
+    let verb = if dry_run { "would remove" } else { "removed" };
+    for it in &report.removed {
+        println!(
+            "{verb} {} {} ({})",
+            it.kind,
+            it.name,
+            report::fmt_bytes(it.bytes)
+        );
+    }
+    if report.removed.is_empty() {
+        println!("nothing to collect");
+    } else {
+        println!(
+            "{verb} {} item(s), {}",
+            report.removed.len(),
+            report::fmt_bytes(report.bytes)
+        );
+    }
+    Ok(0)
 }
 
 /// Refuses to replace files a command would write where some already exist, unless `force`: a hand-edited

@@ -12,6 +12,7 @@ pub mod dtype;
 pub mod eval;
 pub mod export;
 pub mod expr;
+pub mod gc;
 pub mod jail;
 pub mod knowledge;
 pub mod llm;

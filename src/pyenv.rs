@@ -15,8 +15,13 @@ pub struct PythonEnv {
 }
 
 fn venv_dir() -> PathBuf {
+    crate::builtin::cache_root().join(venv_dir_name())
+}
+
+/// The managed environment's folder name: by the hash of the pinned requirements.
+pub fn venv_dir_name() -> String {
     let h = blake3::hash(crate::builtin::requirements().as_bytes()).to_hex();
-    crate::builtin::cache_root().join(format!("venv-{}", &h[..12]))
+    format!("venv-{}", &h[..12])
 }
 
 fn base_python() -> String {

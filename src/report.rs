@@ -15,6 +15,21 @@ pub fn fmt_time(s: Option<f64>) -> String {
     }
 }
 
+/// A size in bytes, binary units.
+pub fn fmt_bytes(b: u64) -> String {
+    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+    if b < 1024 {
+        return format!("{b} B");
+    }
+    let mut v = b as f64 / 1024.0;
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    format!("{v:.1} {}", UNITS[unit])
+}
+
 /// Tunable values as `NAME=VALUE` words, as tables and prompts show them.
 pub fn fmt_params(p: &crate::candidate::Params) -> String {
     p.iter()

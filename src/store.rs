@@ -4,7 +4,7 @@
 
 use crate::candidate::Candidate;
 use crate::eval::{Summary, WorkloadResult};
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -176,23 +176,156 @@ impl Store {
             .map_err(wrap)?;
         conn.execute_batch(SCHEMA).map_err(wrap)?;
         drop(guard);
-        // Damage in the middle of the file is otherwise met only by the statement that reads it, and new
-        // runs would be written into the damaged file: check at open (it reads every page, without the
-        // index cross-checks of a full integrity check).
-        let health: Vec<String> = conn
+        let store = Store { conn, path };
+        store.check_health()?;
+        Ok(store)
+    }
+
+    /// For commands that only read (`runs`, `show`, `compare`, `export`, `doctor`): opened read-only and
+    /// never created, so a store the user may read but not write (a shared results folder, a read-only
+    /// disk) can be listed and shown. `Ok(None)`: there is no store in `dir`.
+    pub fn open_read(dir: &Path) -> Result<Option<Store>> {
+        let path = dir.join("ksearch.db");
+        if !path.is_file() {
+            return Ok(None);
+        }
+        let wrap = |source| StoreError::Sql {
+            path: path.clone(),
+            source,
+        };
+        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn = Connection::open_with_flags(&path, flags).map_err(wrap)?;
+        conn.busy_timeout(Duration::from_millis(busy_ms()))
+            .map_err(wrap)?;
+        let store = Store { conn, path };
+        match store.check_health() {
+            Ok(()) => Ok(Some(store)),
+            // A WAL database is read through a shared-memory file beside it, which a folder we may not
+            // write cannot hold. With no write-ahead log beside it, no writer is at work and every change is
+            // in the main file: read it as immutable (no locks, no log).
+            Err(StoreError::Sql {
+                source: rusqlite::Error::SqliteFailure(f, _),
+                ..
+            }) if matches!(
+                f.code,
+                rusqlite::ErrorCode::ReadOnly | rusqlite::ErrorCode::CannotOpen
+            ) && !dir.join("ksearch.db-wal").exists() =>
+            {
+                let Store { path, .. } = store;
+                let uri = format!("file:{}?immutable=1", uri_path(&path));
+                let conn = Connection::open_with_flags(&uri, flags | OpenFlags::SQLITE_OPEN_URI)
+                    .map_err(|source| StoreError::Sql {
+                        path: path.clone(),
+                        source,
+                    })?;
+                let store = Store { conn, path };
+                store.check_health()?;
+                Ok(Some(store))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// `open_read`, with a missing store as an error that says what to do.
+    pub fn open_existing(dir: &Path) -> Result<Store> {
+        Store::open_read(dir)?.ok_or_else(|| StoreError::Other {
+            path: dir.join("ksearch.db"),
+            message: "no store here: nothing has run with it yet (`ksearch run` creates it); pass \
+                      --store DIR or set KSEARCH_STORE to read another"
+                .into(),
+        })
+    }
+
+    /// Damage in the middle of the file is otherwise met only by the statement that reads it, and new
+    /// runs would be written into the damaged file: checked at open (it reads every page, without the
+    /// index cross-checks of a full integrity check).
+    fn check_health(&self) -> Result<()> {
+        let health: Vec<String> = self
+            .conn
             .prepare("PRAGMA quick_check(5)")
             .and_then(|mut s| {
                 s.query_map([], |r| r.get::<_, String>(0))?
                     .collect::<std::result::Result<Vec<_>, _>>()
             })
-            .map_err(wrap)?;
+            .map_err(|e| self.sql(e))?;
         if health != ["ok"] {
             return Err(StoreError::Other {
-                path,
+                path: self.path.clone(),
                 message: format!("integrity check failed ({}){DAMAGED}", health.join("; ")),
             });
         }
-        Ok(Store { conn, path })
+        Ok(())
+    }
+
+    /// Candidates no run refers to any more (left by `runs rm`): their hashes and stored sizes. While a
+    /// run is in progress, only those stored over an hour ago (a run stores a candidate just before the
+    /// attempt that refers to it).
+    pub fn orphaned_candidates(&self) -> Result<Vec<(String, u64)>> {
+        let cutoff = if self.any_run_in_progress()? {
+            now() - 3600.0
+        } else {
+            f64::INFINITY
+        };
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT hash, length(source) FROM candidates
+                 WHERE created_at < ?1
+                   AND hash NOT IN (SELECT candidate FROM attempts)
+                   AND hash NOT IN (SELECT parent FROM attempts WHERE parent IS NOT NULL)
+                   AND hash NOT IN (SELECT candidate FROM evaluations)
+                 ORDER BY hash",
+            )
+            .map_err(|e| self.sql(e))?;
+        let rows = stmt
+            .query_map(params![cutoff], |r| {
+                Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?.max(0) as u64))
+            })
+            .and_then(|rows| rows.collect::<std::result::Result<Vec<_>, _>>())
+            .map_err(|e| self.sql(e))?;
+        Ok(rows)
+    }
+
+    /// Deletes the candidates `orphaned_candidates` named, if still orphaned (checked again inside the
+    /// write transaction), then gives the freed pages back to the file system when no run is in progress.
+    /// Returns how many were deleted.
+    pub fn remove_orphaned_candidates(&self, hashes: &[String]) -> Result<usize> {
+        let tx = rusqlite::Transaction::new_unchecked(
+            &self.conn,
+            rusqlite::TransactionBehavior::Immediate,
+        )
+        .map_err(|e| self.sql(e))?;
+        let mut n = 0;
+        for h in hashes {
+            n += tx
+                .execute(
+                    "DELETE FROM candidates WHERE hash=?1
+                       AND NOT EXISTS (SELECT 1 FROM attempts WHERE candidate=?1 OR parent=?1)
+                       AND NOT EXISTS (SELECT 1 FROM evaluations WHERE candidate=?1)",
+                    params![h],
+                )
+                .map_err(|e| self.sql(e))?;
+        }
+        tx.commit().map_err(|e| self.sql(e))?;
+        if n > 0 && !self.any_run_in_progress()? {
+            self.conn
+                .execute_batch("VACUUM; PRAGMA wal_checkpoint(TRUNCATE);")
+                .map_err(|e| self.sql(e))?;
+        }
+        Ok(n)
+    }
+
+    /// Whether a live process is working on any run (status `running`, its pid alive).
+    fn any_run_in_progress(&self) -> Result<bool> {
+        let pids: Vec<i64> = self
+            .conn
+            .prepare("SELECT pid FROM runs WHERE status='running' AND pid IS NOT NULL")
+            .and_then(|mut s| {
+                s.query_map([], |r| r.get::<_, i64>(0))?
+                    .collect::<std::result::Result<Vec<_>, _>>()
+            })
+            .map_err(|e| self.sql(e))?;
+        Ok(pids.into_iter().any(process_alive))
     }
 
     pub fn path(&self) -> &Path {
@@ -727,6 +860,21 @@ impl Store {
             .collect::<std::result::Result<_, _>>()
             .map_err(|e| self.sql(e))
     }
+}
+
+/// A path as the path part of an SQLite `file:` URI (`%`, `?` and `#` escaped; absolute).
+fn uri_path(path: &Path) -> String {
+    let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    let mut out = String::new();
+    for c in abs.to_string_lossy().chars() {
+        match c {
+            '%' => out.push_str("%25"),
+            '?' => out.push_str("%3f"),
+            '#' => out.push_str("%23"),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 fn process_alive(pid: i64) -> bool {

@@ -184,7 +184,8 @@ fn a_full_disk_stops_the_run_with_a_clear_error_and_resume_finishes_it() {
 
 /// Processes opening a fresh store together: turning it to WAL and creating the schema take locks SQLite
 /// does not wait for, so without the store's open lock one of them failed at once with "database is
-/// locked" (a clean-clone CI run failed on it).
+/// locked" (a clean-clone CI run failed on it). A writing command opens (and creates) the store: `resume`
+/// of a run that does not exist, which then fails on the name, never on the store.
 #[test]
 fn processes_opening_a_fresh_store_together_all_succeed() {
     for _ in 0..16 {
@@ -192,7 +193,7 @@ fn processes_opening_a_fresh_store_together_all_succeed() {
         let children: Vec<_> = (0..6)
             .map(|_| {
                 ksearch(store.path())
-                    .args(["runs", "--json"])
+                    .args(["resume", "no-such-run"])
                     .stdout(Stdio::piped())
                     .stderr(Stdio::piped())
                     .spawn()
@@ -201,8 +202,13 @@ fn processes_opening_a_fresh_store_together_all_succeed() {
             .collect();
         for c in children {
             let out = c.wait_with_output().unwrap();
-            assert!(out.status.success(), "{}", stderr(&out));
+            assert!(
+                stderr(&out).contains("no run `no-such-run`"),
+                "{}",
+                stderr(&out)
+            );
         }
+        assert!(store.path().join("ksearch.db").is_file());
     }
 }
 

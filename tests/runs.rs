@@ -598,3 +598,148 @@ fn quiet_leaves_stderr_empty_on_success() {
     assert_eq!(stderr(&out), "");
     assert!(String::from_utf8_lossy(&out.stdout).contains("status completed"));
 }
+
+/// Reading commands open the store read-only: a store its reader may not write (a shared results folder)
+/// is listed, shown and compared, and nothing is created beside it.
+#[test]
+fn a_store_its_reader_may_not_write_is_listed_shown_and_compared() {
+    use std::os::unix::fs::PermissionsExt;
+    let store = tempfile::tempdir().unwrap();
+    let mut args = vec!["run", "softmax", "--budget", "2", "--json"];
+    args.extend_from_slice(QUICK);
+    let out = run(store.path(), &args);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let id = last_json(&out)["run_id"].as_str().unwrap().to_string();
+    let before: Vec<_> = std::fs::read_dir(store.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    // As root, permission bits bind nobody: read as an unprivileged user instead (a copy of the binary
+    // it may run; the store folder readable, not writable, by it).
+    let root = unsafe { libc::geteuid() } == 0;
+    let bin_dir = tempfile::tempdir().unwrap();
+    let bin = bin_dir.path().join("ksearch");
+    std::fs::copy(env!("CARGO_BIN_EXE_ksearch"), &bin).unwrap();
+    for (p, mode) in [
+        (bin_dir.path(), 0o755),
+        (&bin, 0o755),
+        (store.path(), 0o555),
+    ] {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+    for e in std::fs::read_dir(store.path()).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_file() {
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o444)).unwrap();
+        }
+    }
+    let read = |args: &[&str]| {
+        let mut c = if root {
+            let mut c = std::process::Command::new("setpriv");
+            c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+                .arg(&bin);
+            c
+        } else {
+            std::process::Command::new(&bin)
+        };
+        c.arg("--store")
+            .arg(store.path())
+            .args(args)
+            .env_remove("KSEARCH_STORE")
+            .output()
+            .unwrap()
+    };
+    let listed = read(&["runs", "--json"]);
+    assert!(listed.status.success(), "{}", stderr(&listed));
+    assert_eq!(last_json(&listed)[0]["run_id"], id.as_str());
+    let shown = read(&["show", "last", "--json"]);
+    assert!(shown.status.success(), "{}", stderr(&shown));
+    assert_eq!(last_json(&shown)["run_id"], id.as_str());
+    let compared = read(&["compare", &id, "last", "--json"]);
+    assert!(compared.status.success(), "{}", stderr(&compared));
+    // A writing command is refused with what to do.
+    let rm = read(&["runs", "rm", "last"]);
+    assert!(!rm.status.success());
+    assert!(stderr(&rm).contains("cannot be written"), "{}", stderr(&rm));
+    std::fs::set_permissions(store.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let after: Vec<_> = std::fs::read_dir(store.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(
+        before, after,
+        "a reading command created files in the store"
+    );
+    // A folder with no store is not made one by a reading command.
+    let empty = tempfile::tempdir().unwrap();
+    let out = run(&empty.path().join("none"), &["runs", "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(last_json(&out), serde_json::json!([]));
+    assert!(!empty.path().join("none").exists());
+    let out = run(&empty.path().join("none"), &["show", "last"]);
+    assert!(stderr(&out).contains("no store here"), "{}", stderr(&out));
+}
+
+/// `gc` removes the candidates `runs rm` left behind (`--dry-run` only lists them) and cache entries of
+/// other versions unused for longer than `--older-than`; what is young or in use stays.
+#[test]
+fn gc_collects_orphaned_candidates_and_old_cache_entries_only() {
+    let store = tempfile::tempdir().unwrap();
+    let mut args = vec!["run", "softmax", "--budget", "2", "--json"];
+    args.extend_from_slice(QUICK);
+    let out = run(store.path(), &args);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let home = tempfile::tempdir().unwrap();
+    let old = home.path().join("venv-000000000000");
+    let young = home.path().join("python-111111111111");
+    let other = home.path().join("llama");
+    for d in [&old, &young, &other] {
+        std::fs::create_dir_all(d).unwrap();
+        std::fs::write(d.join("f"), b"0123456789").unwrap();
+    }
+    let month_ago = std::time::SystemTime::now() - Duration::from_secs(30 * 86_400);
+    for d in [&old, &other] {
+        std::fs::File::open(d)
+            .unwrap()
+            .set_modified(month_ago)
+            .unwrap();
+    }
+    let gc = |extra: &[&str]| {
+        let mut a = vec!["gc", "--json"];
+        a.extend_from_slice(extra);
+        let out = ksearch(store.path())
+            .env("KSEARCH_HOME", home.path())
+            .args(&a)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+        last_json(&out)
+    };
+    // Nothing of the store is orphaned while its run is kept.
+    let v = gc(&["--dry-run"]);
+    let kinds = |v: &Value, k: &str| {
+        v["removed"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|i| i["kind"] == k)
+            .map(|i| i["name"].as_str().unwrap().to_string())
+            .collect::<Vec<_>>()
+    };
+    assert!(kinds(&v, "candidate").is_empty(), "{v}");
+    assert_eq!(kinds(&v, "version"), [old.display().to_string()], "{v}");
+    assert!(old.exists(), "--dry-run removed something");
+    assert!(run(store.path(), &["runs", "rm", "last"]).status.success());
+    let v = gc(&["--dry-run"]);
+    let orphans = kinds(&v, "candidate");
+    assert!(orphans.len() >= 2, "the seed and its variant: {v}");
+    let v = gc(&[]);
+    assert_eq!(kinds(&v, "candidate"), orphans);
+    assert!(v["bytes"].as_u64().unwrap() >= 10, "{v}");
+    assert!(!old.exists() && young.exists() && other.exists());
+    let v = gc(&[]);
+    assert!(v["removed"].as_array().unwrap().is_empty(), "{v}");
+    // A threshold of 0 days takes young entries of other versions too.
+    let v = gc(&["--older-than", "0"]);
+    assert_eq!(kinds(&v, "version"), [young.display().to_string()], "{v}");
+}

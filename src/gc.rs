@@ -1,0 +1,201 @@
+//! `ksearch gc`: what neither the store nor this version of ksearch needs any more. In the store, candidates
+//! no run refers to (left by `ksearch runs rm`); in the cache folder (`builtin::cache_root`), the unpacked
+//! worker and task folders and the Python environments of other versions, and reference outputs not used
+//! for a while. Everything removed here is made again on demand (a resumed run recomputes a reference it
+//! needs), so collecting loses no result, only time; folders in use now are never touched.
+
+use crate::store::Store;
+use anyhow::Result;
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+/// One thing `gc` removes (or, with `--dry-run`, would remove).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Item {
+    /// `candidate` (in the store), `version` (an unpacked folder or environment of another version),
+    /// `reference` (cached reference outputs).
+    pub kind: &'static str,
+    /// The candidate's hash, or the path.
+    pub name: String,
+    pub bytes: u64,
+}
+
+/// The cache entries this binary uses (kept whatever their age): its unpacked folders and environment.
+pub fn current_cache_entries() -> Vec<String> {
+    [
+        crate::builtin::worker_dir_name(),
+        crate::builtin::tasks_dir_name(),
+        crate::pyenv::venv_dir_name(),
+    ]
+    .into_iter()
+    .collect()
+}
+
+/// Cache entries under `root` that can go: folders of other versions (`python-*`, `tasks-*`, `venv-*` not
+/// in `keep`, and leftovers of interrupted unpacks, `.python-tmp-…`) and cached references, each last
+/// modified more than `older_than` ago. Other entries (the llama server build, measured peaks) are
+/// not ksearch's to collect.
+pub fn stale_cache(root: &Path, keep: &[String], older_than: Duration) -> Vec<(Item, PathBuf)> {
+    let now = SystemTime::now();
+    let old = |p: &Path| {
+        std::fs::symlink_metadata(p)
+            .and_then(|m| m.modified())
+            .is_ok_and(|t| now.duration_since(t).unwrap_or_default() >= older_than)
+    };
+    let mut out = Vec::new();
+    for entry in read_dir_sorted(root) {
+        let name = entry.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        // `.python-tmp-…`: an unpack that was interrupted before its rename.
+        let versioned = ["python-", "tasks-", "venv-"]
+            .iter()
+            .any(|p| name.trim_start_matches('.').starts_with(p));
+        if versioned && !keep.iter().any(|k| k == name) && old(&entry) {
+            out.push((item("version", &entry), entry));
+        }
+    }
+    for entry in read_dir_sorted(&root.join("references")) {
+        if old(&entry) {
+            out.push((item("reference", &entry), entry));
+        }
+    }
+    out
+}
+
+fn read_dir_sorted(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    v.sort();
+    v
+}
+
+fn item(kind: &'static str, path: &Path) -> Item {
+    Item {
+        kind,
+        name: path.display().to_string(),
+        bytes: size_of(path),
+    }
+}
+
+/// Bytes a file or folder holds (symbolic links counted as themselves, never followed).
+fn size_of(path: &Path) -> u64 {
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return 0;
+    };
+    if !meta.is_dir() {
+        return meta.len();
+    }
+    read_dir_sorted(path).iter().map(|p| size_of(p)).sum()
+}
+
+/// What `gc` found and removed.
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub removed: Vec<Item>,
+    pub bytes: u64,
+    pub dry_run: bool,
+}
+
+/// Collects the store in `store_dir` (if there is one) and the cache under `cache_root`.
+pub fn collect(
+    store_dir: &Path,
+    cache_root: &Path,
+    older_than: Duration,
+    dry_run: bool,
+) -> Result<Report> {
+    let mut removed = Vec::new();
+    if store_dir.join("ksearch.db").is_file() {
+        let store = Store::open(store_dir)?;
+        let orphans = store.orphaned_candidates()?;
+        if !dry_run {
+            let hashes: Vec<String> = orphans.iter().map(|(h, _)| h.clone()).collect();
+            store.remove_orphaned_candidates(&hashes)?;
+        }
+        removed.extend(orphans.into_iter().map(|(name, bytes)| Item {
+            kind: "candidate",
+            name,
+            bytes,
+        }));
+    }
+    for (it, path) in stale_cache(cache_root, &current_cache_entries(), older_than) {
+        if !dry_run {
+            let gone = if path.is_dir() {
+                std::fs::remove_dir_all(&path)
+            } else {
+                std::fs::remove_file(&path)
+            };
+            if let Err(e) = gone {
+                tracing::warn!("gc: cannot remove {}: {e}", path.display());
+                continue;
+            }
+        }
+        removed.push(it);
+    }
+    let bytes = removed.iter().map(|i| i.bytes).sum();
+    Ok(Report {
+        removed,
+        bytes,
+        dry_run,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn age(path: &Path, days: u64) {
+        let t = SystemTime::now() - Duration::from_secs(days * 86_400);
+        std::fs::File::open(path).unwrap().set_modified(t).unwrap();
+    }
+
+    #[test]
+    fn only_old_entries_of_other_versions_and_old_references_are_stale() {
+        let root = tempfile::tempdir().unwrap();
+        let r = root.path();
+        for d in [
+            "python-aaaaaaaaaaaa",
+            "python-bbbbbbbbbbbb",
+            "venv-cccccccccccc",
+            "llama",
+            "references",
+        ] {
+            std::fs::create_dir_all(r.join(d)).unwrap();
+        }
+        std::fs::write(r.join("python-aaaaaaaaaaaa/x.py"), b"12345").unwrap();
+        std::fs::write(r.join("references/old.npz"), b"1234567").unwrap();
+        std::fs::write(r.join("references/new.npz"), b"1").unwrap();
+        std::fs::write(r.join("peaks.json"), b"{}").unwrap();
+        for p in [
+            "python-aaaaaaaaaaaa",
+            "python-bbbbbbbbbbbb",
+            "venv-cccccccccccc",
+            "llama",
+            "peaks.json",
+            "references/old.npz",
+        ] {
+            age(&r.join(p), 30);
+        }
+        let keep = vec!["python-bbbbbbbbbbbb".to_string()];
+        let stale = stale_cache(r, &keep, Duration::from_secs(7 * 86_400));
+        let names: Vec<String> = stale
+            .iter()
+            .map(|(_, p)| p.strip_prefix(r).unwrap().display().to_string())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "python-aaaaaaaaaaaa",
+                "venv-cccccccccccc",
+                "references/old.npz"
+            ]
+        );
+        assert_eq!(stale[0].0.bytes, 5);
+        assert_eq!(stale[2].0.bytes, 7);
+        // Nothing is old enough under a longer threshold.
+        assert!(stale_cache(r, &keep, Duration::from_secs(60 * 86_400)).is_empty());
+    }
+}
