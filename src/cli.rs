@@ -38,6 +38,9 @@ pub struct Cli {
     /// No progress bar and no notices on stderr (errors and warnings still print).
     #[arg(short, long, global = true)]
     quiet: bool,
+    /// Colour in what people read: `auto` (on a terminal, unless NO_COLOR is set), `always`, `never`.
+    #[arg(long, global = true, value_enum, default_value = "auto")]
+    color: report::ColorChoice,
     #[command(subcommand)]
     command: Command,
 }
@@ -488,6 +491,7 @@ fn quiet() -> bool {
 
 fn dispatch(cli: Cli) -> Result<u8> {
     QUIET.store(cli.quiet, std::sync::atomic::Ordering::Relaxed);
+    report::set_color(cli.color);
     let store_dir = store::default_dir(cli.store.as_deref());
     let python = cli.python.clone();
     match cli.command {
@@ -1626,6 +1630,7 @@ fn cmd_doctor(store_dir: &Path, python: Option<&Path>, json: bool) -> Result<u8>
                 (Some(false), _) | (None, Some(false)) => "✗",
                 _ => "·",
             };
+            let mark = report::paint(mark, report::Tone::of(mark));
             println!(
                 "{mark} {}: {}",
                 c["check"].as_str().unwrap_or("?"),

@@ -3,8 +3,87 @@
 
 use crate::eval::WorkloadResult;
 use crate::store::RunRow;
-use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
+use comfy_table::{Cell, Color, Table, presets::UTF8_FULL_CONDENSED};
 use serde_json::Value;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Whether what people read is coloured (`--color`; see `set_color`).
+static COLOR: AtomicBool = AtomicBool::new(false);
+
+/// `--color auto|always|never`. `auto`: colour when stdout is a terminal and `NO_COLOR` is unset or
+/// empty (no-color.org); an explicit `always` or `never` wins over `NO_COLOR`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ColorChoice {
+    Auto,
+    Always,
+    Never,
+}
+
+pub fn set_color(choice: ColorChoice) {
+    use std::io::IsTerminal;
+    let on = match choice {
+        ColorChoice::Always => true,
+        ColorChoice::Never => false,
+        ColorChoice::Auto => {
+            std::io::stdout().is_terminal()
+                && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+        }
+    };
+    COLOR.store(on, Ordering::Relaxed);
+}
+
+fn color_on() -> bool {
+    COLOR.load(Ordering::Relaxed)
+}
+
+/// How a word reads at a glance: good (passed, completed, ✓), bad (wrong, crash, stopped, ✗) or
+/// pending (running, interrupted, within noise).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tone {
+    Good,
+    Bad,
+    Pending,
+    Plain,
+}
+
+impl Tone {
+    /// The tone of a status or verdict word as ksearch prints them.
+    pub fn of(word: &str) -> Tone {
+        match word {
+            "passed" | "completed" | "faster" | "✓" => Tone::Good,
+            "wrong" | "crash" | "error" | "compile_error" | "timeout" | "invalid" | "stopped"
+            | "failed" | "slower" | "✗" => Tone::Bad,
+            "running" | "interrupted" | "within noise" | "unavailable" | "noisy" => Tone::Pending,
+            _ => Tone::Plain,
+        }
+    }
+
+    fn ansi(self) -> Option<(&'static str, Color)> {
+        match self {
+            Tone::Good => Some(("32", Color::Green)),
+            Tone::Bad => Some(("31", Color::Red)),
+            Tone::Pending => Some(("33", Color::Yellow)),
+            Tone::Plain => None,
+        }
+    }
+}
+
+/// `text` coloured by `tone` when colour is on.
+pub fn paint(text: &str, tone: Tone) -> String {
+    match tone.ansi() {
+        Some((code, _)) if color_on() => format!("\x1b[{code}m{text}\x1b[0m"),
+        _ => text.to_string(),
+    }
+}
+
+/// A table cell holding a status word, coloured by its tone when colour is on.
+fn status_cell(word: &str) -> Cell {
+    let cell = Cell::new(word);
+    match Tone::of(word).ansi() {
+        Some((_, c)) if color_on() => cell.fg(c),
+        _ => cell,
+    }
+}
 
 pub fn fmt_time(s: Option<f64>) -> String {
     match s {
@@ -48,6 +127,10 @@ fn table(header: &[&str]) -> Table {
     t.load_preset(UTF8_FULL_CONDENSED)
         .set_content_arrangement(comfy_table::ContentArrangement::Dynamic)
         .set_header(header.to_vec());
+    if color_on() {
+        // `--color always` colours piped output too.
+        t.enforce_styling();
+    }
     t
 }
 
@@ -103,7 +186,9 @@ pub fn workloads_table(results: &[WorkloadResult]) -> String {
                     .and_then(|bt| Some(bt.median_s / r.median_s()?)),
             ));
         }
-        t.add_row(row);
+        let mut cells: Vec<Cell> = row.into_iter().map(Cell::new).collect();
+        cells[1] = status_cell(r.status.name());
+        t.add_row(cells);
     }
     let mut out = t.to_string();
     let compared: Vec<String> = results
@@ -183,12 +268,16 @@ pub fn run_summary(result: &Value) -> String {
         result["task"].as_str().unwrap_or("?"),
         result["target"].as_str().unwrap_or("?"),
         result["strategy"].as_str().unwrap_or("?"),
-        result["status"].as_str().unwrap_or("?"),
+        {
+            let status = result["status"].as_str().unwrap_or("?");
+            paint(status, Tone::of(status))
+        },
     ));
     if result["status"] == "stopped" {
         // Said first: a best candidate below does not mean the search did its job.
         out.push_str(&format!(
-            "STOPPED before its budget: {} (the best below is what the run had by then; `ksearch resume {}` continues it)\n",
+            "{} before its budget: {} (the best below is what the run had by then; `ksearch resume {}` continues it)\n",
+            paint("STOPPED", Tone::Bad),
             result["stopped"].as_str().unwrap_or("?"),
             result["run_id"].as_str().unwrap_or("RUN")
         ));
@@ -283,16 +372,16 @@ pub fn runs_table(runs: &[RunRow]) -> String {
     ]);
     for r in runs {
         t.add_row(vec![
-            r.run_id.clone(),
-            r.task.clone(),
-            r.target.clone(),
-            r.strategy.clone(),
-            r.status.clone(),
-            match r.result["rounds"].as_u64() {
+            Cell::new(&r.run_id),
+            Cell::new(&r.task),
+            Cell::new(&r.target),
+            Cell::new(&r.strategy),
+            status_cell(&r.status),
+            Cell::new(match r.result["rounds"].as_u64() {
                 Some(n) => format!("{n}/{} rounds", r.budget),
                 None => format!("{}/{}", r.evaluations, r.budget),
-            },
-            fmt_x(r.result["best"]["speedup_vs_seed"].as_f64()),
+            }),
+            Cell::new(fmt_x(r.result["best"]["speedup_vs_seed"].as_f64())),
         ]);
     }
     t.to_string()
@@ -347,6 +436,7 @@ pub fn tree_text(tree: &Value) -> String {
                 _ if n["frontier"] == true => "→",
                 _ => "·",
             };
+            let mark = paint(mark, Tone::of(mark));
             out.push_str(&format!(
                 "{}{mark} {} {title}{sol} (rating {:.0}, priority {})\n",
                 "  ".repeat(depth),

@@ -743,3 +743,43 @@ fn gc_collects_orphaned_candidates_and_old_cache_entries_only() {
     let v = gc(&["--older-than", "0"]);
     assert_eq!(kinds(&v, "version"), [young.display().to_string()], "{v}");
 }
+
+/// `--color`: status words are coloured on a terminal (`auto`), never when piped or with NO_COLOR set,
+/// and always with `--color always`, even piped; `--color never` wins on a terminal.
+#[test]
+fn color_follows_the_flag_the_terminal_and_no_color() {
+    let store = tempfile::tempdir().unwrap();
+    let mut args = vec!["run", "softmax", "--budget", "2", "--json"];
+    args.extend_from_slice(QUICK);
+    assert!(run(store.path(), &args).status.success());
+    let escapes = |o: &[u8]| String::from_utf8_lossy(o).matches("\u{1b}[").count();
+    let piped = run(store.path(), &["runs"]);
+    assert_eq!(escapes(&piped.stdout), 0);
+    let forced = run(store.path(), &["runs", "--color", "always"]);
+    assert!(escapes(&forced.stdout) > 0);
+    assert!(String::from_utf8_lossy(&forced.stdout).contains("completed"));
+    // On a terminal (util-linux's `script` gives the command a pseudo-terminal).
+    let on_tty = |extra: &str, no_color: bool| {
+        let cmd = format!(
+            "{} --store {} runs {extra}",
+            env!("CARGO_BIN_EXE_ksearch"),
+            store.path().display()
+        );
+        let mut c = std::process::Command::new("script");
+        c.args(["-qec", &cmd, "/dev/null"])
+            .env_remove("KSEARCH_STORE")
+            .env("COLUMNS", "200");
+        if no_color {
+            c.env("NO_COLOR", "1");
+        } else {
+            c.env_remove("NO_COLOR");
+        }
+        let out = c.output().expect("util-linux `script` runs");
+        assert!(out.status.success(), "{}", stderr(&out));
+        escapes(&out.stdout)
+    };
+    assert!(on_tty("", false) > 0);
+    assert_eq!(on_tty("", true), 0);
+    assert_eq!(on_tty("--color never", false), 0);
+    assert!(on_tty("--color always", true) > 0);
+}

@@ -10,7 +10,7 @@
 # --seed expert` with KSEARCH_WORKER_PROFILE (cProfile of each prepare and run), stopped as soon as the
 # search phase is over (the final phase's held-out workloads and the confirm pass are not wanted here).
 set -u
-W=/root/h200cost
+W=${H200COST_DIR:-/root/h200cost}
 mode=${1:-collect}
 
 shim_source() {
@@ -116,7 +116,7 @@ run_one() {
       local kp wp
       kp=$(ps -o pid= --ppid $tpid | tr -d ' ')
       wp=$(for p in $kp; do ps -o pid= --ppid $p; done | tr -d ' ')
-      sleep 0.5
+      sleep 1.5
       kill -TERM $tpid 2>/dev/null
       sleep 3
       for p in $kp $wp; do kill -KILL $p 2>/dev/null; done
