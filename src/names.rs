@@ -78,8 +78,8 @@ fn shown(name: &str) -> String {
 /// any file the worker can read into a compiler message, the store and a prompt. `#embed` (which reads a
 /// file as data) is refused outright, `__has_include` (which tests for a file) follows the same rule.
 pub fn check_includes(text: &str) -> Result<(), String> {
-    let compact = crate::cpplex::compact(text);
-    let joined = compact.replace("\\\n", "");
+    // Read as the compilers read: line ends first, then spliced lines, then comments.
+    let joined = crate::cpplex::compact(&splice_lines(text));
     for (n, line) in joined.lines().enumerate() {
         let t = line.trim_start();
         let rest = if let Some(r) = t.strip_prefix('#') {
@@ -122,6 +122,33 @@ pub fn check_includes(text: &str) -> Result<(), String> {
         at = start + "__has_include".len();
     }
     Ok(())
+}
+
+/// `text` with its physical lines spliced as a C preprocessor would: CRLF and a lone CR end a line (gcc,
+/// clang and NVRTC all take a lone CR as a line end, and LLM replies keep CRLF), the trigraph `??/` is a
+/// backslash (C++14 and strict modes still read trigraphs), and a backslash followed by blanks before the
+/// line end still splices (gcc and clang accept it with a warning). Otherwise `#inc\` CR LF `lude "/x"` is
+/// one directive to the compiler and two harmless lines to a check that splits on LF alone.
+fn splice_lines(text: &str) -> String {
+    let lf = text
+        .replace("\r\n", "\n")
+        .replace('\r', "\n")
+        .replace("??/", "\\");
+    let mut out = String::with_capacity(lf.len());
+    let mut rest = lf.as_str();
+    while let Some(p) = rest.find('\\') {
+        out.push_str(&rest[..p]);
+        let after = &rest[p + 1..];
+        let blanks = after.len() - after.trim_start_matches([' ', '\t', '\x0b', '\x0c']).len();
+        if after[blanks..].starts_with('\n') {
+            rest = &after[blanks + 1..];
+        } else {
+            out.push('\\');
+            rest = after;
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 fn include_operand(operand: &str) -> Result<(), String> {
@@ -220,6 +247,7 @@ mod tests {
             "#if __has_include(<mma.h>)\n#include <mma.h>\n#endif\n",
             "// #include \"/etc/passwd\" in a comment is nothing\n",
             "const char* s = \"#include </etc/passwd>\";\n",
+            "#include <cuda_fp16.h>\r\n#define X(a) \\\r\n  (a)\r\n",
         ] {
             assert!(check_includes(ok).is_ok(), "{ok}: {:?}", check_includes(ok));
         }
@@ -234,6 +262,13 @@ mod tests {
             "#embed \"data.bin\"\n",
             "#if __has_include(\"/root/.ssh/id_rsa\")\n#endif\n",
             "#inc\\\nlude \"/etc/passwd\"\n",
+            // Line ends a compiler reads and a split on LF alone would not.
+            "#inc\\\r\nlude \"/etc/passwd\"\r\n",
+            "#define A 1\r#include \"/etc/passwd\"\n",
+            "#inc\\\rlude \"/etc/passwd\"\n",
+            "#inc\\  \t\nlude \"/etc/passwd\"\n",
+            "#inc??/\nlude \"/etc/passwd\"\n",
+            "/\\\n* a comment that is one to the compiler *\\\n/ #include \"/etc/passwd\"\n",
         ] {
             assert!(check_includes(bad).is_err(), "{bad} was accepted");
         }
