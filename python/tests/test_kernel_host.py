@@ -79,21 +79,50 @@ def test_nothing_a_candidate_starts_outlives_its_evaluation(worker: Worker, add_
     the evaluation, and the next evaluation is unaffected."""
     worker.load(add_dir, add_task())
     marker = f"ksearch-escapee-{os.getpid()}"
+    # The escape proves itself: unless both processes run `sleep` under the marker's name and the thread
+    # started, C is wrong, so an escape that silently failed to start cannot pass the survivors check.
     key = worker.compiled(rf"""
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <math.h>
 #include <pthread.h>
-#include <stdlib.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 static void* spin(void* arg) {{ (void)arg; for (;;) sleep(1); return 0; }}
-void add(const float* A, const float* B, float* C, int64_t M, int64_t N) {{
-    static int started = 0;
-    if (!started++) {{
-        /* a daemon in a session of its own */
-        system("setsid sh -c 'exec -a {marker} sleep 60' >/dev/null 2>&1 &");
-        /* a double fork: the grandchild is orphaned at once */
-        if (fork() == 0) {{ if (fork() == 0) {{ execlp("sh", "sh", "-c", "exec -a {marker} sleep 60", (char*)0); _exit(0); }} _exit(0); }}
-        pthread_t t; pthread_create(&t, 0, spin, 0);
+static int report[2];  /* close-on-exec: EOF once every process started has exec'd */
+static void sleeper(void) {{
+    execl("/bin/sleep", "{marker}", "60", (char*)0);
+    (void)!write(report[1], "x", 1);
+    _exit(127);
+}}
+static int escape(void) {{
+    if (pipe2(report, O_CLOEXEC) != 0) return 0;
+    /* a daemon in a session of its own */
+    pid_t daemon = fork();
+    if (daemon == 0) {{ setsid(); sleeper(); }}
+    /* a double fork: the grandchild is orphaned at once; its pid comes back through a pipe */
+    int pids[2]; pid_t orphan = -1;
+    if (pipe(pids) == 0) {{
+        pid_t middle = fork();
+        if (middle == 0) {{ pid_t g = fork(); if (g == 0) sleeper(); (void)!write(pids[1], &g, sizeof g); _exit(0); }}
+        close(pids[1]);
+        if (read(pids[0], &orphan, sizeof orphan) != sizeof orphan) orphan = -1;
+        close(pids[0]);
+        if (middle > 0) waitpid(middle, 0, 0);
     }}
+    close(report[1]);
+    char c;
+    int failed = read(report[0], &c, 1) != 0;
+    pthread_t t;
+    int thread = pthread_create(&t, 0, spin, 0) == 0;
+    return daemon > 0 && orphan > 0 && !failed && kill(daemon, 0) == 0 && kill(orphan, 0) == 0 && thread;
+}}
+void add(const float* A, const float* B, float* C, int64_t M, int64_t N) {{
+    static int started = 0, escaped = 0;
+    if (!started++) escaped = escape();
     for (int64_t i = 0; i < M * N; i++) C[i] = 2 * A[i] + B[i];
+    if (!escaped) C[0] = NAN;
 }}
 """)
     r = worker.run(add_run(key, seeds=[1], timing=TIMING))
