@@ -4,8 +4,9 @@
     python -m ksearch_worker.jail CONFIG --host FD                  serve as the kernel host on socket FD
 
 CONFIG is a JSON object: `dir` (the candidate's folder: the working directory, the only place it may write),
-`read` (further paths it may read, e.g. where the compiler lives), `limits` (`nofile`, `nproc`, `fsize`,
-`as`, in the units of setrlimit).
+`writable` (false: not even `dir`, which is then only read; the kernel host, whose kernels have no file to
+write), `read` (further paths it may read, e.g. where the compiler lives), `limits` (`nofile`, `nproc`,
+`fsize`, `as`, in the units of setrlimit).
 
 This launcher, started by the worker in the worker's process group, first makes a PID namespace (as root,
 or inside a user namespace where the kernel allows one) and forks. Its child is the namespace's init (PID 1):
@@ -15,8 +16,8 @@ the kernel kills every process left in the namespace (setsid daemons, double for
 launcher ends all of it. The program's process, before any candidate code runs: sets the resource limits,
 becomes an unprivileged user of its own when root (one per candidate folder: see `uid_for`;
 else it gives up every capability), arranges to die with init, and applies
-Landlock (read only the system's libraries, headers and tools plus `read`, write only `dir`, no signals out
-of its domain). The launcher waits and exits with the program's status (a signal passed on as the same).
+Landlock (read only the system's libraries, headers and tools plus `read`, write only `dir`, no TCP
+connections or ports, no signals out of its domain). The launcher waits and exits with the program's status (a signal passed on as the same).
 """
 
 from __future__ import annotations
@@ -157,7 +158,9 @@ def confine(config: dict[str, Any], watch_fd: int | None) -> dict[str, Any]:
     from .landlock import Ruleset
 
     folder = os.path.abspath(config["dir"])
-    ruleset = Ruleset([*SYSTEM_READ, *config.get("read", [])], [folder, *SYSTEM_WRITE])
+    writable = config.get("writable", True) is not False
+    ruleset = Ruleset([*SYSTEM_READ, *config.get("read", []), *([] if writable else [folder])],
+                      [*([folder] if writable else []), *SYSTEM_WRITE], network=False)
     _limits({**DEFAULT_LIMITS, **(config.get("limits") or {})})
     os.chdir(folder)
     os.environ.update(TMPDIR=".", TMP=".", TEMP=".", HOME=".")

@@ -3,8 +3,9 @@
 Two uses. The worker restricts its writes (`restrict_writes`): it, and everything it starts, may create,
 change or delete files only beneath its private directory, the build directory, the reference cache and
 /dev. Candidate code (the compiler and the kernel host, `jail.py`) is restricted further (`restrict`):
-reads only of the system's libraries, headers and tools, reads and writes only in its own folder, and
-(ABI 6) no signals to, and no abstract sockets of, processes outside its domain. Rule sets stack: a
+reads only of the system's libraries, headers and tools, reads and writes only in its own folder, (ABI 4)
+no TCP connection or listening port, and (ABI 6) no signals to, and no abstract sockets of, processes
+outside its domain. Rule sets stack: a
 restriction can only narrow. Best effort: a kernel without Landlock leaves the process as it was, and the
 caller reports which ABI, if any, is in force.
 """
@@ -32,6 +33,7 @@ _READ = EXECUTE | READ_FILE | READ_DIR
 # Rights that apply to a regular file (a rule on a file may grant only these).
 _FILE_RIGHTS = EXECUTE | WRITE_FILE | READ_FILE | TRUNCATE | IOCTL_DEV
 _SCOPE_ABSTRACT_UNIX_SOCKET, _SCOPE_SIGNAL = 1 << 0, 1 << 1  # ABI 6
+_NET_BIND_TCP, _NET_CONNECT_TCP = 1 << 0, 1 << 1  # ABI 4
 
 
 class _RulesetAttr(ctypes.Structure):
@@ -62,7 +64,7 @@ class Ruleset:
     its privileges can name paths only it may reach), and `enforce` applies it to the calling process."""
 
     def __init__(self, read: Sequence[str], write: Sequence[str], *, handle_reads: bool = True,
-                 scope: bool = True) -> None:
+                 scope: bool = True, network: bool = True) -> None:
         self.version = abi()
         self.fd = -1
         if self.version < 1:
@@ -70,7 +72,9 @@ class Ruleset:
         syscall = _syscall()
         every = _all_rights(self.version)
         handled = every if handle_reads else every & ~_READ
-        attr = _RulesetAttr(handled, 0,
+        # With `network` false (ABI 4), no TCP port may be bound or connected to (no rule grants one): the
+        # jail holds where the worker's network namespace could not be made.
+        attr = _RulesetAttr(handled, (_NET_BIND_TCP | _NET_CONNECT_TCP) if not network and self.version >= 4 else 0,
                             (_SCOPE_ABSTRACT_UNIX_SOCKET | _SCOPE_SIGNAL) if scope and self.version >= 6 else 0)
         size = 24 if self.version >= 6 else 16 if self.version >= 4 else 8
         fd = syscall(_SYS_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))

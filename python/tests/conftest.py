@@ -8,6 +8,8 @@ import os
 import select
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -79,15 +81,18 @@ def prepare_request(run: dict[str, Any], retime: bool = False) -> dict[str, Any]
 
 
 class Worker:
-    """`python -m ksearch_worker --target cpu` with stderr captured to a file."""
+    """`python -m ksearch_worker --target cpu`, its stderr a pipe as the Rust side gives it (a kernel host may
+    write no file, so its output could not reach a file), drained into memory."""
 
     def __init__(self, tmp: Path) -> None:
-        self.stderr_path = tmp / "worker.stderr"
-        self._stderr = open(self.stderr_path, "wb")
         env = {**os.environ, "PYTHONPATH": str(PYTHON_DIR)}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "ksearch_worker", "--target", "cpu"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, env=env)
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        self._err = bytearray()
+        self._err_lock = threading.Lock()
+        self._drain = threading.Thread(target=self._read_stderr, daemon=True)
+        self._drain.start()
         self._ids = itertools.count(1)
         self._keys = itertools.count(1)
         self.tmp = tmp
@@ -136,15 +141,23 @@ class Worker:
         self.last_prepare = self.ok("prepare", **prepare_request(req))
         return self.ok(req.pop("op"), **req)
 
-    def stderr(self) -> str:
-        self._stderr.flush()
-        return self.stderr_path.read_text(errors="replace")
+    def _read_stderr(self) -> None:
+        assert self.proc.stderr is not None
+        while chunk := self.proc.stderr.read1(65536):
+            with self._err_lock:
+                self._err += chunk
+
+    def stderr(self, settle_s: float = 0.2) -> str:
+        """What the worker wrote to stderr so far (after a moment for the pipe to drain)."""
+        time.sleep(settle_s)
+        with self._err_lock:
+            return self._err.decode(errors="replace")
 
     def close(self) -> int:
         assert self.proc.stdin is not None
         self.proc.stdin.close()
         rc = self.proc.wait(timeout=30)
-        self._stderr.close()
+        self._drain.join(timeout=5)
         return rc
 
 

@@ -5,6 +5,7 @@ or to itself fails only the evaluation in flight, and nothing it starts outlives
 from __future__ import annotations
 
 import os
+import socket
 import sys
 import time
 from pathlib import Path
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import Worker, add_run, add_task
 
+from ksearch_worker import landlock
 from ksearch_worker.jail import UID_BASE, probe
 
 CORRECT = """
@@ -144,6 +146,38 @@ void add(const float* A, const float* B, float* C, int64_t M, int64_t N) {{
         time.sleep(0.05)
     assert not survivors, survivors
     assert worker.run(add_run(worker.compiled(CORRECT), timing=TIMING))["status"] == "passed"
+
+
+@pytest.mark.skipif(not LINUX or landlock.abi() < 4, reason="Landlock's network rules need Linux ABI 4")
+def test_the_kernel_can_neither_connect_nor_listen_on_tcp(worker: Worker, add_dir: Path) -> None:
+    """A TCP listener of this test's, reachable from here: the kernel's connect to it and its own bind must
+    both fail (Landlock), whatever network the worker has."""
+    worker.load(add_dir, add_task())
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        port = listener.getsockname()[1]
+        key = worker.compiled(rf"""
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+static int reaches(int port, int bind_it) {{
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    if (s < 0) return 0;
+    struct sockaddr_in a = {{0}};
+    a.sin_family = AF_INET; a.sin_port = htons(port); a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int ok = (bind_it ? bind(s, (struct sockaddr*)&a, sizeof a) : connect(s, (struct sockaddr*)&a, sizeof a)) == 0;
+    close(s);
+    return ok;
+}}
+void add(const float* A, const float* B, float* C, int64_t M, int64_t N) {{
+    int cut_off = !reaches({port}, 0) && !reaches(0, 1);
+    for (int64_t i = 0; i < M * N; i++) C[i] = cut_off ? 2 * A[i] + B[i] : 0.0f;
+}}
+""")
+        r = worker.run(add_run(key, seeds=[1]))
+    assert r["status"] == "passed", r["message"]
 
 
 CANARY_READERS = {

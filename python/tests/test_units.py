@@ -327,3 +327,21 @@ def test_sets_drawn_on_threads_are_the_sets_drawn_one_by_one(tmp_path, monkeypat
         assert np.array_equal(a.inputs["A"], b.inputs["A"]) and np.array_equal(a.expected["C"], b.expected["C"])
     times = threaded.take_times()
     assert times["draw_s"] > 0 and times["reference_s"] > 0
+
+
+def test_what_a_candidate_wrote_is_counted_in_subfolders_and_by_growth(tmp_path: Path) -> None:
+    from ksearch_worker.targets.cpu import _sizes, _written_since
+
+    (tmp_path / "k.so").write_bytes(b"x" * 10)
+    (tmp_path / "built").mkdir()
+    (tmp_path / "built" / "a.o").write_bytes(b"x" * 5)
+    known = _sizes(tmp_path)
+    assert known == {"k.so": 10, "built/a.o": 5}
+    (tmp_path / "k.so").write_bytes(b"x" * 25)  # grew by 15
+    (tmp_path / "built" / "new.bin").write_bytes(b"x" * 7)
+    (tmp_path / "deep" / "er").mkdir(parents=True)
+    (tmp_path / "deep" / "er" / "f.bin").write_bytes(b"x" * 100)
+    wrote, size = _written_since(tmp_path, known)
+    assert size == 15 + 7 + 100
+    # New files, and new top-level folders whole; a known folder is never among them.
+    assert set(wrote) == {tmp_path / "built" / "new.bin", tmp_path / "deep", tmp_path / "deep" / "er" / "f.bin"}

@@ -109,8 +109,43 @@ def _jail_env() -> dict[str, str]:
         [str(PACKAGE_ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])}
 
 
-def _jail_config(folder: str, read: Sequence[str] = ()) -> str:
-    return json.dumps({"dir": folder, "read": list(read)}, separators=(",", ":"))
+# The kernel host's limits beyond the jail's defaults. Its kernels have no file to write: the folder is read
+# only and no file may grow (Landlock where the kernel has it, the size limit everywhere), so no candidate can
+# fill a disk at run time. Its address space is bounded well below the machine's memory (an honest host
+# peaks at about 0.3 GiB plus its mapped inputs), so an allocation beyond it fails in the candidate.
+HOST_ADDRESS_SPACE = 4 << 30
+HOST_LIMITS = {"fsize": 0, "as": HOST_ADDRESS_SPACE}
+
+
+def _jail_config(folder: str, read: Sequence[str] = (), host: bool = False) -> str:
+    config: dict[str, Any] = {"dir": folder, "read": list(read)}
+    if host:
+        config.update(writable=False, limits=HOST_LIMITS)
+    return json.dumps(config, separators=(",", ":"))
+
+
+def _sizes(folder: Path) -> dict[str, int]:
+    """Every file beneath `folder` (subfolders included, links not followed) by relative path, with its size."""
+    out: dict[str, int] = {}
+    for p in folder.rglob("*"):
+        try:
+            st = p.lstat()
+        except OSError:
+            continue
+        if not p.is_dir() or p.is_symlink():
+            out[str(p.relative_to(folder))] = st.st_size
+    return out
+
+
+def _written_since(folder: Path, known: Mapping[str, int]) -> tuple[list[Path], int]:
+    """What appeared beneath `folder` since `known` (new files and the new subfolders holding them) and the
+    bytes written: new files whole, known files by what they grew."""
+    now = _sizes(folder)
+    size = sum(n - known.get(rel, 0) for rel, n in now.items() if n > known.get(rel, 0))
+    new = [folder / rel for rel in now if rel not in known]
+    known_tops = {Path(rel).parts[0] for rel in known}
+    tops = {folder / Path(rel).parts[0] for rel in now if rel not in known and Path(rel).parts[0] not in known_tops}
+    return sorted(set(new) | tops), size
 
 
 class KernelHost:
@@ -121,7 +156,8 @@ class KernelHost:
         # Same process group as the worker, so the Rust side's kill on a timeout reaches it; stdout goes to
         # stderr like the worker's own, so a kernel's printf stays off every protocol.
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "ksearch_worker.jail", _jail_config(folder), "--host", str(theirs.fileno())],
+            [sys.executable, "-m", "ksearch_worker.jail", _jail_config(folder, host=True), "--host",
+             str(theirs.fileno())],
             stdin=subprocess.DEVNULL, stdout=2, close_fds=True, pass_fds=(theirs.fileno(),), env=_jail_env())
         theirs.close()
         self.sock = ours
@@ -194,7 +230,11 @@ class KernelHost:
         except subprocess.TimeoutExpired:
             status = "closed its socket"
         self.close()
-        return KernelHostDied(f"the kernel host running the candidate died ({status})")
+        hint = ""
+        if code is not None and -code in (signal.SIGSEGV, signal.SIGBUS, signal.SIGABRT):
+            hint = (f"; its address space is limited to {HOST_ADDRESS_SPACE >> 30} GiB, so an allocation beyond it "
+                    "fails (malloc returns NULL) and a write through the result ends here too")
+        return KernelHostDied(f"the kernel host running the candidate died ({status}){hint}")
 
     def _garbage(self, what: str) -> None:
         self.close()
@@ -449,7 +489,7 @@ class CpuTarget:
         # $CC may carry a wrapper and flags ("ccache gcc"); split it like a shell would.
         self.compiler = shlex.split(os.environ.get("CC") or "cc")
         self.folders: dict[str, Path] = {}  # key -> the candidate's folder, once its library loaded
-        self.built_files: dict[str, set[str]] = {}  # key -> what the folder held after compiling
+        self.built_files: dict[str, dict[str, int]] = {}  # key -> the folder's files and sizes after compiling
         # Banks of timed inputs kept between candidates, by layout, and which set each slot holds.
         self.banks: dict[str, Bank] = {}
         self.bank_ids: dict[int, list[tuple[str, int, int] | None]] = {}
@@ -505,12 +545,14 @@ class CpuTarget:
         folder = self.folders.get(r.build.key)
         if folder is None:
             return result
-        known = self.built_files.get(r.build.key, set())
-        wrote = [p for p in folder.iterdir() if p.name not in known and p.is_file()]
-        size = sum(p.stat().st_size for p in wrote)
+        known = self.built_files.get(r.build.key, {})
+        wrote, size = _written_since(folder, known)
         if size >= FOLDER_LIMIT:
-            for p in wrote:
-                p.unlink(missing_ok=True)
+            for p in sorted(wrote, key=lambda p: len(p.parts), reverse=True):
+                if p.is_dir() and not p.is_symlink():
+                    shutil.rmtree(p, ignore_errors=True)
+                else:
+                    p.unlink(missing_ok=True)
             return CandidateFailure("crash", f"the candidate exhausted its disk: it wrote {size / 2**20:.0f} MiB "
                                              f"into its folder (at most {FOLDER_LIMIT >> 20} MiB)").result(
                 result.get("checks") or [])
@@ -550,7 +592,7 @@ class CpuTarget:
             try:
                 host.request({"op": "load", "key": key, "path": f"./{key}.so"})
                 self.folders[key] = folder
-                self.built_files[key] = {p.name for p in folder.iterdir()}
+                self.built_files[key] = _sizes(folder)
             except (KernelHostRefused, CandidateFailure, OSError) as exc:
                 status, log = "compile_error", f"{log}loading {key}.so failed: {exc}\n"
             finally:

@@ -1,23 +1,38 @@
-/* ADVERSARIAL (resource exhaustion: disk). On its first call it writes 4 GiB of zeros into a file in its own
- * folder, the one place it may write. The jail's limit on a file's size stops the file at 64 MiB (the host
- * ignores SIGXFSZ, so the writes fail with EFBIG), and a folder that full is the candidate's failure,
- * with the machine's disk left alone. */
+/* ADVERSARIAL (resource exhaustion: disk). On its first call it tries to write 4 GiB of zeros into its own
+ * folder, as files of 40 MiB (each under the jail's 64 MiB limit on a file) at the top and in a subfolder, so
+ * that only a bound on what the kernel host may write at all stops it. The host's folder is read-only to it
+ * (Landlock) and no file of its may grow (a file-size limit of 0, everywhere): not one byte may land.
+ * The attempt proves itself: if any byte was written, C is wrong. */
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/stat.h>
 
 static int done = 0;
+static size_t written = 0;
+
+static void fill(const char* path) {
+    static char block[1 << 20];
+    FILE* f = fopen(path, "wb");
+    if (!f) return;
+    for (int i = 0; i < 40; ++i) written += fwrite(block, 1, sizeof block, f);
+    fclose(f);
+}
 
 void matmul(const float* A, const float* B, float* C, int64_t M, int64_t N, int64_t K) {
     if (!done) {
         done = 1;
-        static char block[1 << 20];
-        FILE* f = fopen("fill.bin", "wb");
-        for (int i = 0; f && i < 4096; ++i) fwrite(block, 1, sizeof block, f);
-        if (f) fclose(f);
+        char path[64];
+        mkdir("fill", 0700);
+        for (int i = 0; i < 50; ++i) {
+            snprintf(path, sizeof path, i % 2 ? "fill/%d.bin" : "fill%d.bin", i);
+            fill(path);
+        }
     }
     for (int64_t i = 0; i < M; ++i) {
         for (int64_t j = 0; j < N; ++j) C[i * N + j] = 0.0f;
         for (int64_t k = 0; k < K; ++k)
             for (int64_t j = 0; j < N; ++j) C[i * N + j] += A[i * K + k] * B[k * N + j];
     }
+    if (written > 0) C[0] = NAN;
 }
