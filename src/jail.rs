@@ -2,9 +2,10 @@
 //! kernel with the system's C++ compiler, so whatever the kernel `#include`s is read by that compiler.
 //! The policy is the worker's jail's (`python/ksearch_worker/jail.py`), whose list of readable system paths
 //! this shares: the compiler reads only the system's headers and tools and its own scratch folder (Landlock),
-//! writes only there, runs as a user of its own when ksearch is root (so no two confined commands share a
-//! user's process limit or files), under resource limits, and what it starts lives
-//! in a PID namespace of its own (emptied when the compiler's first child ends). Linux only; elsewhere the
+//! writes only there, opens no TCP connection or port and signals nothing outside (Landlock ABI 4 and 6), runs
+//! as a user of its own when ksearch is root (so no two confined commands share a user's process limit or
+//! files), under resource limits, and what it starts lives in PID and network namespaces of its own (as root;
+//! the PID namespace is emptied when the compiler's first child ends). Linux only; elsewhere the
 //! command runs as it is (`docs/sandbox.md`).
 
 use std::path::Path;
@@ -95,6 +96,19 @@ mod linux {
     #[repr(C)]
     struct RulesetAttr {
         handled_access_fs: u64,
+        /// ABI 4: TCP bind and connect; handled with no rule granting a port, so none is allowed.
+        handled_access_net: u64,
+        /// ABI 6: signals and abstract Unix sockets to processes outside the domain.
+        scoped: u64,
+    }
+
+    /// The size of `RulesetAttr` the kernel's ABI reads (older kernels refuse fields they do not know).
+    fn attr_size(abi: i64) -> usize {
+        match abi {
+            ..=3 => 8,
+            4 | 5 => 16,
+            _ => 24,
+        }
     }
 
     #[repr(C, packed)]
@@ -134,11 +148,13 @@ mod linux {
             let every = all_rights(abi);
             let attr = RulesetAttr {
                 handled_access_fs: every,
+                handled_access_net: if abi >= 4 { 0b11 } else { 0 },
+                scoped: if abi >= 6 { 0b11 } else { 0 },
             };
             let fd = libc::syscall(
                 CREATE_RULESET,
                 &attr as *const RulesetAttr,
-                std::mem::size_of::<RulesetAttr>(),
+                attr_size(abi),
                 0u32,
             ) as i32;
             if fd < 0 {
@@ -206,8 +222,10 @@ mod linux {
                 limit(libc::RLIMIT_NOFILE, 256);
                 limit(libc::RLIMIT_FSIZE, 64 << 20);
                 limit(libc::RLIMIT_NPROC, 256);
-                // What the compiler starts (its cc1plus, an assembler) lives in a namespace of its own.
+                // What the compiler starts (its cc1plus, an assembler) lives in a namespace of its own, with
+                // no network (as root; Landlock's TCP rules hold either way).
                 libc::unshare(libc::CLONE_NEWPID);
+                libc::unshare(libc::CLONE_NEWNET);
                 if root {
                     libc::setgroups(0, std::ptr::null());
                     if libc::setgid(uid) != 0 || libc::setuid(uid) != 0 {
@@ -265,6 +283,31 @@ mod tests {
         if unsafe { libc::geteuid() } == 0 {
             // As root the inner shell is the first process of a PID namespace of its own.
             assert!(text.trim_end().ends_with("\n1"), "{text}");
+        }
+    }
+
+    #[test]
+    fn a_confined_command_reaches_no_tcp_port() {
+        if !cfg!(target_os = "linux") {
+            return;
+        }
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let folder = tempfile::tempdir().unwrap();
+        let mut cmd = Command::new("python3");
+        cmd.arg("-c").arg(format!(
+            "import socket\ntry:\n socket.create_connection(('127.0.0.1', {port}), 2)\n print('reached')\n\
+             except OSError as e:\n print('cut off', e)"
+        ));
+        let jail = confine(&mut cmd, folder.path());
+        let out = cmd.output().unwrap();
+        let abi = jail.landlock_abi;
+        drop(jail);
+        let text = String::from_utf8_lossy(&out.stdout);
+        let err = String::from_utf8_lossy(&out.stderr);
+        // SAFETY: geteuid has no preconditions.
+        if abi >= 4 || unsafe { libc::geteuid() } == 0 {
+            assert!(text.starts_with("cut off"), "{text} {err}");
         }
     }
 }

@@ -183,6 +183,9 @@ void add(const float* A, const float* B, float* C, int64_t M, int64_t N) {{
 CANARY_READERS = {
     "include": ('#include "{canary}"\n', ""),
     "incbin": ('__asm__(".section .rodata\\n.incbin \\"{canary}\\"\\n.previous");\n', ""),
+    # The compiler's own process: its environment (a worker's secrets would be there) and its memory map.
+    "incbin /proc": ('__asm__(".section .rodata\\n.incbin \\"/proc/self/environ\\"\\n.previous");\n', ""),
+    "include /proc": ('#include "/proc/self/maps"\n', ""),
 }
 
 
@@ -202,7 +205,7 @@ def test_the_compiler_cannot_read_outside_the_candidates_folder(worker: Worker, 
     head, _ = CANARY_READERS[how]
     key, r = worker.compile(head.format(canary=canary) + CORRECT)
     assert r["status"] == "compile_error", r
-    assert "CANARY-7f3a9e" not in r["log"]
+    assert "CANARY-7f3a9e" not in r["log"] and "PATH=" not in r["log"] and "r-xp" not in r["log"]
 
 
 @pytest.mark.skipif(not LINUX, reason="Landlock is Linux only")
