@@ -846,12 +846,44 @@ fn execute(
     } else {
         ProgressBar::new(runner.config.budget as u64)
     };
+    // The bar: budget spent, an estimate of the time left (from the rate so far), the last and best
+    // results (prefix) and what the run is doing now (message: the phase of the evaluation or LLM call).
     bar.set_style(
-        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} {msg}")
-            .expect("template")
-            .progress_chars("=> "),
+        ProgressStyle::with_template(
+            "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} ({left}) {prefix} {wide_msg}",
+        )
+        .expect("template")
+        .with_key(
+            "left",
+            |s: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+                // An estimate needs one finished step to go on.
+                let _ = if s.pos() == 0 {
+                    write!(w, "estimating")
+                } else {
+                    write!(w, "~{} left", indicatif::HumanDuration(s.eta()))
+                };
+            },
+        )
+        .progress_chars("=> "),
     );
+    if !bar.is_hidden() {
+        bar.enable_steady_tick(std::time::Duration::from_millis(250));
+    }
     let run_id = runner.run_id.clone();
+    {
+        let bar = bar.clone();
+        let run_id = run_id.clone();
+        crate::progress::set_sink(Some(Box::new(move |p| {
+            if json {
+                let mut e = progress_json(&run_id, "phase");
+                if let (Some(e), Value::Object(fields)) = (e.as_object_mut(), p.to_json()) {
+                    e.extend(fields);
+                }
+                eprintln!("{e}");
+            }
+            bar.set_message(p.describe());
+        })));
+    }
     let result = runner.execute(|e| {
         if json {
             // Progress as JSON lines on stderr, for scripts (docs/formats.md §6); stdout keeps the result.
@@ -859,6 +891,7 @@ fn execute(
         }
         progress_bar(&bar, e)
     });
+    crate::progress::set_sink(None);
     bar.finish_and_clear();
     let result = result?;
     if json {
@@ -873,12 +906,14 @@ fn execute(
     })
 }
 
+/// The fields every progress event carries.
+fn progress_json(run_id: &str, event: &str) -> Value {
+    json!({"event": event, "run_id": run_id, "time": store::now()})
+}
+
 /// One progress event as a JSON line (`docs/formats.md` §6).
 fn progress_event(run_id: &str, e: &Event<'_>) -> Value {
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs_f64())
-        .unwrap_or(0.0);
+    let t = store::now();
     match e {
         Event::Started { budget, done } => {
             json!({"event": "started", "run_id": run_id, "time": t, "budget": budget, "done": done})
@@ -910,14 +945,14 @@ fn progress_bar(bar: &ProgressBar, e: Event<'_>) {
             } else {
                 report::head_line(obs.summary.first_failure.as_deref().unwrap_or(""), 60)
             };
-            bar.set_message(format!(
-                "last {status} | best {}",
+            bar.set_prefix(format!(
+                "last {status} | best {} |",
                 best.map(|b| report::fmt_time(b.summary.geomean_s))
                     .unwrap_or_else(|| "–".into())
             ));
         }
         Event::FinalPhase { candidate } => {
-            bar.set_message(format!("held-out workloads on {candidate}"))
+            bar.set_prefix(format!("held-out workloads on {candidate} |"))
         }
     }
 }

@@ -192,6 +192,8 @@ pub struct Evaluator {
     compiled: BTreeSet<String>,
     /// Kernel modules (build, kernel, template arguments, dtypes) MLX has compiled in this worker.
     modules: BTreeSet<String>,
+    /// Workloads this evaluator has prepared (the progress line says "preparing" only the first time).
+    prepared: BTreeSet<String>,
     /// Seconds the last `compile` took when it compiled (0 when the build was already there).
     last_compile_s: f64,
 }
@@ -253,6 +255,7 @@ impl Evaluator {
             fingerprint,
             compiled: BTreeSet::new(),
             modules: BTreeSet::new(),
+            prepared: BTreeSet::new(),
             last_compile_s: 0.0,
         })
     }
@@ -299,6 +302,11 @@ impl Evaluator {
             retime_baselines: retime,
         };
         let body = serde_json::to_value(&body).expect("a prepare request serialises");
+        if self.prepared.insert(rw.name.clone()) || retime {
+            crate::progress::report(crate::progress::Phase::Preparing {
+                workload: rw.name.clone(),
+            });
+        }
         // A device an earlier candidate left faulted is found here (`device_lost`: the worker is killed on
         // that reply); the fresh worker's prepare is the answer.
         for _ in 0..2 {
@@ -368,6 +376,9 @@ impl Evaluator {
         if self.compiled.contains(&key) {
             return Ok(key);
         }
+        crate::progress::report(crate::progress::Phase::Compiling {
+            candidate: cand.hash(),
+        });
         let started = std::time::Instant::now();
         let compiled = self.compile_new(cand, key, header);
         self.last_compile_s += started.elapsed().as_secs_f64();

@@ -17,6 +17,7 @@ pub mod jail;
 pub mod knowledge;
 pub mod llm;
 pub mod names;
+pub mod progress;
 pub mod prompts;
 pub mod protocol;
 pub mod pyenv;

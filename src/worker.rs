@@ -168,6 +168,9 @@ impl Worker {
                     .trim_end_matches(['\n', '\r'])
                     .to_string();
                 tracing::debug!(target: "worker", "{line}");
+                if let Some(p) = crate::progress::Phase::from_worker_line(&line) {
+                    crate::progress::report(p);
+                }
                 let mut t = tail2.lock().unwrap();
                 if t.len() == STDERR_TAIL_LINES {
                     t.pop_front();

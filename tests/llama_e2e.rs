@@ -122,3 +122,52 @@ fn a_search_with_a_real_small_model_records_its_unusable_replies_and_ends_cleanl
         assert!(why.contains("unusable") || why.contains("budget"), "{why}");
     }
 }
+
+/// `scripts/llama-server.sh` gives each start a server of its own: a second test run's server, started and
+/// stopped beside this run's, leaves this run's server serving.
+#[test]
+fn a_second_server_started_and_stopped_beside_this_one_leaves_it_serving() {
+    let Some(url) = server() else { return };
+    let health = |u: &str| {
+        let base = u.trim_end_matches('/').trim_end_matches("/v1");
+        let out = std::process::Command::new("curl")
+            .args(["-sf", "--max-time", "10", &format!("{base}/health")])
+            .output()
+            .unwrap();
+        out.status.success()
+    };
+    assert!(health(&url), "this run's server at {url} is not healthy");
+    let started = std::process::Command::new("bash")
+        .args([
+            repo().join("scripts/llama-server.sh").to_str().unwrap(),
+            "start",
+        ])
+        .output()
+        .unwrap();
+    assert!(started.status.success(), "{}", stderr(&started));
+    let other = String::from_utf8_lossy(&started.stdout).trim().to_string();
+    assert!(
+        other.starts_with("http://127.0.0.1:") && other != url,
+        "{other}"
+    );
+    assert!(health(&other));
+    let stopped = std::process::Command::new("bash")
+        .args([
+            repo().join("scripts/llama-server.sh").to_str().unwrap(),
+            "stop",
+            &other,
+        ])
+        .output()
+        .unwrap();
+    assert!(stopped.status.success(), "{}", stderr(&stopped));
+    // The signal is asynchronous: the stopped server stops answering within seconds.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while health(&other) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the stopped server still answers"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    assert!(health(&url), "stopping the other server stopped this run's");
+}

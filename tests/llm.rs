@@ -399,9 +399,34 @@ fn server_error_then_success() {
         Step::ok(&chat_reply("recovered", 1, 1)),
     ]);
     let mut llm = Llm::from_spec("llamacpp:m", &cfg(&server.url())).unwrap();
-    let r = llm.complete(ask("x")).unwrap();
+    // The progress line is told of each attempt and of the retry (this test's purpose only: other tests
+    // of this binary report to the same sink).
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let sink = seen.clone();
+    ksearch::progress::set_sink(Some(Box::new(move |p| {
+        if p.to_json()["purpose"] == "retried-call" {
+            sink.lock().unwrap().push(p.clone());
+        }
+    })));
+    let mut req = ask("x");
+    req.purpose = "retried-call".into();
+    let r = llm.complete(req).unwrap();
+    ksearch::progress::set_sink(None);
     assert_eq!((r.text.as_str(), r.attempts), ("recovered", 2));
     assert_eq!(llm.meter().requests, 2);
+    use ksearch::progress::Phase;
+    let seen = seen.lock().unwrap();
+    assert!(
+        matches!(
+            seen.as_slice(),
+            [
+                Phase::Llm { attempt: 1, .. },
+                Phase::LlmRetry { attempt: 2, .. },
+                Phase::Llm { attempt: 2, .. },
+            ]
+        ),
+        "{seen:?}"
+    );
 }
 
 #[test]

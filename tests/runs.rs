@@ -470,6 +470,27 @@ fn a_json_run_streams_progress_events_on_stderr() {
         events.iter().any(|e| e["event"] == "final_phase"),
         "{events:?}"
     );
+    // What the run was doing between those: each phase of an evaluation, in order for the seed.
+    let phases: Vec<&str> = events
+        .iter()
+        .filter(|e| e["event"] == "phase")
+        .map(|e| e["phase"].as_str().unwrap())
+        .collect();
+    let first = |p: &str| phases.iter().position(|q| *q == p);
+    let order = [
+        "evaluating",
+        "preparing",
+        "compiling",
+        "checking",
+        "timing",
+        "rechecking",
+    ];
+    let at: Vec<Option<usize>> = order.iter().map(|p| first(p)).collect();
+    assert!(at.iter().all(Option::is_some), "{phases:?}");
+    assert!(at.windows(2).all(|w| w[0] < w[1]), "{phases:?}");
+    let e = events.iter().find(|e| e["phase"] == "evaluating").unwrap();
+    assert_eq!(e["index"], 1, "{e}");
+    assert!(e["count"].as_u64().unwrap() >= 1, "{e}");
 }
 
 /// `doctor` is a checklist: each item passed, missing (with the fix) or a fact; which MLX targets can run

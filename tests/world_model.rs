@@ -563,6 +563,14 @@ fn a_search_whose_llm_never_answers_is_stopped_and_exits_non_zero() {
     );
     let why = v["stopped"].as_str().unwrap();
     assert!(why.contains("LLM"), "{why}");
+    // Its progress said it was waiting for the LLM.
+    assert!(
+        stderr(&out)
+            .lines()
+            .any(|l| l.contains("\"event\":\"phase\"") && l.contains("\"phase\":\"llm\"")),
+        "{}",
+        stderr(&out)
+    );
     let row = last_json(&run(store.path(), &["runs", "--json"]));
     assert_eq!(row.as_array().unwrap()[0]["status"], "stopped", "{row}");
     // The human summary says so before anything else.

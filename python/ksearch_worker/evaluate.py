@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import random
+import sys
 import time
 import traceback
 from collections.abc import Iterator, Mapping
@@ -255,6 +256,14 @@ class Split:
         return out
 
 
+def _phase(step: str, workload: str) -> None:
+    """A phase line on stderr for the progress display (`src/progress.rs`); never costs the evaluation."""
+    try:
+        print(f"ksearch-worker: phase {step} {workload}", file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
+
+
 def _wrong(message: str, checks: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
     return {"status": "wrong", "message": message, "checks": checks, "timing": None, "baselines": {}, **extra}
 
@@ -300,6 +309,7 @@ def _candidate(r: RunRequest, task: Task, target: Target, state: RunState, layou
     with split.phase("setup_s"):
         session = target.session(r.build, r, task)
     with session:
+        _phase("checking", r.workload)
         with split.phase("checks_s"):
             for i, seed in enumerate(r.checks):
                 ref = state.pool.reference(task, layout, r.fingerprint, seed)
@@ -312,6 +322,7 @@ def _candidate(r: RunRequest, task: Task, target: Target, state: RunState, layou
         if not r.timing.enabled:
             return {"status": "passed", "message": f"passed {len(r.checks)} seeds", "checks": checks, "timing": None,
                     "baselines": {}}
+        _phase("timing", r.workload)
         with split.phase("timing_s"):
             plan = _plan(r, task, state, layout)
             tally: dict[str, int] = {}
@@ -332,6 +343,7 @@ def _candidate(r: RunRequest, task: Task, target: Target, state: RunState, layou
             extra["verdict"] = measurement.verdict
         # Fresh inputs written where timing ran: caches keyed by address, stale outputs and kernels that stop
         # working after a number of calls or a span of time all fail here.
+        _phase("rechecking", r.workload)
         with split.phase("recheck_s"):
             ref = state.pool.reference(task, layout, r.fingerprint, r.recheck)
             for i, run_ in enumerate(session.recheck(ref.inputs)):

@@ -581,6 +581,10 @@ impl Llm {
             if let Some(left) = self.cfg.budget.wall_left(&self.meter) {
                 timeout = timeout.min(left.max(Duration::from_millis(1)));
             }
+            crate::progress::report(crate::progress::Phase::Llm {
+                purpose: req.purpose.to_string(),
+                attempt: attempts,
+            });
             let f = match backend.call(req, timeout) {
                 Ok(reply) => return (Ok(reply), attempts),
                 Err(f) => f,
@@ -613,6 +617,11 @@ impl Llm {
                 return (Err(e), attempts);
             }
             tracing::warn!(target: "llm", "{what}; retrying in {:.1} s", wait.as_secs_f64());
+            crate::progress::report(crate::progress::Phase::LlmRetry {
+                purpose: req.purpose.to_string(),
+                attempt: attempts + 1,
+                wait_s: wait.as_secs_f64(),
+            });
             std::thread::sleep(wait);
         }
     }

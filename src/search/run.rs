@@ -345,10 +345,16 @@ impl<'a> Runner<'a> {
         opts: EvalOptions<'_>,
     ) -> Result<Vec<WorkloadResult>> {
         let mut out = Vec::new();
-        for w in workloads {
+        for (i, w) in workloads.iter().enumerate() {
             let r = match self.store.evaluation(&self.run_id, phase, hash, &w.name)? {
                 Some(r) => r,
                 None => {
+                    crate::progress::report(crate::progress::Phase::Evaluating {
+                        candidate: hash.to_string(),
+                        workload: w.name.clone(),
+                        index: i + 1,
+                        count: workloads.len(),
+                    });
                     let r = self.evaluator.evaluate_workload_with(cand, w, opts);
                     self.store.put_evaluation(&self.run_id, phase, hash, &r)?;
                     r

@@ -1,0 +1,152 @@
+//! What a run is doing right now: the phase of the evaluation in flight (compiling, preparing a workload,
+//! checking, timing) or of the LLM call (waiting for a reply, a retry), for the progress line and for `--json`
+//! phase events (`docs/formats.md` §6). The command line sets a sink for the length of a run; the evaluator,
+//! the worker's stderr reader and the LLM client report to it as they go, from any thread. Observation only:
+//! nothing decides on a phase (the worker's phases come from a stderr candidate code shares, so they inform a
+//! person, never the search).
+
+use serde_json::{Value, json};
+use std::sync::RwLock;
+
+/// One phase of a run.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Phase {
+    /// Waiting for the LLM's reply to a call made for `purpose` (`attempt` 2 and on are retries).
+    Llm { purpose: String, attempt: u32 },
+    /// An LLM call failed and is retried after `wait_s`.
+    LlmRetry {
+        purpose: String,
+        attempt: u32,
+        wait_s: f64,
+    },
+    /// Compiling a candidate (its short hash).
+    Compiling { candidate: String },
+    /// The run's own work for a workload (references, timing supply, baselines), once per run.
+    Preparing { workload: String },
+    /// Evaluating a candidate on workload `index` (from 1) of `count`.
+    Evaluating {
+        candidate: String,
+        workload: String,
+        index: usize,
+        count: usize,
+    },
+    /// A step inside the worker's evaluation of a workload: `checking`, `timing` or `rechecking`.
+    Worker { step: String, workload: String },
+}
+
+impl Phase {
+    /// The phase as people read it, after the run's progress bar.
+    pub fn describe(&self) -> String {
+        match self {
+            Phase::Llm { purpose, attempt } if *attempt > 1 => {
+                format!("waiting for the LLM ({purpose}, attempt {attempt})")
+            }
+            Phase::Llm { purpose, .. } => format!("waiting for the LLM ({purpose})"),
+            Phase::LlmRetry {
+                purpose,
+                attempt,
+                wait_s,
+            } => format!("LLM call ({purpose}) failed, retry {attempt} in {wait_s:.1} s"),
+            Phase::Compiling { candidate } => format!("compiling {}", short(candidate)),
+            Phase::Preparing { workload } => format!("preparing {workload} (once per run)"),
+            Phase::Evaluating {
+                candidate,
+                workload,
+                index,
+                count,
+            } => format!(
+                "evaluating {} on {workload} ({index}/{count})",
+                short(candidate)
+            ),
+            Phase::Worker { step, workload } => format!("{step} {workload}"),
+        }
+    }
+
+    /// The phase as a `--json` progress event's fields.
+    pub fn to_json(&self) -> Value {
+        match self {
+            Phase::Llm { purpose, attempt } => {
+                json!({"phase": "llm", "purpose": purpose, "attempt": attempt})
+            }
+            Phase::LlmRetry {
+                purpose,
+                attempt,
+                wait_s,
+            } => {
+                json!({"phase": "llm_retry", "purpose": purpose, "attempt": attempt, "wait_s": wait_s})
+            }
+            Phase::Compiling { candidate } => json!({"phase": "compiling", "candidate": candidate}),
+            Phase::Preparing { workload } => json!({"phase": "preparing", "workload": workload}),
+            Phase::Evaluating {
+                candidate,
+                workload,
+                index,
+                count,
+            } => json!({"phase": "evaluating", "candidate": candidate, "workload": workload,
+                        "index": index, "count": count}),
+            Phase::Worker { step, workload } => json!({"phase": step, "workload": workload}),
+        }
+    }
+
+    /// A phase line the worker writes on its stderr (`ksearch-worker: phase STEP WORKLOAD`), if `line` is
+    /// one with a step it has.
+    pub fn from_worker_line(line: &str) -> Option<Phase> {
+        let rest = line.strip_prefix("ksearch-worker: phase ")?;
+        let (step, workload) = rest.split_once(' ').unwrap_or((rest, ""));
+        matches!(step, "checking" | "timing" | "rechecking").then(|| Phase::Worker {
+            step: step.to_string(),
+            workload: workload.trim().to_string(),
+        })
+    }
+}
+
+fn short(hash: &str) -> &str {
+    &hash[..hash.len().min(12)]
+}
+
+type Sink = Box<dyn Fn(&Phase) + Send + Sync>;
+
+static SINK: RwLock<Option<Sink>> = RwLock::new(None);
+
+/// Sets where phases go (`None`: nowhere), for the length of a run.
+pub fn set_sink(sink: Option<Sink>) {
+    *SINK.write().unwrap_or_else(|e| e.into_inner()) = sink;
+}
+
+/// Reports a phase to the sink, if one is set.
+pub fn report(phase: Phase) {
+    if let Some(sink) = SINK.read().unwrap_or_else(|e| e.into_inner()).as_ref() {
+        sink(&phase);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn worker_lines_become_phases_and_other_lines_do_not() {
+        assert_eq!(
+            Phase::from_worker_line("ksearch-worker: phase timing sq256"),
+            Some(Phase::Worker {
+                step: "timing".into(),
+                workload: "sq256".into()
+            })
+        );
+        assert_eq!(
+            Phase::from_worker_line("ksearch-worker: run sq256 passed 0.1s"),
+            None
+        );
+        assert_eq!(
+            Phase::from_worker_line("ksearch-worker: phase exfiltrating x"),
+            None
+        );
+        let p = Phase::LlmRetry {
+            purpose: "improve".into(),
+            attempt: 2,
+            wait_s: 4.0,
+        };
+        assert_eq!(p.describe(), "LLM call (improve) failed, retry 2 in 4.0 s");
+        assert_eq!(p.to_json()["phase"], "llm_retry");
+    }
+}
