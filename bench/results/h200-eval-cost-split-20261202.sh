@@ -31,10 +31,18 @@ static size_t srclen[SLOTS];
 static int next_slot;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static void emit(const char *line) { ssize_t r = write(2, line, strlen(line)); (void)r; }
+/* The real function: RTLD_NEXT misses libraries Python loaded with RTLD_LOCAL (libmlx and what it needs), so
+   the already loaded library is asked by its soname. */
+static void *real_fn(const char *lib, const char *name) {
+  void *f = dlsym(RTLD_NEXT, name);
+  if (!f) { void *h = dlopen(lib, RTLD_NOW | RTLD_NOLOAD); if (!h) h = dlopen(lib, RTLD_NOW); if (h) f = dlsym(h, name); }
+  if (!f) { emit("ksearch-shim: cannot find the real function\n"); _exit(97); }
+  return f;
+}
 typedef int (*create_t)(void **, const char *, const char *, int, const char *const *, const char *const *);
 int nvrtcCreateProgram(void **prog, const char *src, const char *name, int nh, const char *const *h, const char *const *inc) {
   static create_t real;
-  if (!real) real = (create_t)dlsym(RTLD_NEXT, "nvrtcCreateProgram");
+  if (!real) real = (create_t)real_fn("libnvrtc.so.13", "nvrtcCreateProgram");
   int rc = real(prog, src, name, nh, h, inc);
   if (rc == 0 && prog) {
     pthread_mutex_lock(&mu);
@@ -49,7 +57,7 @@ int nvrtcCreateProgram(void **prog, const char *src, const char *name, int nh, c
 typedef int (*compile_t)(void *, int, const char *const *);
 int nvrtcCompileProgram(void *prog, int n, const char *const *opts) {
   static compile_t real;
-  if (!real) real = (compile_t)dlsym(RTLD_NEXT, "nvrtcCompileProgram");
+  if (!real) real = (compile_t)real_fn("libnvrtc.so.13", "nvrtcCompileProgram");
   double w = wall(), t = mono();
   int rc = real(prog, n, opts);
   double dt = mono() - t;
@@ -67,7 +75,7 @@ int nvrtcCompileProgram(void *prog, int n, const char *const *opts) {
 typedef int (*load_t)(void *, const void *, unsigned int, void *, void **);
 int cuModuleLoadDataEx(void *module, const void *image, unsigned int n, void *opts, void **vals) {
   static load_t real;
-  if (!real) real = (load_t)dlsym(RTLD_NEXT, "cuModuleLoadDataEx");
+  if (!real) real = (load_t)real_fn("libcuda.so.1", "cuModuleLoadDataEx");
   double w = wall(), t = mono();
   int rc = real(module, image, n, opts, vals);
   char line[200];
