@@ -75,6 +75,7 @@ fn content_hash(dir: &Dir<'_>) -> String {
 fn unpack(dir: &Dir<'_>, label: &str) -> Result<PathBuf> {
     let dest = cache_root().join(format!("{label}-{}", content_hash(dir)));
     if dest.join(".complete").exists() {
+        mark_used(&dest);
         return Ok(dest);
     }
     let parent = dest.parent().expect("cache folder has a parent");
@@ -100,6 +101,11 @@ fn unpack(dir: &Dir<'_>, label: &str) -> Result<PathBuf> {
     Ok(dest)
 }
 
+/// Renews a cache folder's date: `ksearch gc` takes "unused for N days" from it.
+pub fn mark_used(dir: &Path) {
+    let _ = std::fs::File::open(dir).and_then(|f| f.set_modified(std::time::SystemTime::now()));
+}
+
 fn tempdir_in(parent: &Path, label: &str) -> Result<PathBuf> {
     let nonce = format!(
         "{}-{}",
@@ -114,13 +120,9 @@ fn tempdir_in(parent: &Path, label: &str) -> Result<PathBuf> {
     Ok(p)
 }
 
-/// The cache folder names this binary unpacks into (`gc` keeps them).
+/// The cache folder name this binary unpacks its worker into (`gc` keeps it).
 pub fn worker_dir_name() -> String {
     format!("python-{}", content_hash(&PYTHON))
-}
-
-pub fn tasks_dir_name() -> String {
-    format!("tasks-{}", content_hash(&TASKS))
 }
 
 /// The folder holding the `ksearch_worker` package and `requirements.txt`.

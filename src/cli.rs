@@ -201,7 +201,8 @@ enum Command {
         /// List what would be removed, remove nothing.
         #[arg(long)]
         dry_run: bool,
-        /// Cache entries (other versions, references) must be unused for this many days.
+        /// Cache entries (other versions, references) must have gone unused (their date not renewed by a
+        /// use) for this many days.
         #[arg(long, default_value_t = 7.0, value_parser = flags::days)]
         older_than: f64,
         #[arg(long)]
@@ -1842,7 +1843,7 @@ fn cmd_gc(store_dir: &Path, dry_run: bool, older_than_days: f64, json: bool) -> 
     let report = crate::gc::collect(store_dir, &builtin::cache_root(), older_than, dry_run)?;
     if json {
         print_json(&serde_json::to_value(&report)?);
-        return Ok(0);
+        return Ok(if report.failed.is_empty() { 0 } else { 1 });
     }
     let verb = if dry_run { "would remove" } else { "removed" };
     for it in &report.removed {
@@ -1862,7 +1863,10 @@ fn cmd_gc(store_dir: &Path, dry_run: bool, older_than_days: f64, json: bool) -> 
             report::fmt_bytes(report.bytes)
         );
     }
-    Ok(0)
+    for f in &report.failed {
+        eprintln!("ksearch: gc could not remove {f}");
+    }
+    Ok(if report.failed.is_empty() { 0 } else { 1 })
 }
 
 /// Refuses to replace files a command would write where some already exist, unless `force`: a hand-edited

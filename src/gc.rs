@@ -1,8 +1,9 @@
 //! `ksearch gc`: what neither the store nor this version of ksearch needs any more. In the store, candidates
 //! no run refers to (left by `ksearch runs rm`); in the cache folder (`builtin::cache_root`), the unpacked
-//! worker and task folders and the Python environments of other versions, and reference outputs not used
-//! for a while. Everything removed here is made again on demand (a resumed run recomputes a reference it
-//! needs), so collecting loses no result, only time; folders in use now are never touched.
+//! worker folders and the Python environments of other versions, and reference outputs, each unused for a
+//! while (every use renews a folder's date). Everything removed here is made again on demand (a resumed run
+//! recomputes a reference it needs), so collecting loses no result, only time. The unpacked built-in tasks
+//! of other versions stay: runs of those versions name them as their task folder.
 
 use crate::store::Store;
 use anyhow::Result;
@@ -25,32 +26,41 @@ pub struct Item {
 pub fn current_cache_entries() -> Vec<String> {
     [
         crate::builtin::worker_dir_name(),
-        crate::builtin::tasks_dir_name(),
         crate::pyenv::venv_dir_name(),
     ]
     .into_iter()
     .collect()
 }
 
-/// Cache entries under `root` that can go: folders of other versions (`python-*`, `tasks-*`, `venv-*` not
-/// in `keep`, and leftovers of interrupted unpacks, `.python-tmp-…`) and cached references, each last
-/// modified more than `older_than` ago. Other entries (the llama server build, measured peaks) are
+/// An unpack in progress is never collected, whatever `--older-than` says.
+const UNPACK_GRACE: Duration = Duration::from_secs(3600);
+
+/// Cache entries under `root` that can go: folders of other versions (`python-*`, `venv-*` not in `keep`,
+/// and leftovers of interrupted unpacks, `.python-tmp-…`, after an hour at least) and cached references,
+/// each last used (modified) more than `older_than` ago. Other entries (the llama server build, measured peaks) are
 /// not ksearch's to collect.
 pub fn stale_cache(root: &Path, keep: &[String], older_than: Duration) -> Vec<(Item, PathBuf)> {
     let now = SystemTime::now();
-    let old = |p: &Path| {
+    let age = |p: &Path| {
         std::fs::symlink_metadata(p)
             .and_then(|m| m.modified())
-            .is_ok_and(|t| now.duration_since(t).unwrap_or_default() >= older_than)
+            .map(|t| now.duration_since(t).unwrap_or_default())
+            .unwrap_or_default()
     };
+    let old = |p: &Path| age(p) >= older_than;
     let mut out = Vec::new();
     for entry in read_dir_sorted(root) {
         let name = entry.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        // `.python-tmp-…`: an unpack that was interrupted before its rename.
-        let versioned = ["python-", "tasks-", "venv-"]
+        // `.python-tmp-…`: an unpack not (yet) renamed into place.
+        let unpacking = name.starts_with('.');
+        let versioned = ["python-", "venv-"]
             .iter()
             .any(|p| name.trim_start_matches('.').starts_with(p));
-        if versioned && !keep.iter().any(|k| k == name) && old(&entry) {
+        if versioned
+            && !keep.iter().any(|k| k == name)
+            && old(&entry)
+            && !(unpacking && age(&entry) < UNPACK_GRACE)
+        {
             out.push((item("version", &entry), entry));
         }
     }
@@ -98,6 +108,8 @@ pub struct Report {
     pub removed: Vec<Item>,
     pub bytes: u64,
     pub dry_run: bool,
+    /// Entries that could not be removed, with why.
+    pub failed: Vec<String>,
 }
 
 /// Collects the store in `store_dir` (if there is one) and the cache under `cache_root`.
@@ -108,12 +120,15 @@ pub fn collect(
     dry_run: bool,
 ) -> Result<Report> {
     let mut removed = Vec::new();
+    let mut failed = Vec::new();
     if store_dir.join("ksearch.db").is_file() {
         let store = Store::open(store_dir)?;
-        let orphans = store.orphaned_candidates()?;
+        let mut orphans = store.orphaned_candidates()?;
         if !dry_run {
             let hashes: Vec<String> = orphans.iter().map(|(h, _)| h.clone()).collect();
-            store.remove_orphaned_candidates(&hashes)?;
+            // Checked again as they go: one a run took up meanwhile stays.
+            let gone = store.remove_orphaned_candidates(&hashes)?;
+            orphans.retain(|(h, _)| gone.contains(h));
         }
         removed.extend(orphans.into_iter().map(|(name, bytes)| Item {
             kind: "candidate",
@@ -129,7 +144,7 @@ pub fn collect(
                 std::fs::remove_file(&path)
             };
             if let Err(e) = gone {
-                tracing::warn!("gc: cannot remove {}: {e}", path.display());
+                failed.push(format!("{}: {e}", path.display()));
                 continue;
             }
         }
@@ -140,6 +155,7 @@ pub fn collect(
         removed,
         bytes,
         dry_run,
+        failed,
     })
 }
 
@@ -160,6 +176,8 @@ mod tests {
             "python-aaaaaaaaaaaa",
             "python-bbbbbbbbbbbb",
             "venv-cccccccccccc",
+            "tasks-dddddddddddd",
+            ".python-tmp-1-2",
             "llama",
             "references",
         ] {
@@ -173,6 +191,7 @@ mod tests {
             "python-aaaaaaaaaaaa",
             "python-bbbbbbbbbbbb",
             "venv-cccccccccccc",
+            "tasks-dddddddddddd",
             "llama",
             "peaks.json",
             "references/old.npz",
@@ -195,7 +214,12 @@ mod tests {
         );
         assert_eq!(stale[0].0.bytes, 5);
         assert_eq!(stale[2].0.bytes, 7);
-        // Nothing is old enough under a longer threshold.
+        // Nothing is old enough under a longer threshold; an unpack in progress stays even at 0 days.
         assert!(stale_cache(r, &keep, Duration::from_secs(60 * 86_400)).is_empty());
+        assert!(
+            !stale_cache(r, &keep, Duration::ZERO)
+                .iter()
+                .any(|(_, p)| p.ends_with(".python-tmp-1-2"))
+        );
     }
 }

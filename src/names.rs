@@ -78,8 +78,21 @@ fn shown(name: &str) -> String {
 /// any file the worker can read into a compiler message, the store and a prompt. `#embed` (which reads a
 /// file as data) is refused outright, `__has_include` (which tests for a file) follows the same rule.
 pub fn check_includes(text: &str) -> Result<(), String> {
-    // Read as the compilers read: line ends first, then spliced lines, then comments.
-    let joined = crate::cpplex::compact(&splice_lines(text));
+    // Compilers differ on trigraphs (read in strict C++14 modes, not in GNU or C++17 ones) and on a backslash
+    // followed by blanks (gcc and clang splice there): the text is read each way, and every reading must
+    // pass. A comment ending in `??/` hides the next line in one reading and shows it in the other.
+    for trigraphs in [false, true] {
+        for blank_splices in [false, true] {
+            directives_allowed(&splice_lines(text, trigraphs, blank_splices))?;
+        }
+    }
+    Ok(())
+}
+
+/// The include rule on text whose lines are already spliced.
+fn directives_allowed(spliced: &str) -> Result<(), String> {
+    // Comments go after splicing, as in a compiler.
+    let joined = crate::cpplex::compact(spliced);
     for (n, line) in joined.lines().enumerate() {
         let t = line.trim_start();
         let rest = if let Some(r) = t.strip_prefix('#') {
@@ -124,22 +137,26 @@ pub fn check_includes(text: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// `text` with its physical lines spliced as a C preprocessor would: CRLF and a lone CR end a line (gcc,
-/// clang and NVRTC all take a lone CR as a line end, and LLM replies keep CRLF), the trigraph `??/` is a
-/// backslash (C++14 and strict modes still read trigraphs), and a backslash followed by blanks before the
-/// line end still splices (gcc and clang accept it with a warning). Otherwise `#inc\` CR LF `lude "/x"` is
-/// one directive to the compiler and two harmless lines to a check that splits on LF alone.
-fn splice_lines(text: &str) -> String {
-    let lf = text
-        .replace("\r\n", "\n")
-        .replace('\r', "\n")
-        .replace("??/", "\\");
+/// `text` with its physical lines spliced as a C preprocessor would: CR LF and a lone CR end a line (gcc,
+/// clang and NVRTC all take a lone CR as a line end, and LLM replies keep CRLF; otherwise `#inc\` CR LF
+/// `lude "/x"` is one directive to the compiler and two harmless lines to a check that splits on LF alone);
+/// with `trigraphs`, `??/` is a backslash; with `blank_splices`, a backslash followed by blanks before the
+/// line end splices too.
+fn splice_lines(text: &str, trigraphs: bool, blank_splices: bool) -> String {
+    let mut lf = text.replace("\r\n", "\n").replace('\r', "\n");
+    if trigraphs {
+        lf = lf.replace("??/", "\\");
+    }
     let mut out = String::with_capacity(lf.len());
     let mut rest = lf.as_str();
     while let Some(p) = rest.find('\\') {
         out.push_str(&rest[..p]);
         let after = &rest[p + 1..];
-        let blanks = after.len() - after.trim_start_matches([' ', '\t', '\x0b', '\x0c']).len();
+        let blanks = if blank_splices {
+            after.len() - after.trim_start_matches([' ', '\t', '\x0b', '\x0c']).len()
+        } else {
+            0
+        };
         if after[blanks..].starts_with('\n') {
             rest = &after[blanks + 1..];
         } else {
@@ -269,6 +286,9 @@ mod tests {
             "#inc\\  \t\nlude \"/etc/passwd\"\n",
             "#inc??/\nlude \"/etc/passwd\"\n",
             "/\\\n* a comment that is one to the compiler *\\\n/ #include \"/etc/passwd\"\n",
+            // A trigraph the compiler does not read: the comment ends at the line end.
+            "// note ??/\n#include \"/etc/passwd\"\n",
+            "// note \\ \n#include \"/etc/passwd\"\n",
         ] {
             assert!(check_includes(bad).is_err(), "{bad} was accepted");
         }

@@ -89,13 +89,18 @@ impl Phase {
     }
 
     /// A phase line the worker writes on its stderr (`ksearch-worker: phase STEP WORKLOAD`), if `line` is
-    /// one with a step it has.
+    /// one with a step it has and a plain workload name. Candidate code shares that stderr: anything else
+    /// (escape sequences for the terminal, a line of 64 KiB) is not shown.
     pub fn from_worker_line(line: &str) -> Option<Phase> {
         let rest = line.strip_prefix("ksearch-worker: phase ")?;
-        let (step, workload) = rest.split_once(' ').unwrap_or((rest, ""));
-        matches!(step, "checking" | "timing" | "rechecking").then(|| Phase::Worker {
+        let (step, workload) = rest.split_once(' ')?;
+        let plain = (1..=64).contains(&workload.len())
+            && workload
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c));
+        (plain && matches!(step, "checking" | "timing" | "rechecking")).then(|| Phase::Worker {
             step: step.to_string(),
-            workload: workload.trim().to_string(),
+            workload: workload.to_string(),
         })
     }
 }
@@ -139,6 +144,11 @@ mod tests {
         );
         assert_eq!(
             Phase::from_worker_line("ksearch-worker: phase exfiltrating x"),
+            None
+        );
+        // Candidate code shares the worker's stderr: no control sequence reaches the terminal.
+        assert_eq!(
+            Phase::from_worker_line("ksearch-worker: phase timing sq\u{1b}]0;pwned\u{7}"),
             None
         );
         let p = Phase::LlmRetry {

@@ -74,6 +74,7 @@ pub fn ensure(explicit: Option<&Path>) -> Result<PythonEnv> {
     let python = dir.join("bin").join("python");
     let ready = dir.join(".ksearch-ready");
     if ready.exists() {
+        crate::builtin::mark_used(&dir);
         return Ok(PythonEnv {
             python,
             worker_path,

@@ -92,6 +92,14 @@ pub struct Attempt {
     pub summary: Option<Summary>,
 }
 
+/// The SQL condition on `hash` (a candidate's, or `?1`) that no run refers to it: no attempt evaluates it or
+/// builds on it, no evaluation is of it, no run starts from it.
+const ORPHANED: &str = "hash NOT IN (SELECT candidate FROM attempts)
+    AND hash NOT IN (SELECT parent FROM attempts WHERE parent IS NOT NULL)
+    AND hash NOT IN (SELECT candidate FROM evaluations)
+    AND hash NOT IN (SELECT json_extract(config, '$.seed_candidate') FROM runs
+                     WHERE json_valid(config) AND json_extract(config, '$.seed_candidate') IS NOT NULL)";
+
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS runs(
     run_id TEXT PRIMARY KEY, task TEXT NOT NULL, task_dir TEXT NOT NULL, target TEXT NOT NULL,
@@ -193,6 +201,10 @@ impl Store {
             path: path.clone(),
             source,
         };
+        // A writer opening the store (turning it to WAL, making the schema) holds this lock: wait for it.
+        let _opening = std::fs::File::open(dir.join("ksearch.db.open-lock"))
+            .ok()
+            .filter(|f| f.lock_shared().is_ok());
         let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         let conn = Connection::open_with_flags(&path, flags).map_err(wrap)?;
         conn.busy_timeout(Duration::from_millis(busy_ms()))
@@ -257,9 +269,10 @@ impl Store {
         Ok(())
     }
 
-    /// Candidates no run refers to any more (left by `runs rm`): their hashes and stored sizes. While a
-    /// run is in progress, only those stored over an hour ago (a run stores a candidate just before the
-    /// attempt that refers to it).
+    /// Candidates no run refers to any more (left by `runs rm`): their hashes and stored sizes. A run's seed
+    /// counts as referred to from the start (its first attempt may begin minutes later, after the worker's
+    /// environment is built); while a run is in progress, only candidates stored over an hour ago go (a run
+    /// stores a candidate just before the attempt that refers to it, and storing one again renews it).
     pub fn orphaned_candidates(&self) -> Result<Vec<(String, u64)>> {
         let cutoff = if self.any_run_in_progress()? {
             now() - 3600.0
@@ -268,14 +281,9 @@ impl Store {
         };
         let mut stmt = self
             .conn
-            .prepare(
-                "SELECT hash, length(source) FROM candidates
-                 WHERE created_at < ?1
-                   AND hash NOT IN (SELECT candidate FROM attempts)
-                   AND hash NOT IN (SELECT parent FROM attempts WHERE parent IS NOT NULL)
-                   AND hash NOT IN (SELECT candidate FROM evaluations)
-                 ORDER BY hash",
-            )
+            .prepare(&format!(
+                "SELECT hash, length(source) FROM candidates WHERE created_at < ?1 AND {ORPHANED} ORDER BY hash"
+            ))
             .map_err(|e| self.sql(e))?;
         let rows = stmt
             .query_map(params![cutoff], |r| {
@@ -288,31 +296,33 @@ impl Store {
 
     /// Deletes the candidates `orphaned_candidates` named, if still orphaned (checked again inside the
     /// write transaction), then gives the freed pages back to the file system when no run is in progress.
-    /// Returns how many were deleted.
-    pub fn remove_orphaned_candidates(&self, hashes: &[String]) -> Result<usize> {
+    /// Returns those deleted.
+    pub fn remove_orphaned_candidates(&self, hashes: &[String]) -> Result<Vec<String>> {
         let tx = rusqlite::Transaction::new_unchecked(
             &self.conn,
             rusqlite::TransactionBehavior::Immediate,
         )
         .map_err(|e| self.sql(e))?;
-        let mut n = 0;
+        let mut removed = Vec::new();
         for h in hashes {
-            n += tx
+            if tx
                 .execute(
-                    "DELETE FROM candidates WHERE hash=?1
-                       AND NOT EXISTS (SELECT 1 FROM attempts WHERE candidate=?1 OR parent=?1)
-                       AND NOT EXISTS (SELECT 1 FROM evaluations WHERE candidate=?1)",
+                    &format!("DELETE FROM candidates WHERE hash=?1 AND {ORPHANED}"),
                     params![h],
                 )
-                .map_err(|e| self.sql(e))?;
+                .map_err(|e| self.sql(e))?
+                > 0
+            {
+                removed.push(h.clone());
+            }
         }
         tx.commit().map_err(|e| self.sql(e))?;
-        if n > 0 && !self.any_run_in_progress()? {
+        if !removed.is_empty() && !self.any_run_in_progress()? {
             self.conn
                 .execute_batch("VACUUM; PRAGMA wal_checkpoint(TRUNCATE);")
                 .map_err(|e| self.sql(e))?;
         }
-        Ok(n)
+        Ok(removed)
     }
 
     /// Whether a live process is working on any run (status `running`, its pid alive).
@@ -542,7 +552,9 @@ impl Store {
         let hash = c.hash();
         self.conn
             .execute(
-                "INSERT OR IGNORE INTO candidates(hash, name, target, source, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+                // Stored again, a candidate is renewed: `gc` spares what was stored within the hour.
+                "INSERT INTO candidates(hash, name, target, source, created_at) VALUES (?1, ?2, ?3, ?4, ?5)
+                 ON CONFLICT(hash) DO UPDATE SET created_at=excluded.created_at",
                 params![hash, c.plan.name, c.plan.target.name(), c.to_json().to_string(), now()],
             )
             .map_err(|e| self.sql(e))?;
@@ -879,7 +891,11 @@ fn uri_path(path: &Path) -> String {
 
 fn process_alive(pid: i64) -> bool {
     // SAFETY: signal 0 only checks that the process exists.
-    pid > 0 && pid <= i32::MAX as i64 && unsafe { libc::kill(pid as i32, 0) } == 0
+    pid > 0
+        && pid <= i32::MAX as i64
+        && (unsafe { libc::kill(pid as i32, 0) } == 0
+            // Another user's process (a shared store): alive, only not ours to signal.
+            || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM))
 }
 
 /// A run marked `running` whose process is gone was killed: show it as `interrupted`.
@@ -984,5 +1000,56 @@ mod tests {
             .execute("UPDATE runs SET pid=?1", [i32::MAX as i64])
             .unwrap();
         assert_eq!(s.run("r1").unwrap().unwrap().status, "interrupted");
+    }
+
+    #[test]
+    fn a_runs_seed_is_never_orphaned_and_a_candidate_stored_again_is_renewed() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Store::open(dir.path()).unwrap();
+        let cand = |src: &str| {
+            Candidate {
+            plan: toml::from_str(
+                "name='n'\ntarget='cpu'\n[[kernel]]\nname='k'\nsource='k.c'\n[[launch]]\nkernel='k'\noutputs=['y']\n",
+            )
+            .unwrap(),
+            files: [("k.c".to_string(), src.to_string())].into(),
+        }
+        };
+        let seed = s.put_candidate(&cand("seed")).unwrap();
+        let other = s.put_candidate(&cand("other")).unwrap();
+        // A run about to start (no attempt yet), from `seed`, held by a process that is gone.
+        let config = serde_json::json!({"seed_candidate": seed});
+        s.create_run("r1", "t", Path::new("/x"), "cpu", "tune", 5, &config)
+            .unwrap();
+        s.conn
+            .execute("UPDATE runs SET pid=NULL, status='interrupted'", [])
+            .unwrap();
+        let orphans: Vec<String> = s
+            .orphaned_candidates()
+            .unwrap()
+            .into_iter()
+            .map(|(h, _)| h)
+            .collect();
+        assert_eq!(orphans, std::slice::from_ref(&other));
+        assert_eq!(
+            s.remove_orphaned_candidates(&[seed.clone(), other.clone()])
+                .unwrap(),
+            [other]
+        );
+        assert!(s.candidate(&seed).unwrap().is_some());
+        // Stored again, a candidate's date is renewed (the hour `gc` spares while a run is in progress).
+        s.conn
+            .execute("UPDATE candidates SET created_at=0", [])
+            .unwrap();
+        s.put_candidate(&cand("seed")).unwrap();
+        let at: f64 = s
+            .conn
+            .query_row(
+                "SELECT created_at FROM candidates WHERE hash=?1",
+                [&seed],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert!(at > 1e9, "{at}");
     }
 }

@@ -147,11 +147,16 @@ class Worker:
             with self._err_lock:
                 self._err += chunk
 
-    def stderr(self, settle_s: float = 0.2) -> str:
-        """What the worker wrote to stderr so far (after a moment for the pipe to drain)."""
-        time.sleep(settle_s)
-        with self._err_lock:
-            return self._err.decode(errors="replace")
+    def stderr(self, expect: str = "", wait_s: float = 10.0) -> str:
+        """What the worker wrote to stderr so far; with `expect`, waits (up to `wait_s`) for the pipe to have
+        drained that far."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            with self._err_lock:
+                text = self._err.decode(errors="replace")
+            if expect in text or time.monotonic() > deadline:
+                return text
+            time.sleep(0.02)
 
     def close(self) -> int:
         assert self.proc.stdin is not None

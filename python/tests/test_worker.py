@@ -116,7 +116,7 @@ void add(const float* A, const float* B, float* C, int64_t M, int64_t N) {
     r = worker.run(add_run(key, seeds=[5]))
     assert r["status"] == "passed", r["message"]
     assert worker.ok("load_task", dir=str(add_dir), task=add_task()) == {"baselines": ["numpy"]}
-    err = worker.stderr()
+    err = worker.stderr(expect="raw-write-to-fd-1")
     assert "kernel-says-hello" in err and "raw-write-to-fd-1" in err
 
 

@@ -232,8 +232,8 @@ class KernelHost:
         self.close()
         hint = ""
         if code is not None and -code in (signal.SIGSEGV, signal.SIGBUS, signal.SIGABRT):
-            hint = (f"; its address space is limited to {HOST_ADDRESS_SPACE >> 30} GiB, so an allocation beyond it "
-                    "fails (malloc returns NULL) and a write through the result ends here too")
+            hint = (f"; if the kernel allocates memory: the kernel host's address space is limited to "
+                    f"{HOST_ADDRESS_SPACE >> 30} GiB, so an allocation beyond it fails (malloc returns NULL)")
         return KernelHostDied(f"the kernel host running the candidate died ({status}){hint}")
 
     def _garbage(self, what: str) -> None:

@@ -1,4 +1,4 @@
-/* ADVERSARIAL (resource exhaustion: disk). On its first call it tries to write 4 GiB of zeros into its own
+/* ADVERSARIAL (resource exhaustion: disk). On its first call it tries to write 2 GiB of zeros into its own
  * folder, as files of 40 MiB (each under the jail's 64 MiB limit on a file) at the top and in a subfolder, so
  * that only a bound on what the kernel host may write at all stops it. The host's folder is read-only to it
  * (Landlock) and no file of its may grow (a file-size limit of 0, everywhere): not one byte may land.
