@@ -206,6 +206,7 @@ def _plan(r: RunRequest, task: Task, state: RunState, layout: Layout) -> TimedPl
             sets[p], ids[p] = ref.inputs, ("reference", ref.seed, 0)
         plan.sets, plan.ids = sets, ids
         plan.checked = dict(zip(positions, refs, strict=True))
+        plan.checked_calls = set(calls_at)
         return max(calls_at) if calls_at else first
 
     plan.extend = extend
@@ -314,7 +315,7 @@ def _candidate(r: RunRequest, task: Task, target: Target, state: RunState, layou
             for i, seed in enumerate(r.checks):
                 ref = state.pool.reference(task, layout, r.fingerprint, seed)
                 run_ = session.check(ref.inputs, twice=i == 0)
-                split.parts["kernel_s"] += run_.seconds * (2 if i == 0 else 1)
+                split.parts["kernel_s"] += run_.seconds + run_.again_s
                 check, problems = judge(task, layout, ref, run_, poison_nan)
                 checks.append(check)
                 if problems:

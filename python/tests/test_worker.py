@@ -120,6 +120,24 @@ void add(const float* A, const float* B, float* C, int64_t M, int64_t N) {
     assert "kernel-says-hello" in err and "raw-write-to-fd-1" in err
 
 
+def test_where_timed_inputs_repeat_only_the_calls_drawn_are_compared(worker: Worker, add_dir: Path) -> None:
+    """A supply too small for every call to have inputs of its own: the checked sets are met by many calls,
+    and only the calls drawn for comparison (one per timed-check set and entry) are compared, not every call
+    that meets a checked set (which cost seconds a candidate on large GPU workloads)."""
+    worker.load(add_dir, add_task())
+    key = worker.compiled(CORRECT)
+    set_bytes = 3 * M * N * 4
+    timing = {"enabled": True, "warmup_s": 0.01, "min_samples": 20, "max_samples": 25, "budget_s": 0.2,
+              "min_sample_s": 0.0002, "supply_bytes": 8 * set_bytes}
+    req = add_run(key, timing=timing, incumbent=key)
+    r = worker.run(req)
+    assert r["status"] == "passed", r["message"]
+    t = r["timing"]
+    assert t["distinct_inputs"] < t["calls"], t  # the inputs repeat
+    assert t["sampled_checks"] == len(req["inputs"]["timed_checks"]), t
+    assert r["incumbent"]["sampled_checks"] == len(req["inputs"]["timed_checks"]), r["incumbent"]
+
+
 def test_timing_is_sane_and_baseline_timed(worker: Worker, add_dir: Path) -> None:
     worker.load(add_dir, add_task())
     key = worker.compiled(CORRECT)

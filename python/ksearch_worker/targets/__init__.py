@@ -40,7 +40,9 @@ class CheckRun:
     problems: list[str] = field(default_factory=list)
     inputs_modified: list[str] = field(default_factory=list)
     overruns: list[str] = field(default_factory=list)
-    seconds: float = 0.0  # wall time of one call, for sizing the timing supply
+    seconds: float = 0.0  # wall time of one call, for sizing the timing supply (on MLX the first launch's
+    # includes compiling the kernel)
+    again_s: float = 0.0  # wall time of the second call, with `twice`
     where: int | None = None  # for a recheck: which timed input set it ran in
 
 
@@ -56,6 +58,14 @@ class TimedPlan:
     ids: list[tuple[str, int, int]]
     checked: dict[int, ReferenceSet]
     extend: Callable[[int, int], int] = lambda first, calls: first
+    # The calls (by number) whose outputs are compared: where the sets repeat, a checked set is met by many
+    # calls, and comparing each would cost seconds a candidate on large workloads (every comparison copies
+    # and compares its outputs on the host) while telling no more than the calls drawn at random.
+    checked_calls: set[int] = field(default_factory=set)
+
+    def compares(self, call: int, index: int) -> bool:
+        """Whether call number `call`, on set `index`, is one whose outputs are compared."""
+        return index in self.checked and call in self.checked_calls
 
 
 class TimedRunWrong(Exception):

@@ -69,6 +69,7 @@ class MlxTarget:
         self._sets: OrderedDict[tuple[str, int, int], tuple[dict[str, Any], Any]] = OrderedDict()
         self._poisoner: Any = None
         self._warmed: set[str] = set()  # workload layouts whose worker kernels `warm` compiled
+        self._sets_limit: int | None = None  # bytes of device input sets kept (`_sets_bytes`)
 
     # -- hello ------------------------------------------------------------------------------------
     def describe(self) -> dict[str, Any]:
@@ -124,6 +125,17 @@ class MlxTarget:
             m.synchronize()
             best = min(best, time.perf_counter() - t0)
         return 2 * n**3 / best / 1e9
+
+    def _sets_bytes(self) -> int:
+        if self._sets_limit is None:
+            memory = None
+            try:
+                info = _mlx().device_info(_mlx().gpu)
+                memory = int(info.get("total_memory") or info.get("memory_size") or 0) or None
+            except Exception:
+                pass  # no GPU device here: the floor
+            self._sets_limit = device_sets_bytes(memory)
+        return self._sets_limit
 
     def cache_bytes(self) -> int:
         return 64 << 20  # about an H200's L2 (60 MB); Apple's SLC is of the same order
@@ -306,7 +318,7 @@ class MlxTarget:
         _mlx().eval(stamp)  # now, before any candidate could touch the set
         self._sets[ident] = (dev, stamp)
         total = sum(_nbytes(d) for d, _ in self._sets.values())
-        while total > DEVICE_SETS_BYTES and len(self._sets) > 1:
+        while total > self._sets_bytes() and len(self._sets) > 1:
             _, (old, _) = self._sets.popitem(last=False)
             total -= _nbytes(old)
         return dev
@@ -493,7 +505,16 @@ class MlxTarget:
         return [part.split("```")[0].strip() for part in text.split("```\n")[1::2]] or [text]
 
 
-DEVICE_SETS_BYTES = 4 << 30  # device copies of input sets kept between candidates
+# Device copies of input sets kept between candidates: a quarter of the device's memory, between 4 and 32 GiB.
+# Too few and every candidate uploads its workloads' timed sets again (3-4.5 s a candidate on the H200 with
+# 4 GiB for mamba-scan's and attention's; bench/results/h200-eval-cost-split-20261202.json).
+DEVICE_SETS_MIN, DEVICE_SETS_MAX = 4 << 30, 32 << 30
+
+
+def device_sets_bytes(device_memory: int | None) -> int:
+    if not device_memory:
+        return DEVICE_SETS_MIN
+    return max(DEVICE_SETS_MIN, min(device_memory // 4, DEVICE_SETS_MAX))
 
 # Fills `nbytes` bytes at `dst` with 0xFF (a NaN in every float type): the worker's own kernel, which writes
 # through the pointer MLX hands it as a read-only input.
@@ -625,40 +646,42 @@ class Chain:
                  who: str) -> None:
         self.runner, self.sets, self.k, self.link_name = runner, sets, k, link_name
         self.plan, self.verify, self.who = plan, verify, who
-        self.graphs: list[list[tuple[int, dict[str, Any]]]] = []
+        self.graphs: list[list[tuple[int, int, dict[str, Any]]]] = []  # (call number, set, outputs) per call
         self.entry = Batches(self.run, len(sets), self.before, self.after)
 
     def before(self, start: int, count: int) -> None:
         self.graphs = []
         for e in range(count):
-            calls: list[tuple[int, dict[str, Any]]] = []
+            calls: list[tuple[int, int, dict[str, Any]]] = []
             previous = None
             for j in range(self.k):
-                index = ((start + e) * self.k + j) % len(self.sets)
+                call = (start + e) * self.k + j
+                index = call % len(self.sets)
                 inputs = self.sets[index]
                 if previous is not None:
                     inputs = {**inputs, self.link_name: link(inputs[self.link_name], previous)}
                 produced = self.runner.call(inputs)
                 previous = produced[self.runner.out_name]
-                calls.append((index, produced))
+                calls.append((call, index, produced))
             self.graphs.append(calls)
 
     def run(self, start: int, count: int) -> None:
         m = _mlx()
         for calls in self.graphs:
-            m.eval([a for _, produced in calls for a in produced.values()])
+            m.eval([a for _, _, produced in calls for a in produced.values()])
             m.synchronize()
 
     def after(self, start: int, count: int) -> None:
         try:
             if self.plan is not None:
                 for calls in self.graphs:
-                    for index, produced in calls:
-                        if index in self.plan.checked:
+                    for call, index, produced in calls:
+                        if self.plan.compares(call, index):
                             self.verify(index, self.runner.host_outputs(produced), self.who)
             self.runner.check_scalars()
         finally:
-            self.runner.release([a for calls in self.graphs for _, produced in calls for a in produced.values()])
+            self.runner.release([a for calls in self.graphs for _, _, produced in calls
+                                 for a in produced.values()])
             self.graphs = []
 
 
@@ -882,7 +905,9 @@ class MlxSession(Runner):
                                    np.float32) if self.dtypes[n] == "bfloat16" else pristine[n])]
         run.problems += [f"input {n} modified by the kernel (inputs are read-only)" for n in run.inputs_modified]
         if twice and not run.inputs_modified:
+            t1 = time.perf_counter()
             again = self._launch(dev)
+            run.again_s = time.perf_counter() - t1
             for n in self.outputs:
                 b = _host(m, again[n], self.dtypes[n])
                 if not _same_bits(b, run.outputs[n]):
