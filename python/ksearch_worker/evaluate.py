@@ -213,18 +213,36 @@ def _plan(r: RunRequest, task: Task, state: RunState, layout: Layout) -> TimedPl
     return plan
 
 
-def _verifier(task: Task, layout: Layout, plan: TimedPlan, any_nan_is_poison: bool,
-              tally: dict[str, int]) -> Any:
-    def verify(index: int, outputs: Arrays, who: str) -> None:
-        ref = plan.checked[index]
-        tally[who] = tally.get(who, 0) + 1
-        for name, _, dtype in layout.outputs:
-            atol, rtol = task.tolerances[dtype]
-            result = compare(name, outputs[name], ref.expected[name], atol, rtol, any_nan_is_poison=any_nan_is_poison)
+@dataclass
+class Verifier:
+    """Compares a timed call's outputs (on the host) with the reference of the checked set it ran on; raises
+    `TimedRunWrong` where they differ. `tolerances` (atol, rtol by output) let a target screen other calls
+    on the device first."""
+    task: Task
+    layout: Layout
+    plan: TimedPlan
+    any_nan_is_poison: bool
+    tally: dict[str, int]
+    tolerances: dict[str, tuple[float, float]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.tolerances = {name: self.task.tolerances[dtype] for name, _, dtype in self.layout.outputs}
+
+    def __call__(self, index: int, outputs: Arrays, who: str) -> None:
+        ref = self.plan.checked[index]
+        self.tally[who] = self.tally.get(who, 0) + 1
+        for name, _, _ in self.layout.outputs:
+            atol, rtol = self.tolerances[name]
+            result = compare(name, outputs[name], ref.expected[name], atol, rtol,
+                             any_nan_is_poison=self.any_nan_is_poison)
             if result.problem:
-                raise TimedRunWrong(f"{who}: a sampled timed call (input set {index} of {len(plan.sets)}) "
+                raise TimedRunWrong(f"{who}: a sampled timed call (input set {index} of {len(self.plan.sets)}) "
                                     f"differs from the reference: {result.problem}")
-    return verify
+
+
+def _verifier(task: Task, layout: Layout, plan: TimedPlan, any_nan_is_poison: bool,
+              tally: dict[str, int]) -> Verifier:
+    return Verifier(task, layout, plan, any_nan_is_poison, tally)
 
 
 class Split:

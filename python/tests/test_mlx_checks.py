@@ -378,3 +378,25 @@ def test_device_input_sets_kept_grow_with_the_device() -> None:
     assert device_sets_bytes(16 * gib) == 4 * gib  # a 16 GB Mac: the floor
     assert device_sets_bytes(64 * gib) == 16 * gib
     assert device_sets_bytes(141 * gib) == 32 * gib  # an H200: the cap
+
+
+def test_calls_on_checked_sets_not_drawn_for_comparison_are_screened_on_the_device(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kernel wrong on timed calls, none of them drawn for a host comparison and no recheck after timing:
+    the device screen of the calls that met a checked set still catches it (and without the screen it would
+    pass, so the screen is what catches it)."""
+    from ksearch_worker.targets import TimedPlan
+    from ksearch_worker.targets.mlx import Chain, MlxSession
+
+    monkeypatch.setattr(TimedPlan, "compares", lambda self, call, index: False)
+    monkeypatch.setattr(MlxSession, "recheck", lambda self, inputs: [])
+    set_bytes = 3 * M * N * 4
+    timing = {**TIMING, "supply_bytes": 6 * set_bytes, "min_samples": 4, "max_samples": 6}
+    spoils = lambda a, c: correct(a, c) if c <= 12 else correct(a, c) + 0.5  # noqa: E731
+    r = evaluate(tmp_path, spoils, timing)
+    assert r["status"] == "wrong" and "sampled timed call" in r["message"], r["message"]
+    monkeypatch.setattr(Chain, "screen", lambda self, index, produced: mx.array(True))
+    again = tmp_path / "again"
+    again.mkdir()
+    r = evaluate(again, spoils, timing)
+    assert r["status"] == "passed", r["message"]
