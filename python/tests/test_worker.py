@@ -120,10 +120,10 @@ void add(const float* A, const float* B, float* C, int64_t M, int64_t N) {
     assert "kernel-says-hello" in err and "raw-write-to-fd-1" in err
 
 
-def test_where_timed_inputs_repeat_only_the_calls_drawn_are_compared(worker: Worker, add_dir: Path) -> None:
+def test_where_timed_inputs_repeat_every_call_on_a_checked_set_is_compared(worker: Worker, add_dir: Path) -> None:
     """A supply too small for every call to have inputs of its own: the checked sets are met by many calls,
-    and only the calls drawn for comparison (one per timed-check set and entry) are compared, not every call
-    that meets a checked set (which cost seconds a candidate on large GPU workloads)."""
+    and on the CPU target each of them is compared (its outputs are on the host already), not only the calls
+    drawn for comparison."""
     worker.load(add_dir, add_task())
     key = worker.compiled(CORRECT)
     set_bytes = 3 * M * N * 4
@@ -134,8 +134,8 @@ def test_where_timed_inputs_repeat_only_the_calls_drawn_are_compared(worker: Wor
     assert r["status"] == "passed", r["message"]
     t = r["timing"]
     assert t["distinct_inputs"] < t["calls"], t  # the inputs repeat
-    assert t["sampled_checks"] == len(req["inputs"]["timed_checks"]), t
-    assert r["incumbent"]["sampled_checks"] == len(req["inputs"]["timed_checks"]), r["incumbent"]
+    assert t["sampled_checks"] > len(req["inputs"]["timed_checks"]), t
+    assert r["incumbent"]["sampled_checks"] > len(req["inputs"]["timed_checks"]), r["incumbent"]
 
 
 def test_timing_is_sane_and_baseline_timed(worker: Worker, add_dir: Path) -> None:

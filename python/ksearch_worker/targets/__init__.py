@@ -58,13 +58,13 @@ class TimedPlan:
     ids: list[tuple[str, int, int]]
     checked: dict[int, ReferenceSet]
     extend: Callable[[int, int], int] = lambda first, calls: first
-    # The calls (by number) whose outputs are compared: where the sets repeat, a checked set is met by many
-    # calls, and comparing each would cost seconds a candidate on large workloads (every comparison copies
-    # and compares its outputs on the host) while telling no more than the calls drawn at random.
+    # The calls (by number) drawn for comparison on the host. Where the sets repeat, a checked set is met by
+    # many more calls; on a GPU copying each of those to the host costs seconds a candidate on large workloads
+    # (the MLX target screens them on the device instead).
     checked_calls: set[int] = field(default_factory=set)
 
     def compares(self, call: int, index: int) -> bool:
-        """Whether call number `call`, on set `index`, is one whose outputs are compared."""
+        """Whether call number `call`, on set `index`, is one drawn for comparison on the host."""
         return index in self.checked and call in self.checked_calls
 
 
