@@ -170,3 +170,27 @@ fn completion_scripts_load_in_bash_and_know_the_commands() {
         }
     }
 }
+
+/// The toolchain is named where rustup and people look: rust-toolchain.toml gives CI's channel and the
+/// components `.ci/run` uses, Cargo.toml's `rust-version` the floor, and the README states that floor.
+#[test]
+fn the_toolchain_ci_uses_is_pinned_and_stated() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let pin: toml::Value =
+        toml::from_str(&std::fs::read_to_string(root.join("rust-toolchain.toml")).unwrap())
+            .unwrap();
+    assert_eq!(pin["toolchain"]["channel"].as_str(), Some("stable"));
+    let components = pin["toolchain"]["components"].as_array().unwrap();
+    let ci = std::fs::read_to_string(root.join(".ci/run")).unwrap();
+    for tool in ["rustfmt", "clippy"] {
+        assert!(components.iter().any(|c| c.as_str() == Some(tool)));
+        assert!(ci.contains(&format!("cargo {}", tool.trim_start_matches("rust"))));
+    }
+    let floor = env!("CARGO_PKG_RUST_VERSION");
+    assert!(!floor.is_empty(), "Cargo.toml has no rust-version");
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    assert!(
+        readme.contains(&format!("tested with {floor}")),
+        "the README does not state {floor}"
+    );
+}
