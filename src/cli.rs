@@ -1576,6 +1576,22 @@ fn cmd_doctor(store_dir: &Path, python: Option<&Path>, json: bool) -> Result<u8>
                 );
                 checks.push(json!({"check": name, "ok": None::<bool>, "available": ok, "detail": detail, "fix": if ok { None } else { Some(fix) }}));
             }
+            // A fact, not a requirement: ksearch evaluates on this machine's devices only today.
+            let ray = std::process::Command::new(&env.python)
+                .args(["-c", "import ray; print(ray.__version__)"])
+                .output()
+                .ok()
+                .filter(|o| o.status.success())
+                .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+            checks.push(check_item(
+                "Ray",
+                None,
+                match ray {
+                    Some(v) => format!("ray {v} in the worker's Python (ksearch evaluates on this machine's devices only; it does not use Ray yet)"),
+                    None => "not installed in the worker's Python (not needed: ksearch evaluates on this machine's devices only)".into(),
+                },
+                "",
+            ));
         }
         Err(e) => {
             checks.push(check_item(

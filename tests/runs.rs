@@ -509,6 +509,8 @@ fn doctor_is_a_checklist_with_fixes() {
     assert_eq!(item("python")["ok"], true);
     assert_eq!(item("store")["ok"], true);
     assert!(item("target mlx-cuda")["available"].is_boolean());
+    // Ray is a fact (installed or not), never a failure.
+    assert!(item("Ray")["ok"].is_null(), "{}", item("Ray"));
     assert!(
         item("hardware")["detail"]
             .as_str()
