@@ -778,3 +778,27 @@ fn the_k_search_preset_runs_k_searchs_rules() {
         "IMPROVE edits the last attempt"
     );
 }
+
+/// A recording that does not match the run it replays (the shipped matmul recording, replayed against
+/// softmax): the run is stopped, says why, and exits non-zero; it never ends `completed` on replies that
+/// were meant for another search.
+#[test]
+fn a_replay_that_does_not_match_its_run_stops_it_with_a_non_zero_exit() {
+    let store = tempfile::tempdir().unwrap();
+    let mut args = vec![
+        "run",
+        "softmax",
+        "--strategy",
+        "world-model",
+        "--llm",
+        "replay:matmul-world-model",
+        "--json",
+    ];
+    args.extend_from_slice(SHIPPED_ARGS);
+    args.extend_from_slice(QUICK);
+    let out = run(store.path(), &args);
+    let v = last_json(&out);
+    assert_eq!(out.status.code(), Some(1), "{v} {}", stderr(&out));
+    assert_eq!(v["status"], "stopped", "{v}");
+    assert!(v["stopped"].as_str().is_some_and(|s| !s.is_empty()), "{v}");
+}
