@@ -58,6 +58,72 @@ fn busy_ms() -> u64 {
 pub struct Store {
     conn: Connection,
     path: PathBuf,
+    /// With `KSEARCH_STORE_HOLDS` set: the longest this process held the write lock (see `watch_holds`).
+    holds: Option<Holds>,
+}
+
+/// The longest write-lock hold seen on a connection: its length and the statement that ended it.
+type Holds = std::sync::Arc<std::sync::Mutex<(Duration, String)>>;
+
+/// Measures how long this connection holds the store's write lock, for `KSEARCH_STORE_HOLDS` (a test runs
+/// two searches on one store and reads the longest hold each printed): an explicit transaction from its
+/// BEGIN to its COMMIT or ROLLBACK, any other writing statement for its own run time. No transaction may
+/// stay open across an evaluation, a worker request or an LLM call; this shows that none does.
+fn watch_holds(conn: &mut Connection) -> Option<Holds> {
+    std::env::var_os("KSEARCH_STORE_HOLDS")?;
+    let holds: Holds = Default::default();
+    let seen = holds.clone();
+    let mut begun: Option<std::time::Instant> = None;
+    let result = conn.trace_v2(
+        rusqlite::trace::TraceEventCodes::SQLITE_TRACE_PROFILE,
+        Some(move |e: rusqlite::trace::TraceEvent<'_>| {
+            let rusqlite::trace::TraceEvent::Profile(stmt, took) = e else {
+                return;
+            };
+            let sql = stmt.sql();
+            let head = sql.trim_start().to_ascii_uppercase();
+            let now = std::time::Instant::now();
+            let hold = if head.starts_with("BEGIN") {
+                begun = Some(now - took);
+                None
+            } else if head.starts_with("COMMIT")
+                || head.starts_with("ROLLBACK")
+                || head.starts_with("END")
+            {
+                begun.take().map(|b| now - b)
+            } else if begun.is_none()
+                && ["INSERT", "UPDATE", "DELETE", "REPLACE", "CREATE", "VACUUM"]
+                    .iter()
+                    .any(|w| head.starts_with(w))
+            {
+                Some(took)
+            } else {
+                None
+            };
+            if let Some(h) = hold {
+                let mut longest = seen.lock().unwrap_or_else(|p| p.into_inner());
+                if h > longest.0 {
+                    *longest = (
+                        h,
+                        sql.split_whitespace().take(6).collect::<Vec<_>>().join(" "),
+                    );
+                }
+            }
+        }),
+    );
+    result.ok().map(|_| holds)
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        if let Some(h) = &self.holds {
+            let (longest, sql) = &*h.lock().unwrap_or_else(|p| p.into_inner());
+            eprintln!(
+                "ksearch-store: longest write hold {:.3} ms ({sql})",
+                longest.as_secs_f64() * 1e3
+            );
+        }
+    }
 }
 
 /// A run as listed by `ksearch runs`.
@@ -184,7 +250,9 @@ impl Store {
             .map_err(wrap)?;
         conn.execute_batch(SCHEMA).map_err(wrap)?;
         drop(guard);
-        let store = Store { conn, path };
+        let mut conn = conn;
+        let holds = watch_holds(&mut conn);
+        let store = Store { conn, path, holds };
         store.check_health()?;
         Ok(store)
     }
@@ -209,7 +277,11 @@ impl Store {
         let conn = Connection::open_with_flags(&path, flags).map_err(wrap)?;
         conn.busy_timeout(Duration::from_millis(busy_ms()))
             .map_err(wrap)?;
-        let store = Store { conn, path };
+        let store = Store {
+            conn,
+            path,
+            holds: None,
+        };
         match store.check_health() {
             Ok(()) => Ok(Some(store)),
             // A WAL database is read through a shared-memory file beside it, which a folder we may not
@@ -223,14 +295,19 @@ impl Store {
                 rusqlite::ErrorCode::ReadOnly | rusqlite::ErrorCode::CannotOpen
             ) && !dir.join("ksearch.db-wal").exists() =>
             {
-                let Store { path, .. } = store;
+                let path = store.path.clone();
+                drop(store);
                 let uri = format!("file:{}?immutable=1", uri_path(&path));
                 let conn = Connection::open_with_flags(&uri, flags | OpenFlags::SQLITE_OPEN_URI)
                     .map_err(|source| StoreError::Sql {
                         path: path.clone(),
                         source,
                     })?;
-                let store = Store { conn, path };
+                let store = Store {
+                    conn,
+                    path,
+                    holds: None,
+                };
                 store.check_health()?;
                 Ok(Some(store))
             }

@@ -222,6 +222,8 @@ fn two_runs_on_one_store_do_not_disturb_each_other() {
             // Writers hold the store for milliseconds: a wait of 5 s (not the default 30) must never run out,
             // however loaded the machine.
             .env("KSEARCH_STORE_BUSY_MS", "5000")
+            // Each run prints the longest it held the store's write lock (`Store::drop`).
+            .env("KSEARCH_STORE_HOLDS", "1")
             .args(&args)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -234,6 +236,21 @@ fn two_runs_on_one_store_do_not_disturb_each_other() {
         let v = last_json(out);
         assert_eq!(v["status"], "completed", "{}", stderr(out));
         assert_eq!(v["evaluations"], 4);
+        // The longest write-lock hold, measured: milliseconds (bounded here at 1 s, far above what a
+        // statement takes even on a loaded machine, far below any evaluation or LLM call).
+        let err = stderr(out);
+        let line = err
+            .lines()
+            .find(|l| l.starts_with("ksearch-store: longest write hold "))
+            .unwrap_or_else(|| panic!("no hold measured: {err}"));
+        let ms: f64 = line["ksearch-store: longest write hold ".len()..]
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        eprintln!("{line}");
+        assert!(ms < 1000.0, "{line}");
     }
     let runs = last_json(&run(store.path(), &["runs", "--json"]));
     assert_eq!(runs.as_array().unwrap().len(), 2);
