@@ -768,9 +768,10 @@ fn gc_collects_orphaned_candidates_and_old_cache_entries_only() {
 }
 
 /// `--color`: status words are coloured on a terminal (`auto`), never when piped or with NO_COLOR set,
-/// and always with `--color always`, even piped; `--color never` wins on a terminal.
+/// and always with `--color always`, even piped; `--color never` wins on a terminal. Tables fit the
+/// terminal's width; piped, they are left whole.
 #[test]
-fn color_follows_the_flag_the_terminal_and_no_color() {
+fn color_and_width_follow_the_flag_the_terminal_and_no_color() {
     let store = tempfile::tempdir().unwrap();
     let mut args = vec!["run", "softmax", "--budget", "2", "--json"];
     args.extend_from_slice(QUICK);
@@ -801,6 +802,35 @@ fn color_follows_the_flag_the_terminal_and_no_color() {
         assert!(out.status.success(), "{}", stderr(&out));
         escapes(&out.stdout)
     };
+    // Tables fit the terminal's width there, and piped output is left whole.
+    let cmd = format!(
+        "stty cols 60; {} --store {} runs --color never",
+        env!("CARGO_BIN_EXE_ksearch"),
+        store.path().display()
+    );
+    let narrow = std::process::Command::new("script")
+        .args(["-qec", &cmd, "/dev/null"])
+        .env_remove("KSEARCH_STORE")
+        .output()
+        .unwrap();
+    let widest = |o: &[u8]| {
+        String::from_utf8_lossy(o)
+            .replace('\r', "")
+            .lines()
+            .map(|l| l.chars().count())
+            .max()
+            .unwrap_or(0)
+    };
+    assert!(
+        widest(&narrow.stdout) <= 60,
+        "{}",
+        String::from_utf8_lossy(&narrow.stdout)
+    );
+    assert!(
+        widest(&piped.stdout) > 60,
+        "{}",
+        String::from_utf8_lossy(&piped.stdout)
+    );
     assert!(on_tty("", false) > 0);
     assert_eq!(on_tty("", true), 0);
     assert_eq!(on_tty("--color never", false), 0);
