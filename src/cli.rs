@@ -876,11 +876,10 @@ fn execute(
         let run_id = run_id.clone();
         crate::progress::set_sink(Some(Box::new(move |p| {
             if json {
-                let mut e = progress_json(&run_id, "phase");
-                if let (Some(e), Value::Object(fields)) = (e.as_object_mut(), p.to_json()) {
-                    e.extend(fields);
-                }
-                eprintln!("{e}");
+                eprintln!(
+                    "{}",
+                    with_fields(progress_json(&run_id, "phase"), p.to_json())
+                );
             }
             bar.set_message(p.describe());
         })));
@@ -914,23 +913,30 @@ fn progress_json(run_id: &str, event: &str) -> Value {
 
 /// One progress event as a JSON line (`docs/formats.md` §6).
 fn progress_event(run_id: &str, e: &Event<'_>) -> Value {
-    let t = store::now();
-    match e {
-        Event::Started { budget, done } => {
-            json!({"event": "started", "run_id": run_id, "time": t, "budget": budget, "done": done})
-        }
-        Event::Evaluated { obs, best, budget } => json!({
-            "event": "evaluated", "run_id": run_id, "time": t, "candidate": obs.hash, "origin": obs.origin,
-            "passed": obs.summary.passed, "geomean_s": obs.summary.geomean_s,
-            "failure": obs.summary.first_failure, "wall_s": obs.wall_s(),
-            "best": best.map(|b| json!({"candidate": b.hash, "geomean_s": b.summary.geomean_s})),
-            "budget": {"unit": if budget.rounds { "rounds" } else { "evaluations" }, "used": budget.used,
-                       "total": budget.total, "tuning_used": budget.tune_used, "tuning_total": budget.tune_total},
-        }),
-        Event::FinalPhase { candidate } => {
-            json!({"event": "final_phase", "run_id": run_id, "time": t, "candidate": candidate})
-        }
+    let (event, fields) = match e {
+        Event::Started { budget, done } => ("started", json!({"budget": budget, "done": done})),
+        Event::Evaluated { obs, best, budget } => (
+            "evaluated",
+            json!({
+                "candidate": obs.hash, "origin": obs.origin,
+                "passed": obs.summary.passed, "geomean_s": obs.summary.geomean_s,
+                "failure": obs.summary.first_failure, "wall_s": obs.wall_s(),
+                "best": best.map(|b| json!({"candidate": b.hash, "geomean_s": b.summary.geomean_s})),
+                "budget": {"unit": if budget.rounds { "rounds" } else { "evaluations" }, "used": budget.used,
+                           "total": budget.total, "tuning_used": budget.tune_used, "tuning_total": budget.tune_total},
+            }),
+        ),
+        Event::FinalPhase { candidate } => ("final_phase", json!({"candidate": candidate})),
+    };
+    with_fields(progress_json(run_id, event), fields)
+}
+
+/// `base` with the fields of the object `more` added.
+fn with_fields(mut base: Value, more: Value) -> Value {
+    if let (Some(b), Value::Object(m)) = (base.as_object_mut(), more) {
+        b.extend(m);
     }
+    base
 }
 
 fn progress_bar(bar: &ProgressBar, e: Event<'_>) {
@@ -1857,9 +1863,10 @@ mod flags {
 fn cmd_gc(store_dir: &Path, dry_run: bool, older_than_days: f64, json: bool) -> Result<u8> {
     let older_than = std::time::Duration::from_secs_f64(older_than_days * 86_400.0);
     let report = crate::gc::collect(store_dir, &builtin::cache_root(), older_than, dry_run)?;
+    let code = if report.failed.is_empty() { 0 } else { 1 };
     if json {
         print_json(&serde_json::to_value(&report)?);
-        return Ok(if report.failed.is_empty() { 0 } else { 1 });
+        return Ok(code);
     }
     let verb = if dry_run { "would remove" } else { "removed" };
     for it in &report.removed {
@@ -1882,7 +1889,7 @@ fn cmd_gc(store_dir: &Path, dry_run: bool, older_than_days: f64, json: bool) -> 
     for f in &report.failed {
         eprintln!("ksearch: gc could not remove {f}");
     }
-    Ok(if report.failed.is_empty() { 0 } else { 1 })
+    Ok(code)
 }
 
 /// Refuses to replace files a command would write where some already exist, unless `force`: a hand-edited

@@ -378,7 +378,8 @@ class MlxTarget:
         ks = [s.calls_per_eval(dev, link) for s in sessions]
         if paired:
             ks = [max(ks)] * len(ks)
-        entries = [Chain(s, dev, k, link, plan, verify, who)
+        expected: dict[tuple[int, str], Any] = {}
+        entries = [Chain(s, dev, k, link, plan, verify, who, expected)
                    for s, k, who in zip(sessions, ks, ("candidate", "incumbent"))]
         nulls = {k: NullChain(dev, k, link) for k in sorted(set(ks))}
 
@@ -649,12 +650,14 @@ class Chain:
     every such call's outputs to the host (which cost seconds a candidate on large workloads)."""
 
     def __init__(self, runner: Any, sets: list[dict[str, Any]], k: int, link_name: str, plan: Any, verify: Any,
-                 who: str) -> None:
+                 who: str, expected: dict[tuple[int, str], Any] | None = None) -> None:
         self.runner, self.sets, self.k, self.link_name = runner, sets, k, link_name
         self.plan, self.verify, self.who = plan, verify, who
         self.graphs: list[list[tuple[int, int, dict[str, Any]]]] = []  # (call number, set, outputs) per call
         self.entry = Batches(self.run, len(sets), self.before, self.after)
-        self.expected: dict[tuple[int, str], Any] = {}  # device copies of checked sets' references
+        # Device copies of the checked sets' references, by (set, output): shared by the chains of one
+        # timing (candidate and incumbent screen against the same copies).
+        self.expected = expected if expected is not None else {}
 
     def before(self, start: int, count: int) -> None:
         self.graphs = []
@@ -707,12 +710,9 @@ class Chain:
     def screen(self, index: int, produced: Mapping[str, Any]) -> Any:
         """A device scalar, true where every output of a call on checked set `index` is within tolerance of
         the reference (NaN, an unwritten element, fails it); None where the screen does not apply (an output
-        that is not floating point, a reference with non-finite values, no tolerances known): compare on the
-        host then."""
+        that is not floating point, a reference with non-finite values): compare on the host then."""
         m = _mlx()
-        tolerances = getattr(self.verify, "tolerances", None)
-        if not tolerances:
-            return None
+        tolerances = self.verify.tolerances  # the evaluator's `Verifier`
         ok = None
         for name, out in produced.items():
             if name not in tolerances:
