@@ -8,8 +8,11 @@ work for each workload (`prepare`: reference outputs, input sets, baselines) is 
 candidate meets the workload and is reported apart (`prepare_s`); a candidate's wall time excludes it. The
 per-candidate figures are over the candidates after the seed.
 
+With --limit S the search is stopped (SIGTERM) after S seconds and what the store holds by then is read: the
+final phase is not needed to know what a search-phase candidate cost.
+
 Usage: python3 bench/eval_cost.py TASK [--target T] [--seed NAME] [--budget N] [--checks N] [--bin PATH]
-       [--timing-budget S] [--out FILE]
+       [--timing-budget S] [--limit S] [--out FILE]
 Prints one JSON object (also written to --out).
 """
 
@@ -43,19 +46,30 @@ def main() -> None:
     ap.add_argument("--bin", default=os.environ.get("KSEARCH_BIN", "target/release/ksearch"))
     ap.add_argument("--python", default=None)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--limit", type=float, default=None)
     args = ap.parse_args()
     store = tempfile.mkdtemp(prefix="ksearch-eval-cost-")
-    cmd = [args.bin, "--store", store, *(["--python", args.python] if args.python else []), "run", args.task,
+    cmd = [args.bin, "-vv", "--store", store, *(["--python", args.python] if args.python else []), "run", args.task,
            "--target", args.target, "--strategy", "tune", "--budget", str(args.budget), "--checks", str(args.checks),
            *(["--seed", args.seed] if args.seed else []),
            *(["--timing-budget", args.timing_budget] if args.timing_budget else []), "--json"]
     t0 = time.perf_counter()
-    run = subprocess.run(cmd, capture_output=True, text=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    stopped = False
+    try:
+        stdout, stderr = proc.communicate(timeout=args.limit)
+    except subprocess.TimeoutExpired:
+        proc.terminate()
+        stdout, stderr = proc.communicate()
+        stopped = True
     wall = time.perf_counter() - t0
-    if run.returncode not in (0, 1):
-        sys.exit(f"the run failed ({run.returncode}):\n{run.stderr[-3000:]}")
-    result = last_json(run.stdout)
-    shown = last_json(subprocess.run([args.bin, "--store", store, "show", result["run_id"], "--json"],
+    if args.out:  # the run's log (-vv: each candidate's precompile line, the worker's notices) beside the result
+        with open(args.out.removesuffix(".json") + ".log", "w") as f:
+            f.write(stderr)
+    if not stopped and proc.returncode not in (0, 1):
+        sys.exit(f"the run failed ({proc.returncode}):\n{stderr[-3000:]}")
+    result = {} if stopped else last_json(stdout)
+    shown = last_json(subprocess.run([args.bin, "--store", store, "show", result.get("run_id", "last"), "--json"],
                                      capture_output=True, text=True, check=True).stdout)
     order = [a["candidate"] for a in shown["attempts"] if a["phase"] == "search"]
     per: dict[str, dict[str, float]] = {}
@@ -84,9 +98,10 @@ def main() -> None:
 
     out = {
         "bench": "eval-cost",
-        "command": " ".join(["ksearch", *cmd[3:]]),
+        "command": " ".join(["ksearch", *cmd[4:]]),
         "machine": {"node": platform.node(), "system": platform.platform(), "cores": os.cpu_count()},
         "task": args.task, "target": args.target, "run_wall_s": round(wall, 2),
+        "stopped_after_s": args.limit if stopped else None,
         "hardware": result.get("hardware"),
         "first_candidate": rows[0] if rows else None,
         "per_candidate_median": {k: med(k) for k in ("wall_s", "compile_s", "overhead_s", "prepare_s", *PARTS)},

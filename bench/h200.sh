@@ -9,6 +9,7 @@
 #              throughput and one call alone, for the candidate and every baseline
 # ADV_LIMIT and COST_LIMIT (seconds) bound the adversarial suite and each cost task.
 #   cost       bench/eval_cost.py: what one candidate's evaluation costs inside a tune search, with its split
+#              (the search stopped after COST_LIMIT s; each candidate's precompile line kept in the log)
 #   adversarial  bench/adversarial_mlx.sh: the mlx-cuda adversarial suite
 #   export     each expert seed exported as an MLX module, and its own test
 # Results land in $OUT (h200.json with every command and its result, plus one file per section's tool).
@@ -59,8 +60,10 @@ if has clock; then
 fi
 if has cost; then
   for task in ${COST_TASKS:-mamba-scan ssd attention}; do
-    timeout "${COST_LIMIT:-420}" python3 bench/eval_cost.py "$task" --target mlx-cuda --seed expert --budget "${COST_BUDGET:-4}" \
-      --checks 1 --python python3 --bin "$bin" --out "$out/eval-cost-$task.json" >> "$log" 2>&1
+    timeout $((${COST_LIMIT:-420} + 60)) python3 bench/eval_cost.py "$task" --target mlx-cuda --seed expert \
+      --budget "${COST_BUDGET:-4}" --limit "${COST_LIMIT:-420}" --checks 1 --python python3 --bin "$bin" \
+      --out "$out/eval-cost-$task.json" >> "$log" 2>&1
+    grep -h "precompile\|compile inside the worker" "$out/eval-cost-$task.log" >> "$log"
     echo "== cost $task: $(tail -n 1 "$log")" >> "$log"
   done
 fi

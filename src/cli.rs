@@ -7,7 +7,7 @@ use crate::search::StrategyKind;
 use crate::search::run::{self, Event, Runner};
 use crate::store::{self, Store};
 use crate::target::Target;
-use crate::task::Task;
+use crate::task::{Task, Workload};
 use crate::{builtin, pyenv, report};
 use anyhow::{Context, Result, anyhow, bail};
 use clap::{Parser, Subcommand};
@@ -1336,11 +1336,13 @@ fn cmd_eval(
     let mut all_passed = true;
     for cand in &cands {
         let mut results = Vec::new();
-        let picked = task
+        let picked: Vec<&Workload> = task
             .toml
             .workload
             .iter()
-            .filter(|w| pick.workloads.is_empty() || pick.workloads.contains(&w.name));
+            .filter(|w| pick.workloads.is_empty() || pick.workloads.contains(&w.name))
+            .collect();
+        ev.precompile(cand, &picked);
         for w in picked {
             let opts = eval::EvalOptions {
                 incumbent: incumbent.as_ref().map(|(h, c)| (h.as_str(), c)),

@@ -6,7 +6,8 @@
 
 use crate::candidate::{Candidate, ResolvedPlan};
 use crate::protocol::{
-    BuildRef, InputSeeds, PoolSeeds, PrepareReply, PrepareRequest, RunReply, RunRequest,
+    BuildRef, InputSeeds, PoolSeeds, PrecompileReply, PrecompileRequest, PrecompileWorkload,
+    PrepareReply, PrepareRequest, RunReply, RunRequest,
 };
 pub use crate::protocol::{PairVerdict, Split, Timing, TimingSettings, Verdict};
 use crate::pyenv::PythonEnv;
@@ -196,6 +197,8 @@ pub struct Evaluator {
     prepared: BTreeSet<String>,
     /// Seconds the last `compile` took when it compiled (0 when the build was already there).
     last_compile_s: f64,
+    /// Seconds the last `precompile` took, charged to the candidate's next workload evaluation.
+    precompile_s: f64,
 }
 
 /// What one kernel module's compile may add to a GPU run's deadline (see `Evaluator::compile_allowance`):
@@ -257,6 +260,7 @@ impl Evaluator {
             modules: BTreeSet::new(),
             prepared: BTreeSet::new(),
             last_compile_s: 0.0,
+            precompile_s: 0.0,
         })
     }
 
@@ -477,6 +481,76 @@ impl Evaluator {
         }
     }
 
+    /// Has the worker compile, all at once, every kernel module `cand` will launch on `workloads` (mlx-cuda:
+    /// each in the jail, in parallel, before the first check; elsewhere nothing to do). Best effort: a
+    /// failure here is met again, and reported, by the workload's own evaluation.
+    pub fn precompile(&mut self, cand: &Candidate, workloads: &[&Workload]) {
+        if self.target != Target::MlxCuda {
+            return;
+        }
+        let resolved: Vec<(ResolvedWorkload, ResolvedPlan)> = workloads
+            .iter()
+            .filter_map(|w| {
+                let rw = self.task.resolve(w).ok()?;
+                let plan = cand.resolve(&self.task, &rw).ok()?;
+                Some((rw, plan))
+            })
+            .collect();
+        let Some((first, _)) = resolved.first() else {
+            return;
+        };
+        let started = std::time::Instant::now();
+        let key = match self.compile(cand, first) {
+            Ok(k) => k,
+            Err(_) => return, // the workload's evaluation reports it
+        };
+        let request = PrecompileRequest {
+            key: &key,
+            workloads: resolved
+                .iter()
+                .map(|(rw, plan)| PrecompileWorkload {
+                    workload: rw,
+                    buffers: &plan.buffers,
+                    launches: &plan.launches,
+                })
+                .collect(),
+        };
+        let body = serde_json::to_value(&request).expect("a precompile request serialises");
+        // The worker gives each module's compile 100 s (nvrtc.py, COMPILE_TIMEOUT_S) and reports one that
+        // runs longer as the candidate's compile error: the request ends before this deadline.
+        let deadline = Duration::from_secs_f64(self.settings.compile_timeout_s.max(100.0) + 30.0);
+        match self.worker.request("precompile", body, deadline) {
+            Ok(Reply::Ok(r)) => {
+                let got: PrecompileReply = serde_json::from_value(r).unwrap_or_default();
+                tracing::info!(
+                    "precompile {}: {} modules, {} compiled in {:.2} s (longest {:.2} s){}",
+                    cand.hash(),
+                    got.modules,
+                    got.compiled,
+                    got.seconds,
+                    got.longest_s,
+                    if got.in_worker {
+                        "; MLX compiles inside the worker"
+                    } else {
+                        ""
+                    }
+                );
+            }
+            Ok(Reply::Err { kind, message }) => {
+                if kind == "not_compiled" {
+                    self.compiled.remove(&key);
+                }
+                tracing::warn!("precompile failed ({kind}): {message}");
+            }
+            Err(f) => {
+                self.compiled.clear();
+                self.modules.clear();
+                tracing::warn!("precompile failed: {}", failure_status(&f).1);
+            }
+        }
+        self.precompile_s += started.elapsed().as_secs_f64();
+    }
+
     /// Evaluates `cand` on one workload.
     pub fn evaluate_workload(&mut self, cand: &Candidate, w: &Workload) -> WorkloadResult {
         self.evaluate_workload_with(cand, w, EvalOptions::default())
@@ -492,8 +566,10 @@ impl Evaluator {
         let start = std::time::Instant::now();
         self.last_compile_s = 0.0;
         let mut r = self.evaluate_workload_inner(cand, w, opts);
-        r.elapsed_s = start.elapsed().as_secs_f64();
-        r.compile_s = self.last_compile_s;
+        // A precompile just before is part of this candidate's evaluation: charged to its first workload.
+        let precompiled = std::mem::take(&mut self.precompile_s);
+        r.elapsed_s = start.elapsed().as_secs_f64() + precompiled;
+        r.compile_s = self.last_compile_s + precompiled;
         r
     }
 

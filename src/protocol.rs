@@ -22,6 +22,40 @@ pub struct RunRequest<'a> {
     pub incumbent: Option<BuildRef<'a>>,
 }
 
+/// A `precompile` request: a build's kernel modules for several workloads at once, before its first `run`
+/// (mlx-cuda: each compiled in the jail, all in parallel; a module that does not compile fails the `run`
+/// that launches it).
+#[derive(Debug, Clone, Serialize)]
+pub struct PrecompileRequest<'a> {
+    pub key: &'a str,
+    pub workloads: Vec<PrecompileWorkload<'a>>,
+}
+
+/// One workload of a `precompile` request: what its `run` request would say of the build.
+#[derive(Debug, Clone, Serialize)]
+pub struct PrecompileWorkload<'a> {
+    pub workload: &'a ResolvedWorkload,
+    pub buffers: &'a [ResolvedBuffer],
+    pub launches: &'a [ResolvedLaunch],
+}
+
+/// A `precompile` result.
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+pub struct PrecompileReply {
+    #[serde(default)]
+    pub modules: u32,
+    #[serde(default)]
+    pub compiled: u32,
+    #[serde(default)]
+    pub seconds: f64,
+    #[serde(default)]
+    pub longest_s: f64,
+    #[serde(default)]
+    pub in_worker: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compile_error: Option<String>,
+}
+
 /// A `prepare` request: the run's own work for a workload (references, timing supply, baselines), under a
 /// deadline of its own, before a candidate meets it. Sent before every `run`; cheap once done.
 #[derive(Debug, Clone, Serialize)]
@@ -402,6 +436,26 @@ mod tests {
         same(
             "prepare request",
             fields(serde_json::to_value(&prep).unwrap()),
+        );
+        let pre = PrecompileRequest {
+            key: "k",
+            workloads: vec![PrecompileWorkload {
+                workload: &w,
+                buffers: &[],
+                launches: &[],
+            }],
+        };
+        same(
+            "precompile request",
+            fields(serde_json::to_value(&pre).unwrap()),
+        );
+        let got = PrecompileReply {
+            compile_error: Some(String::new()),
+            ..Default::default()
+        };
+        same(
+            "precompile result",
+            fields(serde_json::to_value(got).unwrap()),
         );
         same(
             "prepare.inputs",

@@ -382,6 +382,24 @@ def _candidate(r: RunRequest, task: Task, target: Target, state: RunState, layou
 SUPPLY_MAX_SETS = 2048  # supply sets `prepare` draws at most (memory permitting); timing draws more if needed
 
 
+def precompile(req: Mapping[str, Any], task: Task | None, target: Target) -> dict[str, Any]:
+    """The `precompile` op: a build's modules for several workloads at once, before its first `run` (on
+    targets that compile per launch; elsewhere nothing to do). `workloads` lists, for each, the `workload`,
+    `launches` and `buffers` of its run request."""
+    if task is None:
+        raise WorkerError("bad_request", "precompile before load_task")
+    key = _field(req, "key", str, "precompile")
+    builds = []
+    for item in _field(req, "workloads", list, "precompile"):
+        if not isinstance(item, dict):
+            raise WorkerError("bad_request", "precompile.workloads: each item must be an object")
+        _, shapes, dtypes = _workload(_field(item, "workload", dict, "precompile"), task, "precompile")
+        builds.append(_build({**item, "key": key}, shapes, dtypes, "precompile"))
+    if not hasattr(target, "precompile"):
+        return {"modules": 0, "compiled": 0}
+    return target.precompile(key, builds)  # type: ignore[no-any-return]
+
+
 def prepare(req: Mapping[str, Any], task: Task | None, target: Target, state: RunState) -> dict[str, Any]:
     """The `prepare` op: the run's own work for one workload, done before a candidate meets it and under a
     deadline of its own (a slow reference must not count against a candidate): every reference set of the

@@ -2,6 +2,7 @@
 
     python -m ksearch_worker.jail CONFIG -- PROGRAM [ARGS...]     run PROGRAM confined (the compiler)
     python -m ksearch_worker.jail CONFIG --host FD                  serve as the kernel host on socket FD
+    python -m ksearch_worker.jail CONFIG --nvrtc                    compile one CUDA module read from stdin (nvrtc.py)
 
 CONFIG is a JSON object: `dir` (the candidate's folder: the working directory, the only place it may write),
 `writable` (false: not even `dir`, which is then only read; the kernel host, whose kernels have no file to
@@ -31,7 +32,7 @@ import resource
 import select
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +59,16 @@ SYSTEM_READ = tuple(line.strip() for line in (Path(__file__).parent / "jail_read
                     if line.strip() and not line.startswith("#"))
 # Written besides the folder: the null device (compilers and kernels discard output there).
 SYSTEM_WRITE = ("/dev/null",)
+
+# The folder holding this package: a jailed Python imports it from there.
+PACKAGE_ROOT = Path(__file__).resolve().parents[1]
+
+
+def env() -> dict[str, str]:
+    """The environment a jail starts with: the worker's, this package first on the import path."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(PACKAGE_ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])}
+
 
 DEFAULT_LIMITS = {"nofile": 256, "nproc": 256, "fsize": 64 << 20, "core": 0}
 
@@ -184,8 +195,12 @@ def _exit_like(status: int) -> None:
     os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1)
 
 
+# What a `--nvrtc` jail runs once confined (prepared before: nvrtc.child_prepare).
+_CALL: Callable[[], int] | None = None
+
+
 def _run(config: dict[str, Any], watch_fd: int | None, program: Sequence[str] | None, host_fd: int | None) -> None:
-    """Confines this process and becomes the program (or the kernel host); never returns."""
+    """Confines this process and becomes the program (or the kernel host, or the NVRTC compile); never returns."""
     try:
         report = confine(config, watch_fd)
         os.environ["KSEARCH_JAIL"] = json.dumps(report, separators=(",", ":"))
@@ -193,6 +208,8 @@ def _run(config: dict[str, Any], watch_fd: int | None, program: Sequence[str] | 
             from . import kernel_host
 
             os._exit(kernel_host.serve_fd(host_fd))
+        if _CALL is not None:
+            os._exit(_CALL())
         assert program
         os.execvp(program[0], list(program))
     except BaseException as exc:  # noqa: BLE001 - whatever failed, this process must not return to its caller
@@ -234,14 +251,24 @@ def _init(config: dict[str, Any], launcher_fd: int, status_fd: int, program: Seq
 
 
 def main(argv: Sequence[str]) -> int:
-    if len(argv) < 3 or argv[1] not in ("--", "--host"):
+    global _CALL
+    if len(argv) < 2 or argv[1] not in ("--", "--host", "--nvrtc") or len(argv) < 3 and argv[1] != "--nvrtc":
         print(__doc__, file=sys.stderr)
         return 2
     config = json.loads(argv[0])
     host_fd = int(argv[2]) if argv[1] == "--host" else None
-    program = None if host_fd is not None else list(argv[2:])
+    program = None if host_fd is not None or argv[1] == "--nvrtc" else list(argv[2:])
     if host_fd is not None:
         from . import kernel_host  # noqa: F401 - imported before Landlock narrows what may be read
+    if argv[1] == "--nvrtc":
+        from . import nvrtc  # the request read, NVRTC loaded and the include folders opened before the jail
+
+        try:
+            request, compiler, fds = nvrtc.child_prepare(sys.stdin.buffer.read())
+        except Exception as exc:  # noqa: BLE001 - the worker reads this as the jail's failure, not the candidate's
+            print(f"ksearch jail: cannot prepare NVRTC: {type(exc).__name__}: {exc}", file=sys.stderr)
+            return 127
+        _CALL = lambda: nvrtc.child_main(request, compiler, fds)  # noqa: E731
     if not _new_pid_namespace():
         # No namespace to empty afterwards: confine this process and run in it (the worker's process group
         # still reaches it on a timeout).

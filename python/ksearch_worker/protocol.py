@@ -38,7 +38,7 @@ class Worker:
         self.state = evaluate.RunState(pool=Pool(os.environ.get("KSEARCH_REFERENCE_CACHE") or None))
         self.ops: dict[str, Handler] = {
             "hello": self.hello, "load_task": self.load_task, "compile": self.compile, "prepare": self.prepare,
-            "run": self.run,
+            "run": self.run, "precompile": self.precompile,
         }
 
     def hello(self, req: dict[str, Any]) -> dict[str, Any]:
@@ -71,6 +71,9 @@ class Worker:
 
     def run(self, req: dict[str, Any]) -> dict[str, Any]:
         return evaluate.run(req, self.task, self.target, self.state)
+
+    def precompile(self, req: dict[str, Any]) -> dict[str, Any]:
+        return evaluate.precompile(req, self.task, self.target)
 
     def reply(self, line: bytes) -> dict[str, Any]:
         """The reply to one request line, carrying the request's `nonce` back (the Rust side believes a
@@ -141,7 +144,7 @@ def _print_profile(profile: Any) -> None:
 def _trace(req: dict[str, Any], out: dict[str, Any], seconds: float) -> None:
     """One line on stderr per request: where a slow evaluation spends its time shows in `ksearch -vv` (the
     Rust side logs the worker's stderr) even when it never finishes."""
-    result = out.get("result") if isinstance(out.get("result"), dict) else {}
+    result: dict[str, Any] = out["result"] if isinstance(out.get("result"), dict) else {}
     workload = req.get("workload", {}).get("name", "") if isinstance(req.get("workload"), dict) else ""
     split = result.get("split") or {}
     parts = " ".join(f"{k}={v:.2f}" for k, v in split.items() if isinstance(v, float) and v >= 0.005)

@@ -62,6 +62,25 @@ class PrepareRequest(TypedDict):
     retime_baselines: bool
 
 
+class PrecompileWorkload(TypedDict):
+    workload: dict[str, Any]
+    buffers: list[dict[str, Any]]
+    launches: list[dict[str, Any]]
+
+
+class PrecompileRequest(TypedDict):
+    key: str
+    workloads: list[PrecompileWorkload]
+
+
+class PrecompileResult(TypedDict, total=False):
+    modules: int
+    compiled: int
+    seconds: float
+    longest_s: float
+    in_worker: bool
+    compile_error: str
+
 
 class TimingResult(TypedDict, total=False):
     median_s: float

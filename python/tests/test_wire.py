@@ -35,6 +35,8 @@ def test_the_document_and_the_python_types_list_the_same_fields() -> None:
     assert documented("prepare request") == set(wire.PrepareRequest.__annotations__)
     assert documented("prepare.inputs") == set(wire.PoolSeeds.__annotations__)
     assert documented("prepare result") == set(wire.PrepareResult.__annotations__)
+    assert documented("precompile request") == set(wire.PrecompileRequest.__annotations__)
+    assert documented("precompile result") == set(wire.PrecompileResult.__annotations__)
     assert documented("run.inputs") == set(wire.InputSeeds.__annotations__)
     assert documented("run.timing") == set(wire.TimingSettings.__annotations__)
     assert documented("run result") == set(wire.RunResult.__annotations__)

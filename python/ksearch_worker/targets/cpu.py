@@ -104,9 +104,7 @@ def _no_imports_from_cwd() -> None:
         del sys.path[0]
 
 
-def _jail_env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [str(PACKAGE_ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])}
+_jail_env = jail.env
 
 
 # The kernel host's limits beyond the jail's defaults. Its kernels have no file to write: the folder is read

@@ -9,17 +9,21 @@ and several launches per evaluation when a launch takes microseconds.
 from __future__ import annotations
 
 import math
+import os
 import platform
 import subprocess
+import sys
+import tempfile
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from .. import cluster, header_file
+from .. import cluster, header_file, jail, nvrtc
 from ..errors import WorkerError
 from ..timing import Batches, Measurement, TimingConfig, chain_length, measure, paired_verdict, stats
 from . import RECHECK_SETS, CandidateFailure, CheckRun, TimedRunWrong
@@ -70,6 +74,13 @@ class MlxTarget:
         self._poisoner: Any = None
         self._warmed: set[str] = set()  # workload layouts whose worker kernels `warm` compiled
         self._sets_limit: int | None = None  # bytes of device input sets kept (`_sets_bytes`)
+        # mlx-cuda: candidates' modules are compiled in the jail into MLX's module cache (nvrtc.py), a folder
+        # of this worker's own, set before MLX first reads the variable (at its first compile).
+        self._compiler: nvrtc.Compiler | None = None
+        self._modules: dict[tuple[Any, ...], str] = {}  # a launch's instance -> its module
+        self._failed: dict[str, str] = {}  # module -> NVRTC's log, for candidates that do not compile
+        if name == "mlx-cuda":
+            os.environ["MLX_PTX_CACHE_DIR"] = tempfile.mkdtemp(prefix="ksearch-mlx-modules-")
 
     # -- hello ------------------------------------------------------------------------------------
     def describe(self) -> dict[str, Any]:
@@ -209,13 +220,25 @@ class MlxTarget:
 
     def launch_all(self, key: str, launches: Sequence[Mapping[str, Any]], arrays: dict[str, Any],
                    shapes: Mapping[str, Sequence[int]], dtypes: Mapping[str, str], poison: bool = True,
-                   scalars: Mapping[int, Any] | None = None) -> dict[str, Any]:
+                   scalars: Mapping[int, Any] | None = None, ensure: bool = False) -> dict[str, Any]:
         """Runs every launch lazily; returns the named arrays (inputs, buffers and outputs).
 
         `poison` fills outputs with NaN first (checks); timed runs skip it, since MLX does the fill with a
-        kernel of its own that would be charged to the candidate."""
+        kernel of its own that would be charged to the candidate. `ensure` (a session's first call) has every
+        launch's module compiled in the jail first, where it was not already."""
+        env, calls = self._calls(key, launches, arrays, shapes, dtypes, poison, scalars)
+        # Nothing was evaluated, so nothing was compiled yet: the modules are, here, all at once.
+        if ensure and self.name == "mlx-cuda":
+            self.ensure_modules(calls)
+        return env
+
+    def _calls(self, key: str, launches: Sequence[Mapping[str, Any]], arrays: dict[str, Any],
+               shapes: Mapping[str, Sequence[int]], dtypes: Mapping[str, str], poison: bool,
+               scalars: Mapping[int, Any] | None) -> tuple[dict[str, Any], list[tuple[str, Any, dict[str, Any]]]]:
+        """Every launch called lazily: the named arrays, and each call (build key, kernel, arguments)."""
         m = _mlx()
         env = dict(arrays)
+        calls = []
         for launch in launches:
             ins = [env[n] for n in launch["inputs"]] + [(scalars or {}).get(int(s)) if scalars and int(s) in scalars
                                                          else m.array(int(s), dtype=m.int32)
@@ -239,13 +262,108 @@ class MlxTarget:
                 stream=m.gpu,
             )
             build = self._builds[key]
+            calls.append((key, kernel, kwargs))
             if declared is not None and sig not in build.verified:
                 outs = self._first_cluster_call(kernel, kwargs, *declared)
                 build.verified.add(sig)
             else:
                 outs = kernel(**kwargs)
             env.update(zip(launch["outputs"], outs, strict=True))
-        return env
+        return env, calls
+
+    # -- modules compiled in the jail (mlx-cuda: nvrtc.py) ------------------------------------------
+    def compiler(self) -> nvrtc.Compiler | None:
+        """The jailed compiler, once MLX is proven to load modules from the cache; None where it cannot be
+        used (MLX then compiles in this process, as it would by itself, and `describe` says why)."""
+        if self.name != "mlx-cuda" or not self._available():
+            return None
+        if self._compiler is None:
+            self._compiler = nvrtc.Compiler(Path(os.environ["MLX_PTX_CACHE_DIR"]), _mlx(), jail.env,
+                                             _device_attributes().get("compute_capability"))
+            if not self._compiler.ready(self._cache_probe):
+                print(f"ksearch-worker: kernels compile inside the worker: {self._compiler.why}", file=sys.stderr,
+                      flush=True)
+        return self._compiler if self._compiler.active else None
+
+    def _cache_probe(self, body: str) -> tuple[Any, dict[str, Any]]:
+        m = _mlx()
+        kernel = m.fast.cuda_kernel(name="ksearch_cache_probe", input_names=["x"], output_names=["out"], source=body)
+        return kernel, dict(inputs=[m.zeros((1,), dtype=m.float32)], output_shapes=[(1,)],
+                            output_dtypes=[m.float32], grid=(1, 1, 1), threadgroup=(1, 1, 1), stream=m.gpu)
+
+    def _include_headers(self, key: str) -> None:
+        """On CUDA each kernel's header reaches MLX as a file (header_file.py), written again if something
+        removed it since."""
+        if self.name == "mlx-cuda":
+            for spec in self._builds[key].kernels.values():
+                spec["included"] = header_file.by_include(spec["header"])
+
+    def ensure_modules(self, calls: Sequence[tuple[str, Any, dict[str, Any]]]) -> dict[str, Any]:
+        """Compiles in the jail, all at once, the modules of these kernel calls (build key, kernel, the call's
+        arguments) that MLX's cache lacks. A module that does not compile is the candidate's compile error;
+        without a usable compiler nothing happens here and MLX compiles at the first launch."""
+        compiler = self.compiler()
+        if compiler is None:
+            return {"modules": 0, "compiled": 0, "in_worker": True}
+        jobs: dict[str, nvrtc.Job] = {}
+        needed: list[str] = []
+        for key, kernel, kwargs in calls:
+            try:
+                name, source = compiler.generated(kernel, kwargs)
+            except ValueError as exc:
+                # MLX printed something else than its generated source: not the candidate's doing.
+                compiler.why = f"MLX's generated source could not be read: {exc}"
+                print(f"ksearch-worker: kernels compile inside the worker: {compiler.why}", file=sys.stderr,
+                      flush=True)
+                return {"modules": 0, "compiled": 0, "in_worker": True}
+            module = nvrtc.module_name(name, source)
+            needed.append(module)
+            if module in jobs or module in self._failed or compiler.cached(module):
+                continue
+            files = {}
+            for spec in self._builds[key].kernels.values():
+                if spec["header"] and spec.get("included") != spec["header"]:
+                    files[header_file.header_path(spec["header"]) or ""] = spec["header"]
+            jobs[module] = nvrtc.Job(module, f"mlx::core::cu::{name}", source, files)
+        start = time.perf_counter()
+        done = compiler.compile(list(jobs.values()))
+        broken = [d.log for d in done.values() if d.infrastructure]
+        if broken:
+            # The jail, not the candidate: MLX compiles from now on, as it would by itself.
+            compiler.why = f"the jailed NVRTC failed: {broken[0].strip()[-2000:]}"
+            print(f"ksearch-worker: kernels compile inside the worker: {compiler.why}", file=sys.stderr, flush=True)
+            return {"modules": len(set(needed)), "compiled": 0, "in_worker": True}
+        for module, d in done.items():
+            if d.code is None:
+                self._failed[module] = d.log
+        for module in needed:
+            if module in self._failed:
+                raise CandidateFailure("compile_error", f"Failed to compile kernel: {self._failed[module]}.")
+        return {"modules": len(set(needed)), "compiled": len(done), "seconds": time.perf_counter() - start,
+                "longest_s": max((d.seconds for d in done.values()), default=0.0)}
+
+    def precompile(self, key: str, builds: Sequence[Any]) -> dict[str, Any]:
+        """Every module a candidate will launch on these workloads (one build each), compiled in the jail at
+        once, before its first check. The calls are built on stand-in arrays of the right dtypes and ranks,
+        and never evaluated. A compile error is kept for the run that meets it."""
+        if key not in self._builds:
+            raise WorkerError("not_compiled", f"key {key} has not been compiled by this worker")
+        if self.compiler() is None:
+            return {"modules": 0, "compiled": 0, "in_worker": True}
+        m = _mlx()
+        self._include_headers(key)
+        calls: list[tuple[str, Any, dict[str, Any]]] = []
+        try:
+            for b in builds:
+                # MLX's source depends on the dtypes and ranks only: every array (outputs too) one element.
+                tiny = {n: (1,) * len(shape) for n, shape in b.shapes.items()}
+                stand_in = {n: m.zeros(tiny[n], dtype=_mx_dtype(b.dtypes[n]))
+                            for launch in b.launches for n in launch["inputs"] if n not in b.buffers}
+                _, made = self._calls(key, b.launches, stand_in, tiny, b.dtypes, True, None)
+                calls += made
+            return self.ensure_modules(calls)
+        except CandidateFailure as exc:
+            return {"modules": len(calls), "compiled": 0, "compile_error": exc.message[-4000:]}
 
     # -- the pipeline's hooks ---------------------------------------------------------------------
     def validate(self, r: Any) -> None:
@@ -680,6 +798,8 @@ class Chain:
         for calls in self.graphs:
             m.eval([a for _, _, produced in calls for a in produced.values()])
             m.synchronize()
+        if self.graphs and self.graphs[-1]:
+            self.runner.last_set = self.graphs[-1][-1][1]  # the set of the runner's latest timed call
 
     def after(self, start: int, count: int) -> None:
         try:
@@ -859,13 +979,12 @@ class MlxSession(Runner):
         values = sorted({int(s) for launch in build.launches for s in launch.get("scalars") or []})
         self.scalars = {v: m.array(v, dtype=m.int32) for v in values}
         m.eval(list(self.scalars.values()))
-        if target.name == "mlx-cuda":
-            # Each header as a file (header_file.py), written again if something removed it since.
-            for spec in target._builds[build.key].kernels.values():
-                spec["included"] = header_file.by_include(spec["header"])
+        target._include_headers(build.key)
+        self.ensured = False  # this session's modules compiled (at its first call)
         self.timed_sets: list[dict[str, Any]] = []
         self.timed_ids: list[tuple[str, int, int]] = []
         self.checked: list[int] = []
+        self.last_set: int | None = None  # the set of the last timed call (Chain.run)
 
     def __enter__(self) -> MlxSession:
         return self
@@ -884,7 +1003,8 @@ class MlxSession(Runner):
     def call(self, inputs: Mapping[str, Any], poison: bool = False) -> dict[str, Any]:
         """One call of every launch, lazily; the arrays the launches produced (outputs and buffers)."""
         env = self.target.launch_all(self.key, self.launches, dict(inputs), self.shapes, self.dtypes, poison=poison,
-                                     scalars=self.scalars)
+                                     scalars=self.scalars, ensure=not self.ensured)
+        self.ensured = True
         given = [*inputs.values(), *self.scalars.values()]
         return {n: a for n, a in env.items() if n not in inputs and not any(a is x for x in given)}
 
@@ -969,9 +1089,12 @@ class MlxSession(Runner):
         return run
 
     def recheck(self, inputs: Mapping[str, np.ndarray]) -> list[CheckRun]:
-        """Fresh inputs written into timed input sets in place (the first and the checked ones), where MLX
-        allows it, each checked: a cache keyed by an address timing used is stale there. Where it cannot write
-        them, fresh arrays (MLX's allocator tends to hand out the buffers just freed)."""
+        """Fresh inputs written into timed input sets in place (the last timed call's, the first and the checked
+        ones), where MLX allows it, each checked: a cache keyed by an address timing used is stale there. The
+        last call's set is the one any such cache still holds, however few entries it keeps (device input sets
+        stay put between calls and candidates, so addresses come back with their contents unchanged while
+        timed). Where it cannot write them, fresh arrays (MLX's allocator tends to hand out the buffers just
+        freed)."""
         try:
             return self._recheck(inputs)
         except (CandidateFailure, TimedRunWrong, WorkerError):
@@ -982,7 +1105,10 @@ class MlxSession(Runner):
     def _recheck(self, inputs: Mapping[str, np.ndarray]) -> list[CheckRun]:
         m = _mlx()
         fresh = upload({n: inputs[n] for n in self.task_inputs}, self.dtypes)
-        ids = list(dict.fromkeys([*self.timed_ids[:1], *[self.timed_ids[i] for i in self.checked[:RECHECK_SETS - 1]]]))
+        last = [self.timed_ids[self.last_set]] if self.last_set is not None and self.last_set < len(self.timed_ids) \
+            else []
+        ids = list(dict.fromkeys([*last, *self.timed_ids[:1],
+                                  *[self.timed_ids[i] for i in self.checked[:RECHECK_SETS - 1]]]))
         runs = []
         for ident in ids:
             got = self.target._sets.get(ident)
