@@ -28,6 +28,20 @@ pub enum WorkerFailure {
     Protocol(String),
 }
 
+/// `text` with every control character but the tab written as an escape (`\u{1b}`), so what candidate code
+/// wrote on the worker's stderr can move no cursor and set no colour where it is shown.
+fn printable(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_control() && c != '\t' {
+                c.escape_unicode().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
 fn tail_suffix(s: &str) -> String {
     if s.trim().is_empty() {
         String::new()
@@ -164,9 +178,9 @@ impl Worker {
                     Ok(0) | Err(_) => break,
                     Ok(_) => {}
                 }
-                let line = String::from_utf8_lossy(&buf)
-                    .trim_end_matches(['\n', '\r'])
-                    .to_string();
+                // Control characters (a terminal's escape sequences among them) are shown, not sent: candidate
+                // code writes here, and these lines reach the user's terminal (`-vv`, crash messages).
+                let line = printable(String::from_utf8_lossy(&buf).trim_end_matches(['\n', '\r']));
                 tracing::debug!(target: "worker", "{line}");
                 if let Some(p) = crate::progress::Phase::from_worker_line(&line) {
                     crate::progress::report(p);
@@ -354,5 +368,18 @@ fn signal_name(sig: i32) -> &'static str {
         libc::SIGKILL => "SIGKILL",
         libc::SIGXCPU => "SIGXCPU, CPU time limit",
         _ => "signal",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn what_candidate_code_writes_on_stderr_is_shown_not_obeyed() {
+        // Clear the screen, ring the bell, a C1 control sequence introducer: all shown as escapes.
+        let line = "ksearch-worker: ok\t\u{1b}[2J\u{7}é\u{9b}31m";
+        assert_eq!(
+            super::printable(line),
+            "ksearch-worker: ok\t\\u{1b}[2J\\u{7}é\\u{9b}31m"
+        );
     }
 }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -82,6 +83,39 @@ def test_compare_counts_and_locates() -> None:
     got = exp.astype(np.float32) * np.float32(1 + 1e-5)
     assert compare("C", got, exp, atol=0.0, rtol=2e-5).problem is None
     assert compare("C", got, exp, atol=0.0, rtol=1e-6).mismatches == 11
+
+
+def test_the_blockwise_quick_comparison_reports_what_one_pass_would(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The float32 quick path, in blocks on several threads, gives the statistics of the whole array: the
+    largest difference and its first index, the largest relative error over elements above atol (else over
+    the nonzero ones), and falls back to the full comparison on any failing element."""
+    import ksearch_worker.check as check
+
+    rng = np.random.default_rng(7)
+    monkeypatch.setattr(check, "_BLOCK", 37)
+    for trial in range(60):
+        n = int(rng.integers(1, 400))
+        exp = rng.standard_normal(n).astype(np.float32) * np.float32(10.0 ** rng.integers(-4, 2))
+        exp[rng.random(n) < 0.2] = 0.0
+        got = exp + (rng.standard_normal(n) * 1e-4).astype(np.float32)
+        if trial % 5 == 0:  # two equal largest differences: the first is reported
+            i = int(rng.integers(n))
+            exp[i] = exp[0]
+            got[i] = got[0] = exp[0] + np.float32(5e-4)
+        atol, rtol = 1e-3, 1e-3
+        r = compare("x", got, exp, atol, rtol)
+        diff = np.abs(got.astype(np.float64) - exp.astype(np.float64))
+        assert r.problem is None and r.worst_index == [int(np.argmax(np.abs(got - exp)))]
+        assert r.max_abs == pytest.approx(float(diff.max()), rel=1e-6)
+        aexp = np.abs(exp.astype(np.float64))
+        where = aexp > atol if (aexp > atol).any() else aexp > 0
+        expected_rel = float((diff[where] / aexp[where]).max()) if where.any() else 0.0
+        assert r.max_rel == pytest.approx(expected_rel, rel=1e-5)
+    exp = np.ones(500, dtype=np.float32)
+    got = exp.copy()
+    got[333] = np.nan  # in a later block: the full comparison runs and finds it
+    r = compare("x", got, exp, 1e-3, 1e-3)
+    assert r.mismatches == 1 and r.worst_index == [333]
 
 
 def test_compare_integers_exact() -> None:
