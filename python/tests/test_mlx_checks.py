@@ -334,6 +334,18 @@ def test_bfloat16_arrays_are_refilled_in_place_through_their_bit_patterns() -> N
     assert target["x"] is buffer and bool(mx.all(mx.equal(buffer, fresh["x"])).item())
 
 
+def test_bfloat16_outputs_reach_the_host_as_their_exact_float32_values() -> None:
+    """Copied as 16-bit patterns and widened on the host: bit for bit what MLX's own conversion gives, for
+    every bfloat16 pattern (signed zeros, subnormals, infinities and NaN payloads included)."""
+    from ksearch_worker.targets.mlx import _host
+
+    every = mx.array(np.arange(1 << 16, dtype=np.uint16)).view(mx.bfloat16)
+    got = _host(mx, every, "bfloat16")
+    want = np.array(every.astype(mx.float32))
+    assert got.dtype == np.float32 and np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    assert np.array_equal(_host(mx, mx.array([1.5, -2.0]), "float32"), np.array([1.5, -2.0], dtype=np.float32))
+
+
 class RealLaunches(MlxTarget):
     """mlx-cuda with its own launch code, on a machine said to have the back-end."""
 

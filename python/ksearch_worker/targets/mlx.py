@@ -1067,8 +1067,8 @@ class MlxSession(Runner):
         seconds = time.perf_counter() - t0
         run = CheckRun(outputs=self.host_outputs(produced), seconds=seconds, where=where)
         run.inputs_modified = [n for n in self.task_inputs
-                               if not _same_bits(_host(m, dev[n], self.dtypes[n]), pristine[n].astype(
-                                   np.float32) if self.dtypes[n] == "bfloat16" else pristine[n])]
+                               if not _same_bits(_host(m, dev[n], self.dtypes[n]), np.asarray(
+                                   pristine[n], dtype=np.float32) if self.dtypes[n] == "bfloat16" else pristine[n])]
         run.problems += [f"input {n} modified by the kernel (inputs are read-only)" for n in run.inputs_modified]
         if twice and not run.inputs_modified:
             t1 = time.perf_counter()
@@ -1147,8 +1147,13 @@ def _failure(exc: Exception, session: Any) -> CandidateFailure:
 
 
 def _host(m: Any, a: Any, dtype: str) -> np.ndarray:
-    """An array's current device contents on the host (bfloat16 widened exactly to float32)."""
-    return np.array(a.astype(m.float32) if dtype == "bfloat16" else a)
+    """An array's current device contents on the host, bfloat16 widened exactly to float32: copied as its
+    16-bit patterns (half the bytes of a float32 copy, and no conversion on the device) and widened here,
+    which is exact (a bfloat16 is the top half of the float32 of the same value)."""
+    if dtype == "bfloat16":
+        bits = np.array(a.view(m.uint16))
+        return (bits.astype(np.uint32) << 16).view(np.float32)
+    return np.array(a)
 
 
 def _refill(m: Any, target: dict[str, Any], fresh: dict[str, Any]) -> bool:
