@@ -485,6 +485,7 @@ impl Evaluator {
     /// each in the jail, in parallel, before the first check; elsewhere nothing to do). Best effort: a
     /// failure here is met again, and reported, by the workload's own evaluation.
     pub fn precompile(&mut self, cand: &Candidate, workloads: &[&Workload]) {
+        self.precompile_s = 0.0;
         if self.target != Target::MlxCuda {
             return;
         }
@@ -548,7 +549,7 @@ impl Evaluator {
                 tracing::warn!("precompile failed: {}", failure_status(&f).1);
             }
         }
-        self.precompile_s += started.elapsed().as_secs_f64();
+        self.precompile_s = started.elapsed().as_secs_f64();
     }
 
     /// Evaluates `cand` on one workload.
@@ -746,10 +747,12 @@ impl Evaluator {
         )
     }
 
-    /// Seconds a run's deadline grows by for the kernel modules it will compile. MLX compiles a kernel at
-    /// its first launch for each template instantiation and dtypes (NVRTC on CUDA, about 1.7 s each for a
-    /// small kernel on the H200, serially), inside `run`: a candidate's deadline covers its kernels
-    /// running, not that. Capped by the compile deadline; 0 on the CPU target (compiled before `run`).
+    /// Seconds a run's deadline grows by for the kernel modules it may compile. A module (a kernel, its
+    /// template values and dtypes) not compiled yet in this worker is compiled inside `run`: by MLX at its
+    /// first launch (Metal; CUDA where the jailed compile is unavailable: about 1.7 s each for a small kernel
+    /// on the H200, serially), or in the jail at the session's first call when `precompile` did not get
+    /// to it. A candidate's deadline covers its kernels running, not that. Capped by the compile deadline;
+    /// 0 on the CPU target (compiled before `run`).
     fn compile_allowance(&mut self, key: &str, plan: &ResolvedPlan, rw: &ResolvedWorkload) -> f64 {
         if !self.target.is_gpu() {
             return 0.0;

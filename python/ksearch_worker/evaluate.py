@@ -347,6 +347,11 @@ def _candidate(r: RunRequest, task: Task, target: Target, state: RunState, layou
             tally: dict[str, int] = {}
             verify = _verifier(task, layout, plan, poison_nan, tally)
             incumbent = target.session(r.incumbent, r, task) if r.incumbent else None
+            if incumbent is not None and not getattr(incumbent, "ready", lambda: True)():
+                # The incumbent's own modules no longer compile here: it is not compared (never the candidate's
+                # failure), as the Rust side does when its build fails.
+                incumbent.close()
+                incumbent = None
             try:
                 sessions = [session, *([incumbent] if incumbent else [])]
                 measurement = target.time(sessions, plan, verify, r.timing, paired=incumbent is not None)

@@ -51,8 +51,14 @@ _MAX_FILE_NAME = 245
 # A module's compile is given this long in its child; a compiler that runs longer is the candidate's doing
 # (src/eval.rs gives the precompile request 30 s more).
 COMPILE_TIMEOUT_S = 100.0
-# The most bytes a child may send back (a cubin with its log): beyond it the candidate's output is refused.
-_MAX_REPLY = 256 << 20
+# The largest module a candidate may have (a `__device__` array with an initialiser is compiled into the
+# cubin: a few bytes of source can ask for hundreds of MB).
+MAX_MODULE_BYTES = 64 << 20
+# NVRTC's status for a program that does not compile: the candidate's error. Any other failure (out of memory,
+# an internal error, a crash, a timeout) is not taken as the candidate's: MLX compiles that module itself.
+_NVRTC_ERROR_COMPILATION = 6
+# Each child's address space (NVRTC on a large template instantiation takes a few GB).
+_CHILD_ADDRESS_SPACE = 16 << 30
 _DEVICE_PREFIX = b"mlx/backend/cuda/device/"
 # ELF relocation types that store base + addend (x86-64, AArch64), by e_machine.
 _RELATIVE = {62: 8, 183: 1027}
@@ -195,7 +201,7 @@ def _load_mapped(fragment: str, sonames: Sequence[str]) -> str | None:
     return None
 
 
-def include_paths(library: str) -> list[str]:
+def include_paths(library: str, nvrtc: str | None = None) -> list[str]:
     """NVRTC's include paths as MLX sets them (jit_module.cpp, include_path_args): its bundled headers, CCCL,
     then the CUDA runtime's headers of the nvidia wheel beside it, else CUDA_HOME, CUDA_PATH or /usr/local/cuda."""
     root = Path(library).resolve().parent.parent
@@ -205,9 +211,9 @@ def include_paths(library: str) -> list[str]:
         paths.append(str(bundled))
     if (bundled / "cccl").exists():
         paths.append(str(bundled / "cccl"))
-    # MLX's CUDA 13 builds name the runtime's wheel folder cu13, its CUDA 12 builds cuda_runtime.
-    cuda = next((p for p in (root.parent / "nvidia" / d / "include" for d in ("cu13", "cuda_runtime")) if p.exists()),
-                root.parent / "nvidia" / "cu13" / "include")
+    # MLX's CUDA 13 builds name the runtime's wheel folder cu13, its CUDA 12 builds cuda_runtime: the
+    # NVRTC MLX loaded tells which.
+    cuda = root.parent / "nvidia" / ("cuda_runtime" if nvrtc and ".so.12" in nvrtc else "cu13") / "include"
     if not cuda.exists():
         home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "/usr/local/cuda"
         cuda = Path(home) / "include"
@@ -217,13 +223,18 @@ def include_paths(library: str) -> list[str]:
 
 def stdout_bytes(f: Callable[[], Any]) -> tuple[Any, bytes]:
     """f()'s result and the bytes it wrote on fd 1 (MLX prints generated sources from C++), which meanwhile
-    points at a file: the worker's protocol, on stdout, never sees them."""
+    points at a file: the worker's protocol, on stdout, never sees them. What C's stdio held before (a
+    kernel's device `printf` lands there) is flushed to nowhere first, so it cannot mix into the capture."""
     sys.stdout.flush()
-    with tempfile.TemporaryFile() as capture:
+    libc = ctypes.CDLL(None)
+    with tempfile.TemporaryFile() as capture, open(os.devnull, "wb") as devnull:
         saved = os.dup(1)
         try:
+            os.dup2(devnull.fileno(), 1)
+            libc.fflush(None)
             os.dup2(capture.fileno(), 1)
             result = f()
+            libc.fflush(None)
         finally:
             os.dup2(saved, 1)
             os.close(saved)
@@ -256,7 +267,10 @@ class Compiled:
     lowered: str
     log: str
     seconds: float
-    infrastructure: bool = False  # the jail or the child failed, not the candidate's code
+    # Not the candidate's error: the jail could not start (`jail_broken`: no jailed compile in this worker),
+    # or NVRTC failed otherwise than on the program (that module is left to MLX).
+    infrastructure: bool = False
+    jail_broken: bool = False
 
 
 class Compiler:
@@ -279,7 +293,7 @@ class Compiler:
         elif not (major.isdigit() and minor.isdigit()):
             self.why = "the GPU's compute capability is unknown"
         self.arch = (int(major), int(minor)) if major.isdigit() and minor.isdigit() else (0, 0)
-        self.include = include_paths(self.library)
+        self.include = include_paths(self.library, self.nvrtc)
 
     @property
     def active(self) -> bool:
@@ -298,11 +312,15 @@ class Compiler:
         out: dict[str, Compiled] = {}
         if not jobs:
             return out
-        workers = max(1, min(len(jobs), os.cpu_count() or 1))
+        workers = max(1, min(len(jobs), len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                                 else os.cpu_count() or 1))
         with concurrent.futures.ThreadPoolExecutor(workers) as pool:
             for job, done in zip(jobs, pool.map(self._one, jobs)):
                 if done.code is not None:
-                    write_module(self.cache, job.module, done.code, [(job.kernel, done.lowered)])
+                    try:
+                        write_module(self.cache, job.module, done.code, [(job.kernel, done.lowered)])
+                    except OSError as exc:  # a full disk is no fault of the candidate's: MLX compiles it
+                        done = Compiled(None, "", f"cannot write the module: {exc}", done.seconds, True)
                 out[job.module] = done
         return out
 
@@ -341,13 +359,13 @@ class Compiler:
         return json.dumps({
             "source": job.source.decode(errors="replace"), "name": job.module + ".cu", "kernel": job.kernel,
             "headers": [*(self.headers or []), *job.files.items()], "include": self.include,
-            "arch": f"{major}{minor}{'a' if major >= 9 else ''}", "nvrtc": self.nvrtc,
+            "arch": f"{major}{minor}{'a' if major >= 9 else ''}", "nvrtc": self.nvrtc, "max_bytes": MAX_MODULE_BYTES,
         }).encode()
 
     def _one(self, job: Job) -> Compiled:
         config = json.dumps({"dir": str(self._scratch), "writable": False,
                              "read": [*self.include, os.path.dirname(self.nvrtc or "")],
-                             "limits": {"fsize": 0}}, separators=(",", ":"))
+                             "limits": {"fsize": 0, "as": _CHILD_ADDRESS_SPACE}}, separators=(",", ":"))
         start = time.perf_counter()
         try:
             proc = subprocess.run([sys.executable, "-m", "ksearch_worker.jail", config, "--nvrtc"],
@@ -355,23 +373,24 @@ class Compiler:
                                   cwd=self._scratch, env=self._env())
         except subprocess.TimeoutExpired:
             return Compiled(None, "", f"NVRTC did not finish within {COMPILE_TIMEOUT_S:.0f} s",
-                            time.perf_counter() - start)
+                            time.perf_counter() - start, True)
         except OSError as exc:
             return Compiled(None, "", f"cannot start the jailed compiler: {exc}", time.perf_counter() - start, True)
         seconds = time.perf_counter() - start
         err = proc.stderr.decode(errors="replace")
         if proc.returncode == 127 and "ksearch jail:" in err:
-            return Compiled(None, "", err, seconds, True)
+            return Compiled(None, "", err, seconds, True, jail_broken=True)
         try:
-            reply = json.loads(proc.stdout[:_MAX_REPLY])
+            reply = json.loads(proc.stdout)
         except ValueError:
             how = f"exit status {proc.returncode}" if proc.returncode >= 0 else f"signal {-proc.returncode}"
-            return Compiled(None, "", f"NVRTC ended without a result ({how}): {err[-4000:]}", seconds)
+            return Compiled(None, "", f"NVRTC ended without a result ({how}): {err[-4000:]}", seconds, True)
+        log = str(reply.get("log", ""))
         if reply.get("infrastructure"):
-            return Compiled(None, "", str(reply.get("log", "")), seconds, True)
+            return Compiled(None, "", log, seconds, True)
         code = reply.get("code")
         return Compiled(base64.b64decode(code) if isinstance(code, str) else None, str(reply.get("lowered", "")),
-                        str(reply.get("log", "")), seconds)
+                        log, seconds)
 
 
 # -- the child, inside the jail ----------------------------------------------------------------------------
@@ -436,12 +455,18 @@ def child_compile(request: Mapping[str, Any], nvrtc: _Nvrtc) -> dict[str, Any]:
         log = ctypes.create_string_buffer(size.value + 1)
         nvrtc.check(lib.nvrtcGetProgramLog(prog, log), "nvrtcGetProgramLog")
         text = log.value.decode(errors="replace")
-        if rc != 0:
+        if rc == _NVRTC_ERROR_COMPILATION:
             return {"code": None, "log": text}
+        nvrtc.check(rc, "nvrtcCompileProgram")  # another failure: not the program's (infrastructure)
         lowered = ctypes.c_char_p()
         nvrtc.check(lib.nvrtcGetLoweredName(prog, kernel, ctypes.byref(lowered)), "nvrtcGetLoweredName")
         get_size, get = (lib.nvrtcGetCUBINSize, lib.nvrtcGetCUBIN) if sass else (lib.nvrtcGetPTXSize, lib.nvrtcGetPTX)
         nvrtc.check(get_size(prog, ctypes.byref(size)), "the code's size")
+        cap = int(request.get("max_bytes", MAX_MODULE_BYTES))
+        if size.value > cap:
+            return {"code": None, "log": f"{text}the compiled module is {size.value} bytes, more than the {cap} a "
+                                         "candidate's module may be (an initialised `__device__` array is "
+                                         "compiled into it)\n"}
         code = ctypes.create_string_buffer(size.value)
         nvrtc.check(get(prog, code), "the code")
         return {"code": base64.b64encode(code.raw).decode(), "lowered": (lowered.value or b"").decode(), "log": text}

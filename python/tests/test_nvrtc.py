@@ -147,3 +147,24 @@ def test_modules_compile_in_the_jail_at_once_and_land_in_the_cache(tmp_path: Pat
     # A file outside what the jail may read does not reach the compiler, whatever the candidate names.
     assert done[leak.module].code is None and "cannot open source file" in done[leak.module].log
     assert not c.cached(leak.module)
+
+
+def test_a_module_past_the_size_limit_is_the_candidates_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                              ) -> None:
+    monkeypatch.setattr(nvrtc, "MAX_MODULE_BYTES", 64 << 10)
+    c = _compiler(tmp_path / "cache", [], [])
+    source = (b"namespace mlx::core::cu {\n__device__ char big[1 << 20] = {1};\n"
+              b"__global__ void custom_kernel_big(char* out) { out[0] = big[threadIdx.x]; }\n}\n")
+    job = nvrtc.Job(nvrtc.module_name("custom_kernel_big", source), "mlx::core::cu::custom_kernel_big", source, {})
+    done = c.compile([job])[job.module]
+    assert done.code is None and not done.infrastructure and "more than the 65536" in done.log
+    assert not c.cached(job.module)
+
+
+def test_an_nvrtc_failure_that_is_not_the_programs_is_not_the_candidates(tmp_path: Path) -> None:
+    c = _compiler(tmp_path / "cache", [], [])
+    c.arch = (99, 9)  # no such architecture: NVRTC refuses the option, not the program
+    source = b"namespace mlx::core::cu {\n__global__ void custom_kernel_ok(float* out) { out[0] = 1; }\n}\n"
+    job = nvrtc.Job(nvrtc.module_name("custom_kernel_ok", source), "mlx::core::cu::custom_kernel_ok", source, {})
+    done = c.compile([job])[job.module]
+    assert done.code is None and done.infrastructure and not done.jail_broken, done

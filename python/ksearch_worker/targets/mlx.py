@@ -8,6 +8,7 @@ and several launches per evaluation when a launch takes microseconds.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 import platform
@@ -79,6 +80,7 @@ class MlxTarget:
         self._compiler: nvrtc.Compiler | None = None
         self._modules: dict[tuple[Any, ...], str] = {}  # a launch's instance -> its module
         self._failed: dict[str, str] = {}  # module -> NVRTC's log, for candidates that do not compile
+        self._sources: dict[str, str] = {}  # module -> SHA-256 of its source: one source per name, ever
         if name == "mlx-cuda":
             os.environ["MLX_PTX_CACHE_DIR"] = tempfile.mkdtemp(prefix="ksearch-mlx-modules-")
 
@@ -184,7 +186,9 @@ class MlxTarget:
         spec = build.kernels[name]
         inputs = tuple(launch["inputs"]) + tuple(launch.get("scalar_names") or [])
         outputs = tuple(launch["outputs"])
-        mlx_name = f"{name}_{key[:10]}"
+        # The build's key first, at a fixed width: MLX appends the template values to the name, so a name that
+        # ended in the key could be spelled by another candidate's kernel and template values.
+        mlx_name = f"k{key[:16]}_{name}"
         # On CUDA the header is a file MLX's source includes (set by _evaluate; header_file.py): MLX hashes the
         # source at every call.
         header = spec.get("included", spec["header"]) if self.name == "mlx-cuda" else spec["header"]
@@ -311,12 +315,15 @@ class MlxTarget:
             try:
                 name, source = compiler.generated(kernel, kwargs)
             except ValueError as exc:
-                # MLX printed something else than its generated source: not the candidate's doing.
-                compiler.why = f"MLX's generated source could not be read: {exc}"
-                print(f"ksearch-worker: kernels compile inside the worker: {compiler.why}", file=sys.stderr,
-                      flush=True)
-                return {"modules": 0, "compiled": 0, "in_worker": True}
+                # MLX printed something else than its generated source: MLX compiles this one at its launch.
+                print(f"ksearch-worker: a module compiles inside the worker: {exc}", file=sys.stderr, flush=True)
+                continue
             module = nvrtc.module_name(name, source)
+            digest = hashlib.sha256(source).hexdigest()
+            if self._sources.setdefault(module, digest) != digest:
+                # Two sources under one name: MLX would run whichever it met first for both.
+                raise CandidateFailure("invalid", f"kernel module {module} names two different sources in this "
+                                                  "worker (a hash collision); the kernel is not run")
             needed.append(module)
             if module in jobs or module in self._failed or compiler.cached(module):
                 continue
@@ -327,14 +334,19 @@ class MlxTarget:
             jobs[module] = nvrtc.Job(module, f"mlx::core::cu::{name}", source, files)
         start = time.perf_counter()
         done = compiler.compile(list(jobs.values()))
-        broken = [d.log for d in done.values() if d.infrastructure]
+        broken = [d.log for d in done.values() if d.jail_broken]
         if broken:
             # The jail, not the candidate: MLX compiles from now on, as it would by itself.
-            compiler.why = f"the jailed NVRTC failed: {broken[0].strip()[-2000:]}"
+            compiler.why = f"the jailed NVRTC could not start: {broken[0].strip()[-2000:]}"
             print(f"ksearch-worker: kernels compile inside the worker: {compiler.why}", file=sys.stderr, flush=True)
             return {"modules": len(set(needed)), "compiled": 0, "in_worker": True}
         for module, d in done.items():
-            if d.code is None:
+            if d.code is None and d.infrastructure:
+                # NVRTC failed otherwise than on the program (memory, a crash, a hang): MLX compiles it at
+                # its launch, as it would by itself; nothing is remembered against the candidate.
+                print(f"ksearch-worker: module {module} compiles inside the worker: {d.log.strip()[-500:]}",
+                      file=sys.stderr, flush=True)
+            elif d.code is None:
                 self._failed[module] = d.log
         for module in needed:
             if module in self._failed:
@@ -350,20 +362,23 @@ class MlxTarget:
             raise WorkerError("not_compiled", f"key {key} has not been compiled by this worker")
         if self.compiler() is None:
             return {"modules": 0, "compiled": 0, "in_worker": True}
-        m = _mlx()
         self._include_headers(key)
         calls: list[tuple[str, Any, dict[str, Any]]] = []
         try:
             for b in builds:
-                # MLX's source depends on the dtypes and ranks only: every array (outputs too) one element.
-                tiny = {n: (1,) * len(shape) for n, shape in b.shapes.items()}
-                stand_in = {n: m.zeros(tiny[n], dtype=_mx_dtype(b.dtypes[n]))
-                            for launch in b.launches for n in launch["inputs"] if n not in b.buffers}
-                _, made = self._calls(key, b.launches, stand_in, tiny, b.dtypes, True, None)
-                calls += made
+                calls += self.stand_in_calls(key, b)
             return self.ensure_modules(calls)
         except CandidateFailure as exc:
             return {"modules": len(calls), "compiled": 0, "compile_error": exc.message[-4000:]}
+
+    def stand_in_calls(self, key: str, b: Any) -> list[tuple[str, Any, dict[str, Any]]]:
+        """The calls of a build's launches on stand-in arrays, never evaluated: MLX's source depends on the
+        dtypes and ranks only, so every array (outputs too) has one element."""
+        m = _mlx()
+        tiny = {n: (1,) * len(shape) for n, shape in b.shapes.items()}
+        stand_in = {n: m.zeros(tiny[n], dtype=_mx_dtype(b.dtypes[n]))
+                    for launch in b.launches for n in launch["inputs"] if n not in b.buffers}
+        return self._calls(key, b.launches, stand_in, tiny, b.dtypes, True, None)[1]
 
     # -- the pipeline's hooks ---------------------------------------------------------------------
     def validate(self, r: Any) -> None:
@@ -799,7 +814,9 @@ class Chain:
             m.eval([a for _, _, produced in calls for a in produced.values()])
             m.synchronize()
         if self.graphs and self.graphs[-1]:
-            self.runner.last_set = self.graphs[-1][-1][1]  # the set of the runner's latest timed call
+            # The sets of the runner's latest timed call and of its latest unlinked one (the chain's first
+            # call, whose linked input is the set's own array too).
+            self.runner.last_sets = [self.graphs[-1][-1][1], self.graphs[-1][0][1]]
 
     def after(self, start: int, count: int) -> None:
         try:
@@ -984,13 +1001,26 @@ class MlxSession(Runner):
         self.timed_sets: list[dict[str, Any]] = []
         self.timed_ids: list[tuple[str, int, int]] = []
         self.checked: list[int] = []
-        self.last_set: int | None = None  # the set of the last timed call (Chain.run)
+        self.last_sets: list[int] = []  # the sets of the last timed calls (Chain.run)
 
     def __enter__(self) -> MlxSession:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def ready(self) -> bool:
+        """Every module of this session's launches compiled (mlx-cuda, in the jail) before any of its calls;
+        False where one does not compile. The evaluator asks it of the incumbent before timing the two side by
+        side: an incumbent that no longer compiles is not compared, and never blamed on the candidate."""
+        if self.target.name != "mlx-cuda":
+            return True
+        try:
+            self.target.ensure_modules(self.target.stand_in_calls(self.key, self.build))
+        except CandidateFailure:
+            return False
+        self.ensured = True
+        return True
 
     def close(self) -> None:
         # A fault of the candidate's last launch may surface only here (a sticky CUDA error): its failure,
@@ -1105,8 +1135,7 @@ class MlxSession(Runner):
     def _recheck(self, inputs: Mapping[str, np.ndarray]) -> list[CheckRun]:
         m = _mlx()
         fresh = upload({n: inputs[n] for n in self.task_inputs}, self.dtypes)
-        last = [self.timed_ids[self.last_set]] if self.last_set is not None and self.last_set < len(self.timed_ids) \
-            else []
+        last = [self.timed_ids[i] for i in self.last_sets if i < len(self.timed_ids)]
         ids = list(dict.fromkeys([*last, *self.timed_ids[:1],
                                   *[self.timed_ids[i] for i in self.checked[:RECHECK_SETS - 1]]]))
         runs = []
