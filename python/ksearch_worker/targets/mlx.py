@@ -81,6 +81,7 @@ class MlxTarget:
         self._modules: dict[tuple[Any, ...], str] = {}  # a launch's instance -> its module
         self._failed: dict[str, str] = {}  # module -> NVRTC's log, for candidates that do not compile
         self._sources: dict[str, str] = {}  # module -> SHA-256 of its source: one source per name, ever
+        self._left: set[str] = set()  # modules the jailed NVRTC failed on otherwise: MLX compiles them
         if name == "mlx-cuda":
             os.environ["MLX_PTX_CACHE_DIR"] = tempfile.mkdtemp(prefix="ksearch-mlx-modules-")
 
@@ -325,7 +326,7 @@ class MlxTarget:
                 raise CandidateFailure("invalid", f"kernel module {module} names two different sources in this "
                                                   "worker (a hash collision); the kernel is not run")
             needed.append(module)
-            if module in jobs or module in self._failed or compiler.cached(module):
+            if module in jobs or module in self._failed or module in self._left or compiler.cached(module):
                 continue
             files = {}
             for spec in self._builds[key].kernels.values():
@@ -346,6 +347,7 @@ class MlxTarget:
                 # its launch, as it would by itself; nothing is remembered against the candidate.
                 print(f"ksearch-worker: module {module} compiles inside the worker: {d.log.strip()[-500:]}",
                       file=sys.stderr, flush=True)
+                self._left.add(module)
             elif d.code is None:
                 self._failed[module] = d.log
         for module in needed:
