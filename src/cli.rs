@@ -1466,6 +1466,16 @@ fn probe_mlx(python: &Path) -> std::result::Result<(String, bool, bool), String>
     }
 }
 
+/// What `program ARGS` prints on stdout, trimmed, when it runs and succeeds.
+fn answer_of<S: AsRef<std::ffi::OsStr>>(program: S, args: &[&str]) -> Option<String> {
+    std::process::Command::new(program)
+        .args(args)
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+}
+
 fn cmd_doctor(store_dir: &Path, python: Option<&Path>, json: bool) -> Result<u8> {
     let mut report = serde_json::Map::new();
     let mut checks: Vec<Value> = Vec::new();
@@ -1474,12 +1484,7 @@ fn cmd_doctor(store_dir: &Path, python: Option<&Path>, json: bool) -> Result<u8>
     report.insert("builtin_tasks".into(), json!(builtin::task_names()));
     // The interpreter must run: `--python` is taken as given.
     let runs = |env: &pyenv::PythonEnv| {
-        std::process::Command::new(&env.python)
-            .arg("--version")
-            .output()
-            .ok()
-            .filter(|o| o.status.success())
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        answer_of(&env.python, &["--version"])
             .ok_or_else(|| anyhow!("{} does not run", env.python.display()))
     };
     match pyenv::ensure(python).and_then(|env| runs(&env).map(|v| (env, v))) {
@@ -1585,12 +1590,7 @@ fn cmd_doctor(store_dir: &Path, python: Option<&Path>, json: bool) -> Result<u8>
                 checks.push(json!({"check": name, "ok": None::<bool>, "available": ok, "detail": detail, "fix": if ok { None } else { Some(fix) }}));
             }
             // A fact, not a requirement: ksearch evaluates on this machine's devices only today.
-            let ray = std::process::Command::new(&env.python)
-                .args(["-c", "import ray; print(ray.__version__)"])
-                .output()
-                .ok()
-                .filter(|o| o.status.success())
-                .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+            let ray = answer_of(&env.python, &["-c", "import ray; print(ray.__version__)"]);
             checks.push(check_item(
                 "Ray",
                 None,
@@ -1611,12 +1611,7 @@ fn cmd_doctor(store_dir: &Path, python: Option<&Path>, json: bool) -> Result<u8>
             report.insert("python".into(), json!({"error": format!("{e:#}")}));
         }
     }
-    let gpu = std::process::Command::new("nvidia-smi")
-        .args(["--query-gpu=name", "--format=csv,noheader"])
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+    let gpu = answer_of("nvidia-smi", &["--query-gpu=name", "--format=csv,noheader"]);
     checks.push(check_item(
         "NVIDIA GPU",
         None,

@@ -23,6 +23,7 @@ MLX_USE_CUDA_GRAPHS=0 is a way to run it, not to win.
 `ksearch export` embeds this file's code in the modules it writes: standard library only.
 """
 
+import ctypes
 import os
 import sys
 import tempfile
@@ -89,20 +90,32 @@ def generated_parameters(generated: str, function: str) -> list[str] | None:
     return [" ".join(p.split()) for p in generated[i + len(head):j].split(",")]
 
 
-def stdout_of(f: Callable[[], object]) -> tuple[object, str]:
-    """f()'s result and what it printed on fd 1 (MLX prints verbose kernel sources from C++): fd 1 points at a
-    file meanwhile, so whatever reads this process's stdout (the worker's protocol) never sees them."""
+def stdout_bytes(f: Callable[[], object]) -> tuple[object, bytes]:
+    """f()'s result and the bytes it wrote on fd 1 (MLX prints verbose kernel sources from C++): fd 1 points at a
+    file meanwhile, so whatever reads this process's stdout (the worker's protocol) never sees them. What C's
+    stdio held before (a kernel's device `printf` lands there) is flushed to nowhere first, so it cannot mix
+    into what is captured."""
     sys.stdout.flush()
-    with tempfile.TemporaryFile(mode="w+") as capture:
+    libc = ctypes.CDLL(None)
+    with tempfile.TemporaryFile() as capture, open(os.devnull, "wb") as devnull:
         saved = os.dup(1)
         try:
+            os.dup2(devnull.fileno(), 1)
+            libc.fflush(None)
             os.dup2(capture.fileno(), 1)
             result = f()
+            libc.fflush(None)
         finally:
             os.dup2(saved, 1)
             os.close(saved)
         capture.seek(0)
         return result, capture.read()
+
+
+def stdout_of(f: Callable[[], object]) -> tuple[object, str]:
+    """`stdout_bytes` as text."""
+    result, printed = stdout_bytes(f)
+    return result, printed.decode(errors="replace")
 
 
 def refusal() -> str | None:

@@ -223,7 +223,7 @@ class Verifier:
     plan: TimedPlan
     any_nan_is_poison: bool
     tally: dict[str, int]
-    tolerances: dict[str, tuple[float, float]] = field(default_factory=dict)
+    tolerances: dict[str, tuple[float, float]] = field(init=False)
 
     def __post_init__(self) -> None:
         self.tolerances = {name: self.task.tolerances[dtype] for name, _, dtype in self.layout.outputs}
@@ -238,11 +238,6 @@ class Verifier:
             if result.problem:
                 raise TimedRunWrong(f"{who}: a sampled timed call (input set {index} of {len(self.plan.sets)}) "
                                     f"differs from the reference: {result.problem}")
-
-
-def _verifier(task: Task, layout: Layout, plan: TimedPlan, any_nan_is_poison: bool,
-              tally: dict[str, int]) -> Verifier:
-    return Verifier(task, layout, plan, any_nan_is_poison, tally)
 
 
 class Split:
@@ -345,9 +340,9 @@ def _candidate(r: RunRequest, task: Task, target: Target, state: RunState, layou
         with split.phase("timing_s"):
             plan = _plan(r, task, state, layout)
             tally: dict[str, int] = {}
-            verify = _verifier(task, layout, plan, poison_nan, tally)
+            verify = Verifier(task, layout, plan, poison_nan, tally)
             incumbent = target.session(r.incumbent, r, task) if r.incumbent else None
-            if incumbent is not None and not getattr(incumbent, "ready", lambda: True)():
+            if incumbent is not None and not incumbent.ready():
                 # The incumbent's own modules no longer compile here: it is not compared (never the candidate's
                 # failure), as the Rust side does when its build fails.
                 incumbent.close()

@@ -252,15 +252,16 @@ def _init(config: dict[str, Any], launcher_fd: int, status_fd: int, program: Seq
 
 def main(argv: Sequence[str]) -> int:
     global _CALL
-    if len(argv) < 2 or argv[1] not in ("--", "--host", "--nvrtc") or len(argv) < 3 and argv[1] != "--nvrtc":
+    mode = argv[1] if len(argv) > 1 else ""
+    if mode not in ("--", "--host", "--nvrtc") or (mode != "--nvrtc" and len(argv) < 3):
         print(__doc__, file=sys.stderr)
         return 2
     config = json.loads(argv[0])
-    host_fd = int(argv[2]) if argv[1] == "--host" else None
-    program = None if host_fd is not None or argv[1] == "--nvrtc" else list(argv[2:])
+    host_fd = int(argv[2]) if mode == "--host" else None
+    program = list(argv[2:]) if mode == "--" else None
     if host_fd is not None:
         from . import kernel_host  # noqa: F401 - imported before Landlock narrows what may be read
-    if argv[1] == "--nvrtc":
+    if mode == "--nvrtc":
         from . import nvrtc  # the request read, NVRTC loaded and the include folders opened before the jail
 
         try:

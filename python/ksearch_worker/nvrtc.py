@@ -29,6 +29,7 @@ from __future__ import annotations
 import base64
 import concurrent.futures
 import ctypes
+import functools
 import glob
 import json
 import mmap
@@ -43,6 +44,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from . import cluster
 
 # std::hash<std::string> in libstdc++: _Hash_bytes(data, size, this seed).
 _STD_HASH_SEED = 0xC70F6907
@@ -64,13 +67,17 @@ _DEVICE_PREFIX = b"mlx/backend/cuda/device/"
 _RELATIVE = {62: 8, 183: 1027}
 
 
-def std_hash(data: bytes) -> int:
-    """`std::hash<std::string>` of `data`, as libstdc++ (the C++ library MLX runs on) computes it."""
-    lib = ctypes.CDLL("libstdc++.so.6")
-    fn = lib._ZSt11_Hash_bytesPKvmm
+@functools.cache
+def _hash_bytes() -> Any:
+    fn = ctypes.CDLL("libstdc++.so.6")._ZSt11_Hash_bytesPKvmm
     fn.restype = ctypes.c_size_t
     fn.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_size_t]
-    return int(fn(data, len(data), _STD_HASH_SEED))
+    return fn
+
+
+def std_hash(data: bytes) -> int:
+    """`std::hash<std::string>` of `data`, as libstdc++ (the C++ library MLX runs on) computes it."""
+    return int(_hash_bytes()(data, len(data), _STD_HASH_SEED))
 
 
 def module_name(kernel_name: str, source: bytes) -> str:
@@ -221,27 +228,6 @@ def include_paths(library: str, nvrtc: str | None = None) -> list[str]:
     return paths
 
 
-def stdout_bytes(f: Callable[[], Any]) -> tuple[Any, bytes]:
-    """f()'s result and the bytes it wrote on fd 1 (MLX prints generated sources from C++), which meanwhile
-    points at a file: the worker's protocol, on stdout, never sees them. What C's stdio held before (a
-    kernel's device `printf` lands there) is flushed to nowhere first, so it cannot mix into the capture."""
-    sys.stdout.flush()
-    libc = ctypes.CDLL(None)
-    with tempfile.TemporaryFile() as capture, open(os.devnull, "wb") as devnull:
-        saved = os.dup(1)
-        try:
-            os.dup2(devnull.fileno(), 1)
-            libc.fflush(None)
-            os.dup2(capture.fileno(), 1)
-            result = f()
-            libc.fflush(None)
-        finally:
-            os.dup2(saved, 1)
-            os.close(saved)
-        capture.seek(0)
-        return result, capture.read()
-
-
 def parse_generated(printed: bytes) -> tuple[str, bytes]:
     """(kernel name, source) from what one verbose kernel call printed: "Generated source code for `NAME`:",
     a fence, the source, a fence (custom_kernel.cpp). Raises ValueError for anything else."""
@@ -304,7 +290,7 @@ class Compiler:
 
     def generated(self, kernel: Any, kwargs: Mapping[str, Any]) -> tuple[str, bytes]:
         """The source MLX generates for one call of `kernel` (nothing is evaluated, so nothing compiles)."""
-        _, printed = stdout_bytes(lambda: kernel(**kwargs, verbose=True))
+        _, printed = cluster.stdout_bytes(lambda: kernel(**kwargs, verbose=True))
         return parse_generated(printed)
 
     def compile(self, jobs: Sequence[Job]) -> dict[str, Compiled]:

@@ -40,8 +40,7 @@ class CheckRun:
     problems: list[str] = field(default_factory=list)
     inputs_modified: list[str] = field(default_factory=list)
     overruns: list[str] = field(default_factory=list)
-    seconds: float = 0.0  # wall time of one call, for sizing the timing supply (on MLX the first launch's
-    # includes compiling the kernel)
+    seconds: float = 0.0  # wall time of one call, for sizing the timing supply (on MLX, the first one's compile too)
     again_s: float = 0.0  # wall time of the second call, with `twice`
     where: int | None = None  # for a recheck: which timed input set it ran in
 
@@ -97,6 +96,11 @@ class Session(Protocol):
 
     def recheck(self, inputs: Arrays) -> list[CheckRun]:
         """Fresh inputs written where timing ran, each checked."""
+        ...
+
+    def ready(self) -> bool:
+        """Whether the build can run here: asked of an incumbent before it is timed beside a candidate (one
+        that no longer can is not compared, and never blamed on the candidate)."""
         ...
 
     def close(self) -> None: ...

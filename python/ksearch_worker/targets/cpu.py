@@ -304,6 +304,9 @@ class CpuSession:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def ready(self) -> bool:
+        return True  # compiled and loaded by `compile`
+
     def close(self) -> None:
         if not self.closed:
             self.closed = True

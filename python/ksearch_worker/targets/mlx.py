@@ -78,7 +78,6 @@ class MlxTarget:
         # mlx-cuda: candidates' modules are compiled in the jail into MLX's module cache (nvrtc.py), a folder
         # of this worker's own, set before MLX first reads the variable (at its first compile).
         self._compiler: nvrtc.Compiler | None = None
-        self._modules: dict[tuple[Any, ...], str] = {}  # a launch's instance -> its module
         self._failed: dict[str, str] = {}  # module -> NVRTC's log, for candidates that do not compile
         self._sources: dict[str, str] = {}  # module -> SHA-256 of its source: one source per name, ever
         self._left: set[str] = set()  # modules the jailed NVRTC failed on otherwise: MLX compiles them
@@ -286,9 +285,16 @@ class MlxTarget:
             self._compiler = nvrtc.Compiler(Path(os.environ["MLX_PTX_CACHE_DIR"]), _mlx(), jail.env,
                                              _device_attributes().get("compute_capability"))
             if not self._compiler.ready(self._cache_probe):
-                print(f"ksearch-worker: kernels compile inside the worker: {self._compiler.why}", file=sys.stderr,
-                      flush=True)
+                self._in_worker(self._compiler.why or "the module cache probe failed")
         return self._compiler if self._compiler.active else None
+
+    def _in_worker(self, why: str) -> dict[str, Any]:
+        """Turns the jailed compile off for this worker (MLX compiles at first launch, as it would by itself),
+        saying why on stderr (`ksearch -vv`); what `precompile` answers then."""
+        if self._compiler is not None:
+            self._compiler.why = why
+        print(f"ksearch-worker: kernels compile inside the worker: {why}", file=sys.stderr, flush=True)
+        return {"modules": 0, "compiled": 0, "in_worker": True}
 
     def _cache_probe(self, body: str) -> tuple[Any, dict[str, Any]]:
         m = _mlx()
@@ -312,6 +318,7 @@ class MlxTarget:
             return {"modules": 0, "compiled": 0, "in_worker": True}
         jobs: dict[str, nvrtc.Job] = {}
         needed: list[str] = []
+        files: dict[str, dict[str, str]] = {}  # build key -> its header files (include name -> text)
         for key, kernel, kwargs in calls:
             try:
                 name, source = compiler.generated(kernel, kwargs)
@@ -328,19 +335,16 @@ class MlxTarget:
             needed.append(module)
             if module in jobs or module in self._failed or module in self._left or compiler.cached(module):
                 continue
-            files = {}
-            for spec in self._builds[key].kernels.values():
-                if spec["header"] and spec.get("included") != spec["header"]:
-                    files[header_file.header_path(spec["header"]) or ""] = spec["header"]
-            jobs[module] = nvrtc.Job(module, f"mlx::core::cu::{name}", source, files)
+            if key not in files:
+                files[key] = {header_file.header_path(spec["header"]) or "": spec["header"]
+                              for spec in self._builds[key].kernels.values()
+                              if spec["header"] and spec.get("included") != spec["header"]}
+            jobs[module] = nvrtc.Job(module, f"mlx::core::cu::{name}", source, files[key])
         start = time.perf_counter()
         done = compiler.compile(list(jobs.values()))
         broken = [d.log for d in done.values() if d.jail_broken]
-        if broken:
-            # The jail, not the candidate: MLX compiles from now on, as it would by itself.
-            compiler.why = f"the jailed NVRTC could not start: {broken[0].strip()[-2000:]}"
-            print(f"ksearch-worker: kernels compile inside the worker: {compiler.why}", file=sys.stderr, flush=True)
-            return {"modules": len(set(needed)), "compiled": 0, "in_worker": True}
+        if broken:  # the jail, not the candidate
+            return self._in_worker(f"the jailed NVRTC could not start: {broken[0].strip()[-2000:]}")
         for module, d in done.items():
             if d.code is None and d.infrastructure:
                 # NVRTC failed otherwise than on the program (memory, a crash, a hang): MLX compiles it at
@@ -362,7 +366,7 @@ class MlxTarget:
         and never evaluated. A compile error is kept for the run that meets it."""
         if key not in self._builds:
             raise WorkerError("not_compiled", f"key {key} has not been compiled by this worker")
-        if self.compiler() is None:
+        if self.compiler() is None:  # nothing to build the calls for
             return {"modules": 0, "compiled": 0, "in_worker": True}
         self._include_headers(key)
         calls: list[tuple[str, Any, dict[str, Any]]] = []
@@ -1000,7 +1004,6 @@ class MlxSession(Runner):
         m.eval(list(self.scalars.values()))
         target._include_headers(build.key)
         self.ensured = False  # this session's modules compiled (at its first call)
-        self.timed_sets: list[dict[str, Any]] = []
         self.timed_ids: list[tuple[str, int, int]] = []
         self.checked: list[int] = []
         self.last_sets: list[int] = []  # the sets of the last timed calls (Chain.run)
