@@ -11,8 +11,13 @@ per-candidate figures are over the candidates after the seed.
 With --limit S the search is stopped (SIGTERM) after S seconds and what the store holds by then is read: the
 final phase is not needed to know what a search-phase candidate cost.
 
+Medians are given over every later candidate and over the later candidates that passed every search workload
+(a refused launch configuration fails in milliseconds and says nothing of what an evaluation costs). With
+--pin NAME=VALUE (repeatable) the seed is copied and that tunable narrowed to the one value, so the tuner
+draws only configurations that run here (attention's cluster decode, NC > 0, is refused under CUDA graphs).
+
 Usage: python3 bench/eval_cost.py TASK [--target T] [--seed NAME] [--budget N] [--checks N] [--bin PATH]
-       [--timing-budget S] [--limit S] [--out FILE]
+       [--timing-budget S] [--limit S] [--pin NAME=VALUE ...] [--out FILE]
 Prints one JSON object (also written to --out).
 """
 
@@ -22,6 +27,8 @@ import argparse
 import json
 import os
 import platform
+import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -33,6 +40,24 @@ PARTS = ("kernel_s", "setup_s", "checks_s", "timing_s", "recheck_s", "reference_
 
 def last_json(text: str) -> dict:
     return json.loads(text.strip().splitlines()[-1])
+
+
+def pinned_seed(task: str, target: str, seed: str, pins: list[str]) -> str:
+    """A copy of the task's seed with each pinned tunable's values narrowed to the one given."""
+    src = os.path.join("tasks", task, "seeds", target, seed)
+    dst = os.path.join(tempfile.mkdtemp(prefix="ksearch-eval-cost-seed-"), seed)
+    shutil.copytree(src, dst)
+    plan = os.path.join(dst, "plan.toml")
+    text = open(plan).read()
+    for pin in pins:
+        name, _, value = pin.partition("=")
+        block = re.compile(rf"(\[tunable\.{re.escape(name)}\][^\n]*\n(?:(?!\[)[^\n]*\n)*?)values = \[[^\]]*\]"
+                           rf"((?:(?!\[)[^\n]*\n)*?)default = [^\n]*")
+        text, n = block.subn(lambda m: f"{m.group(1)}values = [{value}]{m.group(2)}default = {value}", text)
+        if n != 1:
+            sys.exit(f"--pin {pin}: no [tunable.{name}] with values and default in {plan}")
+    open(plan, "w").write(text)
+    return dst
 
 
 def main() -> None:
@@ -47,11 +72,14 @@ def main() -> None:
     ap.add_argument("--python", default=None)
     ap.add_argument("--out", default=None)
     ap.add_argument("--limit", type=float, default=None)
+    ap.add_argument("--pin", action="append", default=[])
     args = ap.parse_args()
+    start = (["--candidate", pinned_seed(args.task, args.target, args.seed or "naive", args.pin)] if args.pin
+             else ["--seed", args.seed] if args.seed else [])
     store = tempfile.mkdtemp(prefix="ksearch-eval-cost-")
     cmd = [args.bin, "-vv", "--store", store, *(["--python", args.python] if args.python else []), "run", args.task,
            "--target", args.target, "--strategy", "tune", "--budget", str(args.budget), "--checks", str(args.checks),
-           *(["--seed", args.seed] if args.seed else []),
+           *start,
            *(["--timing-budget", args.timing_budget] if args.timing_budget else []), "--json"]
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -89,12 +117,17 @@ def main() -> None:
                                0.0)
         c["workloads"] += 1
         c["passed"] &= e["status"] == "passed"
+        if e["status"] != "passed" and "failure" not in c:
+            c["failure"] = f"{e.get('workload')}: {e['status']}: {str(e.get('message') or '')[:300]}"
     rows = [{"candidate": h, **per[h]} for h in order if h in per]
     later = rows[1:]
+    passed = [r for r in later if r["passed"]]
 
-    def med(key: str) -> float | None:
-        xs = [r[key] for r in later]
+    def med(key: str, among: list[dict] = later) -> float | None:
+        xs = [r[key] for r in among]
         return round(statistics.median(xs), 4) if xs else None
+
+    keys = ("wall_s", "compile_s", "overhead_s", "prepare_s", *PARTS)
 
     out = {
         "bench": "eval-cost",
@@ -104,17 +137,24 @@ def main() -> None:
         "stopped_after_s": args.limit if stopped else None,
         "hardware": result.get("hardware"),
         "first_candidate": rows[0] if rows else None,
-        "per_candidate_median": {k: med(k) for k in ("wall_s", "compile_s", "overhead_s", "prepare_s", *PARTS)},
+        "pins": args.pin,
+        "per_candidate_median": {k: med(k) for k in keys},
         "per_candidate_max_wall_s": round(max((r["wall_s"] for r in later), default=0.0), 4),
+        "later_candidates": len(later), "later_passed": len(passed),
+        "per_passed_candidate_median": {k: med(k, passed) for k in keys},
+        "per_passed_candidate_max_wall_s": round(max((r["wall_s"] for r in passed), default=0.0), 4),
         "candidates": rows,
     }
     text = json.dumps(out, indent=1)
     if args.out:
         with open(args.out, "w") as f:
             f.write(text + "\n")
-    print(json.dumps({"task": args.task, "target": args.target, "per_candidate_median": out["per_candidate_median"],
-                      "max_wall_s": out["per_candidate_max_wall_s"], "first_candidate_wall_s":
-                      rows[0]["wall_s"] if rows else None}))
+    print(json.dumps({"task": args.task, "target": args.target, "later_candidates": len(later),
+                      "later_passed": len(passed), "per_passed_candidate_median": out["per_passed_candidate_median"],
+                      "per_passed_candidate_max_wall_s": out["per_passed_candidate_max_wall_s"],
+                      "per_candidate_median": out["per_candidate_median"], "first_candidate_wall_s":
+                      rows[0]["wall_s"] if rows else None,
+                      "failures": [r["failure"] for r in later if "failure" in r][:4]}))
 
 
 if __name__ == "__main__":
