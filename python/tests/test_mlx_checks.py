@@ -179,6 +179,31 @@ def test_a_kernel_that_writes_its_timed_inputs_is_caught(tmp_path: Path) -> None
     assert r["status"] == "wrong" and "after timing" in r["message"], r["message"]
 
 
+def test_a_kernel_that_writes_its_input_only_in_the_recheck_is_caught(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The recheck compares inputs on the device, against a second device copy the kernel is not handed."""
+    from ksearch_worker.targets.mlx import MlxSession
+
+    rechecking = []
+    plain = MlxSession.recheck
+
+    def recheck(self: Any, inputs: Any) -> Any:
+        rechecking.append(True)
+        return plain(self, inputs)
+
+    monkeypatch.setattr(MlxSession, "recheck", recheck)
+
+    def scribble_in_recheck(a: dict[str, Any], calls: int) -> Any:
+        out = correct(a, calls)
+        if rechecking:
+            mx.eval(a["A"])
+            np.array(a["A"], copy=False)[1, 2] += 1.0
+        return out
+
+    r = evaluate(tmp_path, scribble_in_recheck, TIMING)
+    assert rechecking and r["status"] == "wrong" and "input A modified" in r["message"], r["message"]
+
+
 def test_the_plans_scalars_are_fresh_and_checked(tmp_path: Path) -> None:
     class Scalars(FakeDevice):
         def launch_all(self, key: str, launches: Any, arrays: dict[str, Any], shapes: Any, dtypes: Any,
@@ -326,12 +351,21 @@ def test_a_threadgroup_past_the_kernels_limit_is_reported_with_the_limit(tmp_pat
 def test_bfloat16_arrays_are_refilled_in_place_through_their_bit_patterns() -> None:
     from ksearch_worker.targets.mlx import _refill
 
+    from ksearch_worker.targets.mlx import _host_bits
+
+    values = np.array([-0.5, 7.0, 1e-3], dtype=np.float32)
     target = {"x": mx.array([1.0, 2.0, 3.0]).astype(mx.bfloat16)}
-    fresh = {"x": mx.array([-0.5, 7.0, 1e-3]).astype(mx.bfloat16)}
+    fresh = {"x": mx.array(values).astype(mx.bfloat16)}
     mx.eval(target["x"], fresh["x"])
     buffer = target["x"]
-    assert _refill(mx, target, fresh)
+    # The host holds bfloat16 inputs as their exact float32 values (pool.py rounds them when drawing).
+    host = np.array(fresh["x"].astype(mx.float32))
+    assert _refill(mx, target, fresh, {"x": _host_bits(host, "bfloat16")})
     assert target["x"] is buffer and bool(mx.all(mx.equal(buffer, fresh["x"])).item())
+    # Host contents that are not the device copy's are not relied on.
+    other = {"x": mx.array([5.0, 6.0, 7.0]).astype(mx.bfloat16)}
+    mx.eval(other["x"])
+    assert not _refill(mx, other, fresh, {"x": _host_bits(host + 1, "bfloat16")})
 
 
 def test_bfloat16_outputs_reach_the_host_as_their_exact_float32_values() -> None:
@@ -427,3 +461,19 @@ def test_calls_on_checked_sets_not_drawn_for_comparison_are_screened_on_the_devi
     again.mkdir()
     r = evaluate(again, spoils, timing)
     assert r["status"] == "passed", r["message"]
+
+
+def test_device_comparisons_are_bit_for_bit() -> None:
+    """What the recheck and the second check run compare on the device: signed zeros differ, a NaN equals
+    itself, and the copy of a first run's outputs is exact for every dtype."""
+    from ksearch_worker.targets.mlx import _bits
+
+    def same(a: Any, b: Any) -> bool:
+        return bool(mx.all(mx.equal(_bits(mx, a), _bits(mx, b))).item())
+
+    nan = mx.array([float("nan"), 1.0])
+    assert same(nan, nan) and not same(mx.array([0.0]), mx.array([-0.0]))
+    for dtype in (mx.float32, mx.float16, mx.bfloat16, mx.int32, mx.uint8, mx.bool_):
+        x = mx.array([1.5, -0.0, float("nan"), 3.0]).astype(dtype)
+        copy = _bits(mx, x) + 0
+        assert bool(mx.all(mx.equal(_bits(mx, x), copy)).item()), dtype

@@ -1084,32 +1084,52 @@ class MlxSession(Runner):
         return self._check(dev, inputs, twice)
 
     def _check(self, dev: Mapping[str, Any], pristine: Mapping[str, np.ndarray], twice: bool,
-               where: int | None = None) -> CheckRun:
+               where: int | None = None, on_device: Mapping[str, Any] | None = None) -> CheckRun:
         # A launch's fault surfaces at the next device call, which may be a read of its outputs: the
         # candidate's failure all the same (and one that broke the device context restarts the worker).
         try:
-            return self._checked(dev, pristine, twice, where)
+            return self._checked(dev, pristine, twice, where, on_device)
         except (CandidateFailure, TimedRunWrong, WorkerError):
             raise
         except Exception as exc:
             raise _failure(exc, self) from None
 
     def _checked(self, dev: Mapping[str, Any], pristine: Mapping[str, np.ndarray], twice: bool,
-                 where: int | None) -> CheckRun:
+                 where: int | None, on_device: Mapping[str, Any] | None) -> CheckRun:
+        """One checked call. The inputs are compared with `pristine` on the host, or, for a recheck, with
+        `on_device` (a second device copy of the same inputs, which the kernel is not handed) on the device:
+        the recheck's outputs are still compared on the host, and a recheck's inputs would otherwise cross
+        to the host once more for each set it writes."""
         m = _mlx()
         t0 = time.perf_counter()
         produced = self._launch(dev)
         seconds = time.perf_counter() - t0
         run = CheckRun(outputs=self.host_outputs(produced), seconds=seconds, where=where)
-        run.inputs_modified = [n for n in self.task_inputs
-                               if not _same_bits(_host(m, dev[n], self.dtypes[n]), np.asarray(
-                                   pristine[n], dtype=np.float32) if self.dtypes[n] == "bfloat16" else pristine[n])]
+        if on_device is not None:
+            same = {n: m.all(m.equal(_bits(m, dev[n]), _bits(m, on_device[n]))) for n in self.task_inputs}
+            m.eval(list(same.values()))
+            run.inputs_modified = [n for n in self.task_inputs if not bool(same[n].item())]
+        else:
+            run.inputs_modified = [n for n in self.task_inputs
+                                   if not _same_bits(_host(m, dev[n], self.dtypes[n]), np.asarray(
+                                       pristine[n], dtype=np.float32) if self.dtypes[n] == "bfloat16"
+                                       else pristine[n])]
         run.problems += [f"input {n} modified by the kernel (inputs are read-only)" for n in run.inputs_modified]
         if twice and not run.inputs_modified:
+            # The second run is compared bit for bit on the device, with a device copy of the first run's
+            # outputs taken before it runs (so it cannot make the two agree by writing into the first run's
+            # arrays); its outputs cross to the host only if they differ. The first run's host copy stays
+            # the one judged against the reference.
+            first = {n: _bits(m, produced[n]) + 0 for n in self.outputs}
+            m.eval(list(first.values()))
             t1 = time.perf_counter()
             again = self._launch(dev)
             run.again_s = time.perf_counter() - t1
+            same = {n: m.all(m.equal(_bits(m, again[n]), first[n])) for n in self.outputs}
+            m.eval(list(same.values()))
             for n in self.outputs:
+                if bool(same[n].item()):
+                    continue
                 b = _host(m, again[n], self.dtypes[n])
                 if not _same_bits(b, run.outputs[n]):
                     diff = int(np.sum(run.outputs[n].view(np.uint8) != b.view(np.uint8)))
@@ -1149,10 +1169,10 @@ class MlxSession(Runner):
             if got is None:
                 continue
             dev = got[0]
-            if _refill(m, dev, fresh):
+            if _refill(m, dev, fresh, {n: _host_bits(inputs[n], self.dtypes[n]) for n in self.task_inputs}):
                 # The set now holds the recheck's inputs: it is uploaded afresh for the next candidate.
                 self.target._sets.pop(ident, None)
-                runs.append(self._check(dev, inputs, False, where=self.timed_ids.index(ident)))
+                runs.append(self._check(dev, inputs, False, where=self.timed_ids.index(ident), on_device=fresh))
         if not runs:
             runs.append(self._check(fresh, inputs, False))
         return runs
@@ -1190,29 +1210,43 @@ def _host(m: Any, a: Any, dtype: str) -> np.ndarray:
     return np.array(a)
 
 
-def _refill(m: Any, target: dict[str, Any], fresh: dict[str, Any]) -> bool:
-    """Writes `fresh`'s contents into the memory of `target`'s arrays, in place, and confirms on the
-    device that the kernel will see them. False (nothing relied on) where MLX hands out copies."""
+def _refill(m: Any, target: dict[str, Any], fresh: dict[str, Any], host: Mapping[str, np.ndarray]) -> bool:
+    """Writes `host` (the contents of `fresh`, as the device arrays' element bits: `_host_bits`) into the
+    memory of `target`'s arrays, in place, and confirms on the device that the kernel will see `fresh`'s
+    contents there. False (nothing relied on) where MLX hands out copies, or the two do not match."""
     try:
         for n, a in target.items():
             if a.shape != fresh[n].shape or a.dtype != fresh[n].dtype:
                 return False
             # numpy has no bfloat16: those arrays are written as their 16-bit patterns.
-            bits = a.dtype == m.bfloat16
-            dst = a.view(m.uint16) if bits else a
-            src = fresh[n].view(m.uint16) if bits else fresh[n]
-            m.eval(dst, src)
+            dst = a.view(m.uint16) if a.dtype == m.bfloat16 else a
+            m.eval(dst)
             view = np.array(dst, copy=False)  # raises where a copy would be needed
-            if not view.flags.writeable:
+            if not view.flags.writeable or view.shape != host[n].shape or view.dtype != host[n].dtype:
                 return False
-            view[...] = np.array(src)
+            view[...] = host[n]
         m.synchronize()
         # Compared on the default device (the GPU where there is one), which reads what a kernel would read.
-        same = [m.all(m.equal(target[n], fresh[n])) for n in target]
+        same = [m.all(m.equal(_bits(m, target[n]), _bits(m, fresh[n]))) for n in target]
         m.eval(same)
         return all(bool(x.item()) for x in same)
     except Exception:
         return False
+
+
+def _host_bits(a: np.ndarray, dtype: str) -> np.ndarray:
+    """A host input as its device array's elements: bfloat16 values (held as float32 on the host, each exactly
+    a bfloat16) as their 16-bit patterns, the top half of their float32 bits; other dtypes as they are."""
+    if dtype == "bfloat16":
+        return (np.ascontiguousarray(a, dtype=np.float32).view(np.uint32) >> 16).astype(np.uint16)
+    return np.ascontiguousarray(a)
+
+
+def _bits(m: Any, a: Any) -> Any:
+    """An array's elements as unsigned integers of the same width: equal exactly when bit for bit equal (NaN
+    payloads and signed zeros included)."""
+    width = {1: m.uint8, 2: m.uint16, 4: m.uint32, 8: m.uint64}.get(a.itemsize)
+    return a.view(width) if width is not None and a.dtype != m.bool_ else a
 
 
 def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
