@@ -542,7 +542,9 @@ impl WorldModelStrategy {
     }
 
     /// The budget is spent: the cycle in flight attaches its best (no LLM edit: nothing would use it), and
-    /// the run's best is attached to the node whose cycle produced it if no node holds it yet.
+    /// the run's best, if no node holds it yet, is attached to the node whose cycle produced it; where that
+    /// node already holds another candidate (the cycle's verdicts and the run's disagreed: a node's
+    /// candidate is never replaced, its children were built on it), to a new solved child of that node.
     fn close(&mut self, history: &[Observation]) {
         self.catch_up(history);
         if self.st.wm.is_none() {
@@ -577,14 +579,27 @@ impl WorldModelStrategy {
                     .as_ref()
                     .is_some_and(|s| s.candidate == best.hash)
             });
-            let home = self.st.homes.get(&best.hash).cloned();
-            // Only onto a node with no candidate yet: a solved node's children were built on its own.
-            if let (false, Some(node), Some(cost)) = (held, home, best.cost())
-                && self.wm().get(&node).is_some_and(|n| n.solution.is_none())
-            {
+            // A candidate no cycle produced (none is, today) goes under the root.
+            let home = self
+                .st
+                .homes
+                .get(&best.hash)
+                .filter(|h| self.wm().get(h).is_some())
+                .cloned()
+                .unwrap_or_else(|| ROOT.to_string());
+            if let (false, Some(cost)) = (held, best.cost()) {
                 let round = self.st.round;
-                self.attach(&node, &best.hash, cost, round);
-                self.log(format!("the run's best {} attached to `{node}`", best.hash));
+                // Only onto a node with no candidate yet: a solved node's children were built on its own.
+                if self.wm().get(&home).is_some_and(|n| n.solution.is_none()) {
+                    self.attach(&home, &best.hash, cost, round);
+                    self.log(format!("the run's best {} attached to `{home}`", best.hash));
+                } else {
+                    let id = run_best_child(self.wm_mut(), &home, &best.hash, cost, round);
+                    self.log(format!(
+                        "the run's best {} attached to `{id}`, a new child of `{home}`, which holds another candidate",
+                        best.hash
+                    ));
+                }
                 changed = true;
             }
         }
@@ -978,6 +993,47 @@ impl WorldModelStrategy {
     }
 }
 
+/// The title of the node that holds the run's best where the node whose cycle produced it holds another
+/// candidate.
+pub const RUN_BEST_CHOICE: &str = "run's best of this cycle";
+
+/// Adds a solved child under `parent` holding the run's best, `hash`, which `parent`'s cycle produced but
+/// did not keep as its best (the verdicts against the cycle's best and against the run's best disagreed).
+/// It has no action: nothing is left to try on it. Returns its id.
+fn run_best_child(wm: &mut WorldModel, parent: &str, hash: &str, cost: f64, round: u32) -> String {
+    let id = wm.fresh_id("best");
+    let kept = wm
+        .get(parent)
+        .and_then(|n| n.solution.as_ref())
+        .map(|s| format!(" (which keeps {})", s.candidate))
+        .unwrap_or_default();
+    let node = tree::Node {
+        id: id.clone(),
+        parent: Some(parent.to_string()),
+        decision: "the run's best".into(),
+        choice: RUN_BEST_CHOICE.into(),
+        action: None,
+        solution: Some(Solution {
+            candidate: hash.to_string(),
+            cost_s: cost,
+            round,
+        }),
+        impacts: tree::Impacts::default(),
+        rating: 5.0,
+        confidence: 0.5,
+        notes: format!(
+            "The run's best, {hash}, came from the cycle of `{parent}`{kept} but was not that cycle's best \
+             (the comparison against the cycle's best and the one against the run's best disagreed). \
+             Attached here, as a node's candidate is never replaced."
+        ),
+        status: Status::Solved,
+        cycles: 0,
+        updated_round: round,
+    };
+    wm.nodes.insert(id.clone(), node);
+    id
+}
+
 /// Whether to ask for new actions (see `WorldModelStrategy::propose_needed`), and the node that must get
 /// an open child; `selectable`: the configured rule can choose an action now.
 fn needs_proposal(wm: &WorldModel, rule: Propose, selectable: bool) -> Option<Option<String>> {
@@ -1161,6 +1217,105 @@ mod tests {
             wm.nodes.insert("next".into(), spec("next", "best"));
         }
         wm
+    }
+
+    fn strategy() -> WorldModelStrategy {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tasks/matmul");
+        let task = crate::task::Task::load(&dir).unwrap();
+        let llm = crate::llm::Llm::replay(Vec::new(), "none");
+        let agent = Agent::new(llm, &task, crate::target::Target::Cpu, &json!({}));
+        WorldModelStrategy::new(agent, WorldModelConfig::default())
+    }
+
+    /// A passing observation of a distinct candidate, timed beside `beside` with `verdict` if given.
+    fn observed(
+        name: &str,
+        cost: f64,
+        beside: Option<(&str, crate::eval::Verdict)>,
+    ) -> Observation {
+        let dir =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tasks/matmul/seeds/cpu/naive");
+        let mut candidate = Candidate::load(&dir).unwrap();
+        candidate.plan.name = name.into();
+        Observation {
+            hash: candidate.hash(),
+            origin: format!("world-model: action {name}"),
+            candidate,
+            summary: crate::eval::Summary {
+                passed: true,
+                geomean_s: Some(cost),
+                verdict: beside.map(|(h, v)| crate::eval::OverallVerdict {
+                    incumbent: h.into(),
+                    verdict: v,
+                    speedup: 1.0,
+                    z: 0.0,
+                    workloads: Default::default(),
+                }),
+                ..Default::default()
+            },
+            results: vec![],
+        }
+    }
+
+    /// The cycle of `n` kept `a` (its first passing round, slower than the seed); its next round `b` was
+    /// within noise of `a` but, by the medians, faster than the seed, so it is the run's best though not
+    /// the cycle's. At the end it is attached to a new child of `n`, and `n` keeps `a`.
+    #[test]
+    fn the_runs_best_is_attached_even_when_its_cycle_kept_another_candidate() {
+        use crate::eval::Verdict;
+        let seed = observed("seed", 1.0, None);
+        let a = observed("a", 1.2, Some((&seed.hash, Verdict::Slower)));
+        let b = observed("b", 0.9, Some((&a.hash, Verdict::WithinNoise)));
+        let history = vec![seed.clone(), a.clone(), b.clone()];
+        assert_eq!(
+            crate::search::run::best_of(&history).map(|o| o.hash.clone()),
+            Some(b.hash.clone())
+        );
+        let mut s = strategy();
+        let mut wm = tree(0, false);
+        let mut n = wm.nodes.remove("best").unwrap();
+        n.id = "n".into();
+        n.solution = Some(Solution {
+            candidate: a.hash.clone(),
+            cost_s: 1.2,
+            round: 1,
+        });
+        wm.nodes.insert("n".into(), n);
+        wm.nodes.get_mut(ROOT).unwrap().solution = Some(Solution {
+            candidate: seed.hash.clone(),
+            cost_s: 1.0,
+            round: 0,
+        });
+        s.st.wm = Some(wm);
+        s.st.round = 1;
+        s.st.seen = history.len();
+        for h in [&a.hash, &b.hash] {
+            s.st.homes.insert(h.clone(), "n".into());
+        }
+        s.finish(&history);
+        let wm = s.tree().unwrap();
+        assert_eq!(
+            wm.get("n").unwrap().solution.as_ref().unwrap().candidate,
+            a.hash,
+            "the node keeps its candidate"
+        );
+        let holder = wm
+            .nodes
+            .values()
+            .find(|n| n.solution.as_ref().is_some_and(|s| s.candidate == b.hash))
+            .expect("the run's best is attached");
+        assert_eq!(holder.parent.as_deref(), Some("n"));
+        assert_eq!(holder.choice, RUN_BEST_CHOICE);
+        assert_eq!(holder.status, Status::Solved);
+        assert_eq!(holder.solution.as_ref().unwrap().cost_s, 0.9);
+        assert_eq!(holder.solution.as_ref().unwrap().round, 1);
+        assert!(!holder.is_open());
+        wm.check().unwrap();
+        // A snapshot records the tree with it; closing again adds nothing.
+        assert_eq!(s.take_snapshots().len(), 1);
+        let nodes = s.tree().unwrap().nodes.len();
+        s.finish(&history);
+        assert_eq!(s.tree().unwrap().nodes.len(), nodes);
     }
 
     #[test]
