@@ -71,6 +71,10 @@ enum Command {
         /// Start from this candidate folder instead of a task seed.
         #[arg(long)]
         candidate: Option<PathBuf>,
+        /// Start from the task's specification alone, with no seed candidate (K-Search's SPEC+ACTION):
+        /// the first round writes the whole candidate. `--strategy world-model` only.
+        #[arg(long)]
+        from_spec: bool,
         /// Deadline of one workload evaluation, seconds (default: the task's timeout_s).
         #[arg(long, value_parser = flags::seconds)]
         timeout: Option<f64>,
@@ -479,6 +483,37 @@ pub fn main() -> std::process::ExitCode {
     }
 }
 
+/// `--from-spec` with the flags it excludes: each refusal names the flag and the fix.
+fn check_from_spec(
+    strategy: StrategyKind,
+    seed: Option<&str>,
+    candidate: Option<&Path>,
+) -> Result<()> {
+    if let Some(s) = seed {
+        bail!(
+            "--from-spec starts without a seed candidate, so it cannot be used with --seed {s}: drop one of the two"
+        );
+    }
+    if let Some(c) = candidate {
+        bail!(
+            "--from-spec starts without a seed candidate, so it cannot be used with --candidate {}: drop one of the two",
+            c.display()
+        );
+    }
+    match strategy {
+        StrategyKind::WorldModel => Ok(()),
+        StrategyKind::Tune => bail!(
+            "--from-spec needs an LLM to write the first candidate, and `tune` only varies a seed's tunables: \
+             use `--strategy world-model --llm PROVIDER:MODEL`, or drop --from-spec"
+        ),
+        other => bail!(
+            "--from-spec works with `--strategy world-model` (and its `--preset k-search`) only, not `{}`: \
+             use `--strategy world-model`, or drop --from-spec",
+            other.name()
+        ),
+    }
+}
+
 fn print_json(v: &Value) {
     println!("{}", serde_json::to_string(v).expect("json"));
 }
@@ -504,6 +539,7 @@ fn dispatch(cli: Cli) -> Result<u8> {
             budget,
             seed,
             candidate,
+            from_spec,
             timeout,
             checks,
             timing_budget,
@@ -529,10 +565,14 @@ fn dispatch(cli: Cli) -> Result<u8> {
             if budget == 0 {
                 bail!("--budget must be at least 1 (the seed's own evaluation)");
             }
+            if from_spec {
+                check_from_spec(strategy, seed.as_deref(), candidate.as_deref())?;
+            }
             let task = Task::load(&builtin::task_dir(&task)?)?;
             let (seed_cand, seed_name) = match candidate {
+                _ if from_spec => (None, "(from the specification)".to_string()),
                 Some(dir) => (
-                    load_candidate(&dir, &task, target)?,
+                    Some(load_candidate(&dir, &task, target)?),
                     dir.display().to_string(),
                 ),
                 None => {
@@ -544,7 +584,7 @@ fn dispatch(cli: Cli) -> Result<u8> {
                             describe_seeds(&task)
                         )
                     })?;
-                    (Candidate::load(&s.dir)?, s.name.clone())
+                    (Some(Candidate::load(&s.dir)?), s.name.clone())
                 }
             };
             let settings = settings_for(&task, target, checks, timeout, timing_budget)?;
@@ -561,7 +601,7 @@ fn dispatch(cli: Cli) -> Result<u8> {
                 run::NewRun {
                     task: &task,
                     target,
-                    seed: &seed_cand,
+                    seed: seed_cand.as_ref(),
                     seed_name,
                     settings,
                     strategy,

@@ -450,7 +450,13 @@ pub fn tree_text(tree: &Value) -> String {
             walk(nodes, n["node_id"].as_str().unwrap_or(""), depth + 1, out);
         }
     }
-    out.push_str("root (the seed)\n");
+    let root = nodes
+        .iter()
+        .find(|n| n["node_id"] == "root")
+        .and_then(|n| n["choice"].as_str())
+        .filter(|c| *c != "seed")
+        .unwrap_or("the seed");
+    out.push_str(&format!("root ({root})\n"));
     walk(&nodes, "root", 1, &mut out);
     out
 }

@@ -84,7 +84,44 @@ fn scripted_reply(prompt: &str, feedback: Option<&str>) -> String {
     if prompt.contains("Make it faster") {
         return kernel("partial"); // IMPROVE never works here: it ends cycles deterministically
     }
+    // The tunable values an action's candidate takes, by the action's title.
+    let by_title = |title: &str| -> Option<Vec<(&str, i64)>> {
+        let pick = |t: &str| title.starts_with(t);
+        Some(if pick("Switch to i-k-j loop order") {
+            vec![("LOOP_ORDER", 1)]
+        } else if pick("Tile the i-k-j loops and block registers") {
+            vec![
+                ("LOOP_ORDER", 1),
+                ("BN", 256),
+                ("BK", 256),
+                ("MR", 4),
+                ("UNROLL", 4),
+            ]
+        } else if pick("Tile for L2") {
+            vec![("LOOP_ORDER", 1), ("BN", 256), ("BK", 256)]
+        } else if pick("Block two rows of C") {
+            vec![("LOOP_ORDER", 1), ("MR", 2)]
+        } else {
+            return None;
+        })
+    };
     let debug_of = section(prompt, "## The action being implemented");
+    if prompt.contains(NO_BASE) {
+        // No base candidate (a run from the specification): ACTION and DEBUG answer with the whole
+        // candidate, the seed's kernel under the action's plan.
+        let title = section(
+            prompt,
+            "## Implement exactly this action, starting from the specification",
+        );
+        let title = title.lines().next().filter(|t| !t.is_empty());
+        let title = title.unwrap_or_else(|| debug_of.split(": ").next().unwrap_or(""));
+        let Some(params) = by_title(title) else {
+            return kernel("syntax"); // no plan: refused
+        };
+        let src =
+            std::fs::read_to_string(repo().join("tasks/matmul/seeds/cpu/naive/matmul.c")).unwrap();
+        return format!("{}\n### matmul.c\n```c\n{src}```\n", plan(&params));
+    }
     if debug_of.starts_with("Unroll the k loop by hand") {
         return plan(&[("LOOP_ORDER", 1), ("UNROLL", 2)]); // the DEBUG reply fixes the syntax error
     }
@@ -92,28 +129,14 @@ fn scripted_reply(prompt: &str, feedback: Option<&str>) -> String {
         prompt,
         "## Implement exactly this action on the parent candidate",
     );
-    let title = title.lines().next().unwrap_or("");
-    let pick = |t: &str| title.starts_with(t);
-    if pick("Switch to i-k-j loop order") {
-        return plan(&[("LOOP_ORDER", 1)]);
+    match by_title(title.lines().next().unwrap_or("")) {
+        Some(params) => plan(&params),
+        None => kernel("syntax"), // anything else (hand unrolling, deeper unrolling, fallbacks) does not compile
     }
-    if pick("Tile the i-k-j loops and block registers") {
-        return plan(&[
-            ("LOOP_ORDER", 1),
-            ("BN", 256),
-            ("BK", 256),
-            ("MR", 4),
-            ("UNROLL", 4),
-        ]);
-    }
-    if pick("Tile for L2") {
-        return plan(&[("LOOP_ORDER", 1), ("BN", 256), ("BK", 256)]);
-    }
-    if pick("Block two rows of C") {
-        return plan(&[("LOOP_ORDER", 1), ("MR", 2)]);
-    }
-    kernel("syntax") // anything else (hand unrolling, deeper unrolling, fallbacks) does not compile
 }
+
+/// What prompts show where a run from the specification has no base candidate (K-Search's words).
+const NO_BASE: &str = "(no base code; start from spec)";
 
 fn chat_reply(text: &str) -> Step {
     Step::ok(&json!({
@@ -801,4 +824,224 @@ fn a_replay_that_does_not_match_its_run_stops_it_with_a_non_zero_exit() {
     assert_eq!(out.status.code(), Some(1), "{v} {}", stderr(&out));
     assert_eq!(v["status"], "stopped", "{v}");
     assert!(v["stopped"].as_str().is_some_and(|s| !s.is_empty()), "{v}");
+}
+
+/// Lines of the matmul seed's source that nothing else in a prompt holds (the task's spec names its
+/// tunables): a prompt that shows the seed shows them.
+fn seed_source_lines() -> Vec<String> {
+    let src =
+        std::fs::read_to_string(repo().join("tasks/matmul/seeds/cpu/naive/matmul.c")).unwrap();
+    let spec = std::fs::read_to_string(repo().join("tasks/matmul/spec.md")).unwrap();
+    let lines: Vec<String> = src
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.len() > 30 && !spec.contains(*l))
+        .map(str::to_string)
+        .collect();
+    assert!(lines.len() > 3);
+    lines
+}
+
+/// `--from-spec` (K-Search's SPEC+ACTION): no seed is evaluated; the world model is initialised from the
+/// specification; the first ACTION prompt says there is no base code and shows no seed; the first round's
+/// replies are unusable here and the run goes on; the run stops when the LLM fails, and `resume` finishes
+/// it with every round of the budget; the result has no seed and no speedup over one.
+#[test]
+fn a_world_model_run_from_the_specification_writes_its_first_candidate_whole_and_resumes() {
+    // Requests: 0 the initial world model, 1-3 the first ACTION (three unusable replies: a failed round),
+    // then usable replies until request 9 (the second cycle's first IMPROVE), from which the provider
+    // fails: three failures stop the run.
+    let server = llm_server(|n| match n {
+        1..=3 => Some(chat_reply("I would write the kernel, but not today.")),
+        n if n >= 9 => Some(Step::raw(500, "{\"error\": \"down\"}")),
+        _ => None,
+    });
+    let url = format!("{}/v1", server.url());
+    let store = tempfile::tempdir().unwrap();
+    let out = run(
+        store.path(),
+        &wm_args(&url, "9", &["--from-spec", "--llm-retries", "0"]),
+    );
+    let v = last_json(&out);
+    assert_eq!(v["status"], "stopped", "{v} {}", stderr(&out));
+    assert_eq!(v["seed"], Value::Null, "{v}");
+    let run_id = v["run_id"].as_str().unwrap().to_string();
+    let shown = last_json(&run(store.path(), &["show", &run_id, "--json"]));
+    let origins: Vec<String> = shown["attempts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["origin"].as_str().unwrap().to_string())
+        .collect();
+    assert!(
+        !origins.is_empty() && !origins.iter().any(|o| o == "seed"),
+        "{origins:?}"
+    );
+    // The first round's replies were unusable: the first candidate came from the next round.
+    assert!(origins[0].starts_with("world-model: debug"), "{origins:?}");
+
+    let prompts: Vec<String> = server
+        .requests()
+        .iter()
+        .map(|r| prompt_and_feedback(r).0)
+        .collect();
+    let seed_lines = seed_source_lines();
+    assert!(
+        prompts[0].contains("## No starting candidate"),
+        "{}",
+        prompts[0]
+    );
+    let first_action = &prompts[1];
+    for part in [
+        NO_BASE,
+        "## Implement exactly this action, starting from the specification",
+        "There is no base code",
+        "inputs = [\"A\", \"B\"]",
+        "### plan.toml        (always",
+    ] {
+        assert!(first_action.contains(part), "{part:?}: {first_action}");
+    }
+    for p in &prompts[..2] {
+        for l in &seed_lines {
+            assert!(!p.contains(l.as_str()), "the seed's {l:?} is shown: {p}");
+        }
+    }
+    // The next cycle's action builds on the first cycle's candidate, as in a run from a seed.
+    assert!(
+        prompts[8].contains("## Implement exactly this action on the parent candidate")
+            && !prompts[8].contains(NO_BASE),
+        "{}",
+        prompts[8]
+    );
+    drop(server);
+
+    // Resumed with a working provider, it spends the rest of its budget; later cycles build on candidates.
+    let server = llm_server(|_| None);
+    let url = format!("{}/v1", server.url());
+    let out = run(
+        store.path(),
+        &[
+            "resume",
+            &run_id,
+            "--llm",
+            "llamacpp:scripted",
+            "--llm-base-url",
+            &url,
+            "--json",
+        ],
+    );
+    let v = last_json(&out);
+    assert_eq!(v["status"], "completed", "{v} {}", stderr(&out));
+    assert_eq!(v["rounds"], 9, "{v}");
+    assert_eq!(v["seed"], Value::Null, "{v}");
+    let best = &v["best"];
+    assert_eq!(best["speedup_vs_seed"], Value::Null, "{best}");
+    assert!(best["speedup_vs_baseline"].as_f64().is_some(), "{best}");
+    let unmeasured = v["rounds_without_candidate"].as_u64().unwrap();
+    assert_eq!(
+        v["evaluations"].as_u64().unwrap(),
+        9 - unmeasured,
+        "no seed evaluation: {v}"
+    );
+    // The tree: the root is the specification, and the run's best is on it.
+    let t = tree(store.path(), &run_id);
+    let nodes = t["nodes"].as_array().unwrap();
+    let root = nodes.iter().find(|n| n["node_id"] == "root").unwrap();
+    assert_eq!(root["solution"], Value::Null, "{root}");
+    let best_hash = best["candidate"].as_str().unwrap();
+    assert!(
+        nodes
+            .iter()
+            .any(|n| n["solution"]["candidate"] == best_hash),
+        "{t:#}"
+    );
+    // People see no speedup over a seed.
+    let text = run(store.path(), &["show", &run_id]);
+    assert!(text.status.success(), "{}", stderr(&text));
+}
+
+/// `--preset k-search` from the specification: K-Search's own start without a seed.
+#[test]
+fn the_k_search_preset_starts_from_the_specification() {
+    let server = llm_server(|_| None);
+    let url = format!("{}/v1", server.url());
+    let store = tempfile::tempdir().unwrap();
+    let mut args = scripted_run(
+        "world-model",
+        &url,
+        &[
+            "--preset",
+            "k-search",
+            "--from-spec",
+            "--budget",
+            "3",
+            "--window",
+            "2",
+        ],
+    );
+    args.extend_from_slice(QUICK);
+    let out = run(store.path(), &args);
+    let v = last_json(&out);
+    assert_eq!(v["status"], "completed", "{v} {}", stderr(&out));
+    assert_eq!(v["rounds"], 3, "{v}");
+    assert_eq!(v["seed"], Value::Null, "{v}");
+    assert_eq!(v["best"]["speedup_vs_seed"], Value::Null, "{v}");
+    let prompts: Vec<String> = server
+        .requests()
+        .iter()
+        .map(|r| prompt_and_feedback(r).0)
+        .collect();
+    let first_code = prompts
+        .iter()
+        .find(|p| p.contains("## How to answer"))
+        .unwrap();
+    assert!(first_code.contains(NO_BASE), "{first_code}");
+    for l in seed_source_lines() {
+        assert!(!first_code.contains(l.as_str()), "{l:?}: {first_code}");
+    }
+}
+
+/// `--from-spec` is refused with a seed, a candidate folder, `tune` or another LLM strategy, before
+/// anything runs, with the flag and the fix named.
+#[test]
+fn from_spec_is_refused_with_a_seed_a_candidate_or_a_strategy_that_needs_one() {
+    let store = tempfile::tempdir().unwrap();
+    let llm = [
+        "--llm",
+        "llamacpp:scripted",
+        "--llm-base-url",
+        "http://127.0.0.1:9/v1",
+    ];
+    let seed_dir = repo().join("tasks/matmul/seeds/cpu/naive");
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["--seed", "naive"], "--seed naive"),
+        (
+            vec!["--candidate", seed_dir.to_str().unwrap()],
+            "--candidate",
+        ),
+        (vec!["--strategy", "evolve"], "`--strategy world-model`"),
+    ];
+    for (extra, named) in cases {
+        let mut args = vec!["run", "matmul", "--from-spec"];
+        args.extend_from_slice(&llm);
+        args.extend_from_slice(&extra);
+        let out = run(store.path(), &args);
+        let err = stderr(&out);
+        assert!(!out.status.success(), "{extra:?}");
+        assert!(
+            err.contains("--from-spec") && err.contains(named) && err.contains("drop"),
+            "{extra:?}: {err}"
+        );
+    }
+    // Without an LLM the strategy is `tune`, which only varies a seed.
+    let out = run(store.path(), &["run", "matmul", "--from-spec"]);
+    let err = stderr(&out);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("--from-spec") && err.contains("tune") && err.contains("--llm"),
+        "{err}"
+    );
+    // Nothing was created.
+    let runs = last_json(&run(store.path(), &["runs", "--json"]));
+    assert_eq!(runs.as_array().map(Vec::len).unwrap_or(0), 0, "{runs}");
 }

@@ -50,8 +50,15 @@ pub struct Agent {
     pub budget: String,
     /// Passing candidates with tunables are tuned by the hybrid search (the prompts say so).
     pub auto_tune: bool,
+    /// What a prompt with no base candidate (a run started from the specification) shows of the answer's
+    /// form: the source file's name and language, and a plan skeleton for the task.
+    pub from_spec: Value,
+    target_kind: Target,
     consecutive_failures: u32,
 }
+
+/// What prompts show where a run started from the specification has no base candidate (K-Search's words).
+pub const NO_BASE: &str = "(no base code; start from spec)";
 
 /// One generation's outcome: a usable answer, or why not (the caller records it as a failed attempt).
 pub type Attempt<T> = Result<T, String>;
@@ -74,6 +81,8 @@ impl Agent {
             max_output_tokens: None,
             budget: String::new(),
             auto_tune: false,
+            from_spec: from_spec_view(task, target),
+            target_kind: target,
             consecutive_failures: 0,
         }
     }
@@ -162,7 +171,27 @@ impl Agent {
         Ok(Err(format!("the reply could not be used: {last}")))
     }
 
-    /// Asks for a candidate derived from `parent`; with it, the change as the reply describes it.
+    /// The base of a reply written with no candidate to build on: a plan with nothing in it, so the reply
+    /// must give the whole plan and every file (see [`Agent::candidate`]).
+    pub fn no_base(&self) -> Candidate {
+        Candidate {
+            plan: crate::candidate::Plan {
+                name: String::new(),
+                target: self.target_kind,
+                description: String::new(),
+                constraints: Vec::new(),
+                kernel: Vec::new(),
+                buffer: Vec::new(),
+                launch: Vec::new(),
+                tunable: Default::default(),
+            },
+            files: Default::default(),
+        }
+    }
+
+    /// Asks for a candidate derived from `parent`; with it, the change as the reply describes it. A
+    /// parent with no kernel ([`Agent::no_base`]) asks for a whole candidate: a reply without plan.toml is
+    /// refused with the reason.
     pub fn candidate(
         &mut self,
         purpose: &str,
@@ -170,7 +199,13 @@ impl Agent {
         parent: &Candidate,
         tries: u32,
     ) -> Result<Attempt<(Candidate, String)>, Stop> {
+        let whole = parent.plan.kernel.is_empty();
         self.ask(purpose, prompt, tries, |text| {
+            if whole && !gives_plan(text) {
+                return Err("the reply has no plan.toml block: there is no base candidate yet, so the answer \
+                            must give the whole plan.toml and every kernel file it names"
+                    .into());
+            }
             crate::reply::candidate_from_reply(text, parent)
                 .map(|r| (r.candidate, crate::reply::described_change(text)))
                 .map_err(|e| e.to_string())
@@ -190,6 +225,60 @@ impl Agent {
             parse(&v)
         })
     }
+}
+
+/// Whether a reply holds a plan: a block named plan.toml or a toml block.
+fn gives_plan(text: &str) -> bool {
+    crate::reply::code_blocks(text).iter().any(|b| {
+        b.lang == "toml"
+            || b.name
+                .as_deref()
+                .is_some_and(|n| n.rsplit('/').next() == Some("plan.toml"))
+    })
+}
+
+/// The answer's form for a candidate written from the specification: a source named after the task in
+/// the target's language, and a plan naming the task's inputs, outputs and dims.
+fn from_spec_view(task: &Task, target: Target) -> Value {
+    let kernel: String = task
+        .name()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    let (ext, lang) = match target {
+        Target::Cpu => ("c", "c"),
+        Target::MlxMetal => ("metal", "metal"),
+        Target::MlxCuda => ("cu", "cuda"),
+    };
+    let source = format!("{kernel}.{ext}");
+    let names = |ts: &[crate::task::TensorSpec]| {
+        ts.iter()
+            .map(|t| format!("\"{}\"", t.name))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let dims = task
+        .toml
+        .dims
+        .keys()
+        .map(|d| format!("\"{d}\""))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let mut plan = format!(
+        "name = \"{kernel}\"\ntarget = \"{}\"\ndescription = \"<what this candidate does>\"\n\n\
+         [[kernel]]\nname = \"{kernel}\"\nsource = \"{source}\"\n\n\
+         [[launch]]\nkernel = \"{kernel}\"\ninputs = [{}]\noutputs = [{}]\nscalars = [{dims}]\n",
+        target.name(),
+        names(&task.toml.input),
+        names(&task.toml.output),
+    );
+    if target.is_gpu() {
+        plan.push_str("grid = [\"<threads in x>\", \"<y>\", \"<z>\"]\nthreadgroup = [\"256\", \"1\", \"1\"]\n");
+    }
+    plan.push_str(
+        "\n# optional: [tunable.NAME] with values = [...] and default = ... (a compile-time macro)\n",
+    );
+    json!({"source_name": source, "source_lang": lang, "plan_skeleton": plan})
 }
 
 fn target_notes(t: Target) -> &'static str {

@@ -53,7 +53,7 @@ impl<S: Strategy> Hybrid<S> {
             if variant
                 || self.st.done.contains(&obs.hash)
                 || self.st.tuning.is_some()
-                || history.first().is_some_and(|s| s.hash == obs.hash)
+                || obs.origin == super::SEED_ORIGIN
             {
                 continue;
             }

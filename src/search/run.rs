@@ -26,8 +26,13 @@ use std::time::Instant;
 /// What a run was started with; stored with the run so `resume` needs nothing else.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RunConfig {
+    /// The seed's hash; empty for a run started from the task's specification alone (`from_spec`).
     pub seed_candidate: String,
     pub seed_name: String,
+    /// Started from the specification alone (`--from-spec`): no seed is evaluated, the first round writes
+    /// the whole candidate (K-Search's SPEC+ACTION).
+    #[serde(default)]
+    pub from_spec: bool,
     pub strategy: StrategyKind,
     /// Rounds for LLM strategies (`budget_counts_rounds`), evaluations for `tune` and for runs stored
     /// before rounds were counted.
@@ -128,7 +133,8 @@ pub struct Runner<'a> {
 pub struct NewRun<'a> {
     pub task: &'a Task,
     pub target: Target,
-    pub seed: &'a Candidate,
+    /// None: the run starts from the task's specification alone (`--from-spec`).
+    pub seed: Option<&'a Candidate>,
     pub seed_name: String,
     pub settings: Settings,
     pub strategy: StrategyKind,
@@ -154,11 +160,22 @@ pub fn create(store: &Store, new: NewRun<'_>) -> Result<String> {
         tune_total,
         world_model,
     } = new;
+    if seed.is_none() && strategy != StrategyKind::WorldModel {
+        bail!(
+            "--from-spec works with `--strategy world-model` (and its `--preset k-search`) only, not `{}`: \
+             drop --from-spec to start from a seed",
+            strategy.name()
+        );
+    }
     let run_id = new_run_id(task.name());
-    let hash = store.put_candidate(seed)?;
+    let hash = match seed {
+        Some(seed) => store.put_candidate(seed)?,
+        None => String::new(),
+    };
     let config = RunConfig {
         seed_candidate: hash,
         seed_name,
+        from_spec: seed.is_none(),
         strategy,
         budget,
         budget_counts_rounds: strategy != StrategyKind::Tune,
@@ -268,12 +285,19 @@ impl<'a> Runner<'a> {
         )?;
         store.claim_run(run_id)?;
         store.set_hardware(run_id, &evaluator.hello)?;
-        let seed = store
-            .candidate(&config.seed_candidate)?
-            .ok_or_else(|| anyhow!("seed candidate missing from the store"))?;
+        let seed = load_seed(store, &config)?;
+        if config.from_spec && config.strategy != StrategyKind::WorldModel {
+            bail!(
+                "run {run_id} started from the specification, which only `--strategy world-model` supports"
+            );
+        }
         let exchanges = Arc::new(Mutex::new(Vec::new()));
         let mut strategy: Box<dyn Strategy> = match (config.strategy, llm) {
-            (StrategyKind::Tune, _) => Box::new(Tune::new(seed, config.budget, config.rng_seed)),
+            (StrategyKind::Tune, _) => Box::new(Tune::new(
+                seed.ok_or_else(|| anyhow!("`tune` needs a seed candidate"))?,
+                config.budget,
+                config.rng_seed,
+            )),
             (kind, Some(mut llm)) => {
                 let sink = exchanges.clone();
                 llm.set_recorder(Box::new(move |ex: &Exchange| {
@@ -422,8 +446,8 @@ impl<'a> Runner<'a> {
             .filter(|t| *t > 0.0)
             .collect();
         walls.sort_by(f64::total_cmp);
-        let tune_used =
-            history.iter().filter(|o| !o.is_round()).count() - usize::from(!history.is_empty());
+        let tune_used = history.iter().filter(|o| !o.is_round()).count()
+            - history.iter().filter(|o| o.origin == SEED_ORIGIN).count();
         let llm = c.strategy != StrategyKind::Tune;
         Budget {
             total: c.budget,
@@ -449,10 +473,9 @@ impl<'a> Runner<'a> {
         let started = Instant::now();
         let feedback: Vec<Workload> = self.task.workloads(false).cloned().collect();
         let held_out: Vec<Workload> = self.task.workloads(true).cloned().collect();
-        let seed = self
-            .store
-            .candidate(&self.config.seed_candidate)?
-            .ok_or_else(|| anyhow!("seed candidate missing from the store"))?;
+        let seed = load_seed(self.store, &self.config)?;
+        // Evaluations outside the rounds and the tuning cap: the seed's, when the run has one.
+        let seeded = usize::from(seed.is_some());
         let mut history = self.history()?;
         let mut stopped: Option<String> = None;
         // Stopped for a reason other than its budget or a converged search (`Next::Stopped`).
@@ -466,7 +489,7 @@ impl<'a> Runner<'a> {
             let budget = self.budget(&history);
             // Evaluations are bounded whatever the strategy does: the seed, the rounds, the tuning cap.
             let spent = if budget.rounds {
-                history.len() >= 1 + budget.total + budget.tune_total
+                history.len() >= seeded + budget.total + budget.tune_total
                     || (budget.left() == 0 && budget.tune_left() == 0)
             } else {
                 budget.left() == 0
@@ -475,7 +498,7 @@ impl<'a> Runner<'a> {
             // here), ends the run with its reason: every later candidate would meet the same failure. For
             // LLM strategies any failing seed does: their prompts build on a correct starting candidate.
             // `tune` goes on after other failures: another configuration of the seed may pass.
-            let seed_stops = history.first().is_some_and(|s| {
+            let seed_stops = seed_of(&history).is_some_and(|s| {
                 !s.summary.passed
                     && (self.config.strategy != StrategyKind::Tune
                         || s.results
@@ -485,25 +508,26 @@ impl<'a> Runner<'a> {
             if spent || seed_stops {
                 break;
             }
-            let (cand, parent, origin, compare_with) = if history.is_empty() {
-                (seed.clone(), None, SEED_ORIGIN.to_string(), None)
-            } else {
-                let next = self.strategy.propose(&history, &budget);
-                self.persist_strategy()?;
-                match next {
-                    Next::Propose(p) => (p.candidate, p.parent, p.origin, p.compare_with),
-                    Next::BudgetSpent => break,
-                    Next::Done(why) => {
-                        stopped = Some(why);
-                        break;
+            let (cand, parent, origin, compare_with) =
+                if let (true, Some(seed)) = (history.is_empty(), &seed) {
+                    (seed.clone(), None, SEED_ORIGIN.to_string(), None)
+                } else {
+                    let next = self.strategy.propose(&history, &budget);
+                    self.persist_strategy()?;
+                    match next {
+                        Next::Propose(p) => (p.candidate, p.parent, p.origin, p.compare_with),
+                        Next::BudgetSpent => break,
+                        Next::Done(why) => {
+                            stopped = Some(why);
+                            break;
+                        }
+                        Next::Stopped(why) => {
+                            stopped = Some(why);
+                            cut_short = true;
+                            break;
+                        }
                     }
-                    Next::Stopped(why) => {
-                        stopped = Some(why);
-                        cut_short = true;
-                        break;
-                    }
-                }
-            };
+                };
             // Timed beside the candidate the strategy names, else the run's best so far: the verdict the
             // strategy is told comes from the two measured side by side on the same inputs.
             let incumbent = compare_with
@@ -603,7 +627,8 @@ impl<'a> Runner<'a> {
             }
             None => None,
         };
-        let seed_obs = history.first();
+        // None for a run started from the specification: no speedup over a seed is reported.
+        let seed_obs = seed_of(&history);
         let result = json!({
             "run_id": self.run_id,
             "task": self.task.name(),
@@ -667,7 +692,9 @@ impl<'a> Runner<'a> {
                 "failed",
                 Some(
                     match seed_obs.and_then(|o| o.summary.first_failure.clone()) {
-                        Some(f) if history.len() == 1 => format!("the seed did not pass: {f}"),
+                        Some(f) if history.len() == 1 && seed_obs.is_some() => {
+                            format!("the seed did not pass: {f}")
+                        }
                         _ => "no candidate passed every feedback workload".to_string(),
                     },
                 ),
@@ -677,6 +704,22 @@ impl<'a> Runner<'a> {
             .finish_run(&self.run_id, status, &result, error.as_deref())?;
         Ok(result)
     }
+}
+
+/// The run's seed candidate; None for a run started from the specification.
+fn load_seed(store: &Store, config: &RunConfig) -> Result<Option<Candidate>> {
+    if config.from_spec {
+        return Ok(None);
+    }
+    store
+        .candidate(&config.seed_candidate)?
+        .map(Some)
+        .ok_or_else(|| anyhow!("seed candidate missing from the store"))
+}
+
+/// The seed's evaluation: the history's first, where the run had a seed.
+pub fn seed_of(history: &[Observation]) -> Option<&Observation> {
+    history.first().filter(|o| o.origin == SEED_ORIGIN)
 }
 
 /// Builds the LLM for a spec; `replay:X` replays run X of this store, or the cassette file X.

@@ -15,6 +15,7 @@ pub mod tree;
 pub mod wire;
 
 use super::agent::{self, Agent, Stop};
+use super::run::seed_of;
 use super::{Next, Observation, Proposal, Strategy};
 use crate::candidate::Candidate;
 use ops::Requirements;
@@ -146,7 +147,9 @@ struct RoundNote {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Cycle {
     node: String,
-    parent: String,
+    /// The candidate the cycle builds on; None where there is none yet: the root of a run started from the
+    /// specification, which the first action writes whole.
+    parent: Option<String>,
     round: u32,
     attempts: u32,
     best: Option<(String, f64)>,
@@ -234,11 +237,10 @@ impl WorldModelStrategy {
     /// What a round of the cycle is timed beside for its verdict: the cycle's best so far, else its parent.
     fn compare_with(&self) -> Option<String> {
         let cyc = self.st.cycle.as_ref()?;
-        Some(
-            cyc.best
-                .as_ref()
-                .map_or_else(|| cyc.parent.clone(), |b| b.0.clone()),
-        )
+        cyc.best
+            .as_ref()
+            .map(|b| b.0.clone())
+            .or_else(|| cyc.parent.clone())
     }
 
     /// Folds an evaluation into the current cycle. Candidates the cycle did not ask for are tuned variants
@@ -248,7 +250,7 @@ impl WorldModelStrategy {
             .st
             .cycle
             .as_ref()
-            .and_then(|c| Self::find(history, &c.parent))
+            .and_then(|c| Self::find(history, c.parent.as_deref()?))
             .and_then(Observation::cost);
         let Some(cyc) = self.st.cycle.as_mut() else {
             return;
@@ -272,7 +274,7 @@ impl WorldModelStrategy {
             return;
         }
         let parent = cyc.parent.clone();
-        let result = outcome(obs, Self::find(history, &parent));
+        let result = outcome(obs, parent.and_then(|p| Self::find(history, &p)));
         if let Some(r) = cyc
             .rounds
             .iter_mut()
@@ -299,10 +301,10 @@ impl WorldModelStrategy {
                         ),
                         None => String::new(),
                     },
-                    agent::perf(obs, history.first())
+                    agent::perf(obs, seed_of(history))
                 )
             } else {
-                agent::perf(obs, history.first())
+                agent::perf(obs, seed_of(history))
             });
         }
         if let (Some((_, best)), Some(pc)) = (&cyc.best, parent_cost) {
@@ -319,10 +321,12 @@ impl WorldModelStrategy {
     }
 
     fn init(&mut self, history: &[Observation]) -> Result<(), Stop> {
-        let seed = &history[0];
+        // A run started from the specification has no seed: the root stays unsolved, and the first action
+        // writes the whole candidate.
+        let seed = seed_of(history);
         let ctx = self.agent.ctx(json!({
-            "seed_code": agent::code(&seed.candidate),
-            "seed_perf": agent::perf(seed, None),
+            "seed_code": seed.map(|s| agent::code(&s.candidate)).unwrap_or_default(),
+            "seed_perf": seed.map(|s| agent::perf(s, None)).unwrap_or_default(),
         }));
         let prompt = crate::prompts::render("wm_init.j2", ctx).map_err(Stop)?;
         let reply = self
@@ -372,7 +376,10 @@ impl WorldModelStrategy {
                 ));
             }
         }
-        if let Some(cost) = seed.cost() {
+        if seed.is_none() {
+            wm.nodes.get_mut(ROOT).expect("root").choice = "the specification".into();
+        }
+        if let Some((seed, cost)) = seed.and_then(|s| Some((s, s.cost()?))) {
             let root = wm.nodes.get_mut(ROOT).expect("root");
             root.solution = Some(Solution {
                 candidate: seed.hash.clone(),
@@ -579,26 +586,29 @@ impl WorldModelStrategy {
                     .as_ref()
                     .is_some_and(|s| s.candidate == best.hash)
             });
-            // A candidate no cycle produced (none is, today) goes under the root.
+            // A candidate no cycle produced (none is, today) goes to a new child of the root.
             let home = self
                 .st
                 .homes
                 .get(&best.hash)
                 .filter(|h| self.wm().get(h).is_some())
-                .cloned()
-                .unwrap_or_else(|| ROOT.to_string());
+                .cloned();
             if let (false, Some(cost)) = (held, best.cost()) {
                 let round = self.st.round;
                 // Only onto a node with no candidate yet: a solved node's children were built on its own.
-                if self.wm().get(&home).is_some_and(|n| n.solution.is_none()) {
-                    self.attach(&home, &best.hash, cost, round);
-                    self.log(format!("the run's best {} attached to `{home}`", best.hash));
-                } else {
-                    let id = run_best_child(self.wm_mut(), &home, &best.hash, cost, round);
-                    self.log(format!(
-                        "the run's best {} attached to `{id}`, a new child of `{home}`, which holds another candidate",
-                        best.hash
-                    ));
+                match home {
+                    Some(node) if self.wm().get(&node).is_some_and(|n| n.solution.is_none()) => {
+                        self.attach(&node, &best.hash, cost, round);
+                        self.log(format!("the run's best {} attached to `{node}`", best.hash));
+                    }
+                    home => {
+                        let home = home.unwrap_or_else(|| ROOT.to_string());
+                        let id = run_best_child(self.wm_mut(), &home, &best.hash, cost, round);
+                        self.log(format!(
+                            "the run's best {} attached to `{id}`, a new child of `{home}`",
+                            best.hash
+                        ));
+                    }
                 }
                 changed = true;
             }
@@ -615,7 +625,7 @@ impl WorldModelStrategy {
         if let Some(n) = self.wm_mut().nodes.get_mut(&cyc.node) {
             n.cycles += 1;
         }
-        let parent = Self::find(history, &cyc.parent);
+        let parent = cyc.parent.as_deref().and_then(|p| Self::find(history, p));
         let title = self
             .wm()
             .get(&cyc.node)
@@ -630,17 +640,19 @@ impl WorldModelStrategy {
                 let vs_parent =
                     parent.and_then(|p| crate::eval::speedup(&p.results, &best.results));
                 let run_best = super::run::best_of(history)
-                    .map(|b| format!("{} ({})", b.hash, agent::perf(b, history.first())))
+                    .map(|b| format!("{} ({})", b.hash, agent::perf(b, seed_of(history))))
                     .unwrap_or_default();
                 let evidence = format!(
                     "Action: {title}\nParent ({}): {}\nCycle best ({hash}): {}\nSpeedup of the cycle best over the parent: {}\n\
                      Rounds of the cycle ({}; each change as the model described it, and its measured result):\n{rounds}\n\
                      The run's best so far: {run_best}",
-                    cyc.parent,
+                    cyc.parent
+                        .as_deref()
+                        .unwrap_or("none: the cycle started from the specification"),
                     parent
-                        .map(|p| agent::perf(p, history.first()))
+                        .map(|p| agent::perf(p, seed_of(history)))
                         .unwrap_or_default(),
-                    agent::perf(best, history.first()),
+                    agent::perf(best, seed_of(history)),
                     vs_parent
                         .map(|x| format!("{x:.2}x"))
                         .unwrap_or_else(|| "unknown".into()),
@@ -732,17 +744,37 @@ impl WorldModelStrategy {
         let cyc = self.st.cycle.clone().expect("a cycle");
         let node = self.wm().get(&cyc.node).cloned().expect("cycle node");
         let action = node.action.clone().expect("an open node has an action");
-        let parent = Self::find(history, &cyc.parent)
-            .expect("parent is in the history")
-            .clone();
-        let seed = history.first();
+        // None: the cycle starts from the specification (no seed, nothing solved above the action).
+        let parent = cyc.parent.as_deref().map(|p| {
+            Self::find(history, p)
+                .expect("parent is in the history")
+                .clone()
+        });
+        let seed = seed_of(history);
         let action_view = json!({"title": action.title, "description": action.description, "difficulty": action.difficulty, "rationale": action.rationale});
-        let hint = agent::source_hint(&parent.candidate);
+        let hint = match &parent {
+            Some(p) => agent::source_hint(&p.candidate),
+            None => self.agent.from_spec.clone(),
+        };
+        let (parent_hash, parent_perf, parent_code, parent_candidate) = match &parent {
+            Some(p) => (
+                p.hash.clone(),
+                agent::perf(p, seed),
+                agent::code(&p.candidate),
+                p.candidate.clone(),
+            ),
+            None => (
+                "none".to_string(),
+                agent::NO_BASE.to_string(),
+                agent::NO_BASE.to_string(),
+                self.agent.no_base(),
+            ),
+        };
         let run_best = super::run::best_of(history);
         // What every prompt of a cycle shows besides its own part: the rounds so far, the parent, the run's best.
         let common = json!({
             "rounds": trajectory(&cyc, history), "round": cyc.attempts + 1, "window": self.cfg.window,
-            "parent_perf": agent::perf(&parent, seed), "parent_hash": parent.hash,
+            "parent_perf": parent_perf, "parent_hash": parent_hash, "no_base": parent.is_none(),
             "run_best_perf": run_best.map(|b| agent::perf(b, seed)).unwrap_or_default(),
             "run_best_hash": run_best.map(|b| b.hash.clone()).unwrap_or_default(),
             "action": action_view, "path": wire::path_view(self.wm(), &cyc.node),
@@ -751,9 +783,9 @@ impl WorldModelStrategy {
             (
                 "action.j2",
                 "action",
-                parent.candidate.clone(),
+                parent_candidate.clone(),
                 json!({
-                    "parent_code": agent::code(&parent.candidate),
+                    "parent_code": parent_code,
                 }),
             )
         } else if let Some((best_hash, _)) = &cyc.best {
@@ -767,7 +799,7 @@ impl WorldModelStrategy {
                 .cloned();
             let mut extra = json!({
                 "best_code": agent::code(&best.candidate), "best_perf": agent::perf(&best, seed),
-                "best_hash": best.hash, "best_is_parent": best.hash == parent.hash,
+                "best_hash": best.hash, "best_is_parent": best.hash == parent_hash,
                 "failure": cyc.last_failure.clone().unwrap_or_default(), "last_code": "",
             });
             if let Some(l) = &last {
@@ -782,18 +814,21 @@ impl WorldModelStrategy {
                 extra,
             )
         } else {
-            let current = cyc
-                .last
-                .as_ref()
-                .and_then(|h| Self::find(history, h))
+            let last = cyc.last.as_ref().and_then(|h| Self::find(history, h));
+            let current = last
                 .map(|o| agent::code(&o.candidate))
                 .unwrap_or_else(|| "(no usable code yet)".into());
+            // From the specification, a fix builds on the last attempt (else, with none, it is whole).
+            let base = match (&parent, last) {
+                (None, Some(l)) => l.candidate.clone(),
+                _ => parent_candidate,
+            };
             (
                 "debug.j2",
                 "debug",
-                parent.candidate.clone(),
+                base,
                 json!({
-                    "parent_code": agent::code(&parent.candidate),
+                    "parent_code": parent_code,
                     "failure": cyc.last_failure.clone().unwrap_or_else(|| "the previous reply was unusable".into()),
                     "current_code": current,
                 }),
@@ -833,7 +868,7 @@ impl WorldModelStrategy {
                 }
                 Ok(Some(Proposal {
                     candidate: c,
-                    parent: Some(cyc.parent.clone()),
+                    parent: cyc.parent.clone(),
                     origin: format!("world-model: {purpose} {}", cyc.node),
                     compare_with: self.compare_with(),
                 }))
@@ -887,12 +922,12 @@ impl WorldModelStrategy {
     }
 
     fn start_cycle(&mut self, history: &[Observation]) -> Result<bool, Stop> {
-        let seed_cost = history.first().and_then(Observation::cost);
+        let seed_cost = seed_of(history).and_then(Observation::cost);
         if let Some(needs_child) = self.propose_needed(seed_cost) {
             let evidence = format!(
                 "Best so far: {}",
                 super::run::best_of(history)
-                    .map(|b| agent::perf(b, history.first()))
+                    .map(|b| agent::perf(b, seed_of(history)))
                     .unwrap_or_default()
             );
             self.edit(
@@ -917,7 +952,7 @@ impl WorldModelStrategy {
             .base_of(&id)
             .and_then(|n| n.solution.as_ref())
             .map(|s| s.candidate.clone())
-            .unwrap_or_else(|| history[0].hash.clone());
+            .or_else(|| seed_of(history).map(|s| s.hash.clone()));
         self.log(format!(
             "cycle {}: `{id}` — {}",
             self.st.round + 1,
