@@ -204,6 +204,44 @@ def test_a_kernel_that_writes_its_input_only_in_the_recheck_is_caught(tmp_path: 
     assert rechecking and r["status"] == "wrong" and "input A modified" in r["message"], r["message"]
 
 
+def test_a_kernel_that_also_writes_the_rechecks_device_copy_is_caught(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Device memory is one address space: a kernel may find the recheck's second device copy of its inputs
+    and write it as it writes its own input, so that the two still agree on the device. The copy is compared
+    with the host inputs once per recheck."""
+    import ksearch_worker.targets.mlx as mlx_target
+    from ksearch_worker.targets.mlx import MlxSession
+
+    uploads: list[dict[str, Any]] = []
+    plain_upload = mlx_target.upload
+
+    def upload(arrays: Any, dtypes: Any) -> dict[str, Any]:
+        out = plain_upload(arrays, dtypes)
+        uploads.append(out)
+        return out
+
+    monkeypatch.setattr(mlx_target, "upload", upload)
+    rechecking = []
+    plain = MlxSession.recheck
+
+    def recheck(self: Any, inputs: Any) -> Any:
+        rechecking.append(len(uploads))  # the recheck's own copy is the next upload
+        return plain(self, inputs)
+
+    monkeypatch.setattr(MlxSession, "recheck", recheck)
+
+    def scribble_both(a: dict[str, Any], calls: int) -> Any:
+        out = correct(a, calls)
+        if rechecking and len(uploads) > rechecking[0]:
+            for arr in (a["A"], uploads[rechecking[0]]["A"]):
+                mx.eval(arr)
+                np.array(arr, copy=False)[1, 2] = 7.0
+        return out
+
+    r = evaluate(tmp_path, scribble_both, TIMING)
+    assert rechecking and r["status"] == "wrong" and "input A modified" in r["message"], r["message"]
+
+
 def test_the_plans_scalars_are_fresh_and_checked(tmp_path: Path) -> None:
     class Scalars(FakeDevice):
         def launch_all(self, key: str, launches: Any, arrays: dict[str, Any], shapes: Any, dtypes: Any,
@@ -473,6 +511,9 @@ def test_device_comparisons_are_bit_for_bit() -> None:
 
     nan = mx.array([float("nan"), 1.0])
     assert same(nan, nan) and not same(mx.array([0.0]), mx.array([-0.0]))
+    # A bool byte of 2 is true like a byte of 1, but not the same bits.
+    two = mx.array(np.array([2], dtype=np.uint8)).view(mx.bool_)
+    assert not same(two, mx.array([True]))
     for dtype in (mx.float32, mx.float16, mx.bfloat16, mx.int32, mx.uint8, mx.bool_):
         x = mx.array([1.5, -0.0, float("nan"), 3.0]).astype(dtype)
         copy = _bits(mx, x) + 0

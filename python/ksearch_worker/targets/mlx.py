@@ -1135,7 +1135,8 @@ class MlxSession(Runner):
                     diff = int(np.sum(run.outputs[n].view(np.uint8) != b.view(np.uint8)))
                     run.problems.append(f"output {n}: nondeterministic: two runs on the same inputs differ in {diff} "
                                         "bytes (a race between threads, or state kept between launches)")
-            self.release(list(again.values()))
+            # The copy holds a correct output: poisoned before MLX's allocator hands it to a later call.
+            self.release([*again.values(), *first.values()])
         try:
             self.check_scalars()
         except TimedRunWrong as exc:
@@ -1163,18 +1164,29 @@ class MlxSession(Runner):
         last = [self.timed_ids[i] for i in self.last_sets if i < len(self.timed_ids)]
         ids = list(dict.fromkeys([*last, *self.timed_ids[:1],
                                   *[self.timed_ids[i] for i in self.checked[:RECHECK_SETS - 1]]]))
+        host = {n: _host_bits(inputs[n], self.dtypes[n]) for n in self.task_inputs}
         runs = []
         for ident in ids:
             got = self.target._sets.get(ident)
             if got is None:
                 continue
             dev = got[0]
-            if _refill(m, dev, fresh, {n: _host_bits(inputs[n], self.dtypes[n]) for n in self.task_inputs}):
+            if _refill(m, dev, fresh, host):
                 # The set now holds the recheck's inputs: it is uploaded afresh for the next candidate.
                 self.target._sets.pop(ident, None)
                 runs.append(self._check(dev, inputs, False, where=self.timed_ids.index(ident), on_device=fresh))
         if not runs:
             runs.append(self._check(fresh, inputs, False))
+        else:
+            # The device copy the sets were compared with, against the host once: a kernel that found it in
+            # device memory and wrote it as it wrote its own input is caught here (and no later set could have
+            # been refilled to match it), at one copy per recheck rather than one per set.
+            changed = [n for n in self.task_inputs
+                       if not _same_bits(_host(m, fresh[n], self.dtypes[n]), np.asarray(
+                           inputs[n], dtype=np.float32) if self.dtypes[n] == "bfloat16" else inputs[n])]
+            runs[-1].inputs_modified += [n for n in changed if n not in runs[-1].inputs_modified]
+            runs[-1].problems += [f"input {n} modified by the kernel (inputs are read-only; found in the recheck's "
+                                  "device copy of its inputs)" for n in changed]
         return runs
 
 
@@ -1249,7 +1261,7 @@ def _bits(m: Any, a: Any) -> Any:
     """An array's elements as unsigned integers of the same width: equal exactly when bit for bit equal (NaN
     payloads and signed zeros included)."""
     width = {1: m.uint8, 2: m.uint16, 4: m.uint32, 8: m.uint64}.get(a.itemsize)
-    return a.view(width) if width is not None and a.dtype != m.bool_ else a
+    return a.view(width) if width is not None else a
 
 
 def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
