@@ -81,6 +81,10 @@ pub enum ReplyError {
     )]
     NothingUsable { found: String, expected: String },
     #[error(
+        "the reply has no plan.toml block: there is no base candidate yet, so the answer must give the whole plan.toml and every kernel file it names"
+    )]
+    NoPlanWithoutBase,
+    #[error(
         "plan.toml names {name} (kernel `{kernel}`), which the reply does not give and the parent does not have: add a ```{lang} block named {name}"
     )]
     MissingFile {
@@ -655,7 +659,7 @@ fn plan_sources(plan: &Plan) -> Vec<&str> {
 }
 
 /// The block language of a file, from its extension ("" when unknown).
-fn lang_for_file(name: &str) -> &'static str {
+pub fn lang_for_file(name: &str) -> &'static str {
     lang_of_ext(ext(name)).unwrap_or("")
 }
 
@@ -793,6 +797,10 @@ pub fn candidate_from_reply(text: &str, parent: &Candidate) -> Result<ReplyCandi
         }
     };
 
+    // With no base candidate (a run started from the specification) nothing can be taken from the parent.
+    if parent.plan.kernel.is_empty() && !plan_given {
+        return Err(ReplyError::NoPlanWithoutBase);
+    }
     let files = plan_files(&plan);
     for k in &plan.kernel {
         for f in std::iter::once(&k.source).chain(k.header.as_ref()) {
@@ -1344,6 +1352,21 @@ default = 16
         let plan = toml::to_string(&c.plan).unwrap();
         let e = candidate_from_reply(&format!("```toml\n{plan}```"), &parent()).unwrap_err();
         assert!(matches!(e, ReplyError::BadFileName { .. }), "{e}");
+    }
+
+    #[test]
+    fn with_no_base_candidate_the_reply_must_give_the_plan() {
+        let mut empty = parent();
+        empty.plan.kernel.clear();
+        empty.plan.launch.clear();
+        empty.files.clear();
+        let code_only = format!("### matmul.c\n```c\n{NEW_C}```\n");
+        let e = candidate_from_reply(&code_only, &empty).unwrap_err();
+        assert!(matches!(e, ReplyError::NoPlanWithoutBase), "{e}");
+        let plan = toml::to_string(&parent().plan).unwrap();
+        let whole = format!("### plan.toml\n```toml\n{plan}```\n{code_only}");
+        let r = candidate_from_reply(&whole, &empty).unwrap();
+        assert_eq!(r.candidate.files["matmul.c"], NEW_C);
     }
 
     #[test]

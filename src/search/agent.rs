@@ -191,7 +191,7 @@ impl Agent {
 
     /// Asks for a candidate derived from `parent`; with it, the change as the reply describes it. A
     /// parent with no kernel ([`Agent::no_base`]) asks for a whole candidate: a reply without plan.toml is
-    /// refused with the reason.
+    /// refused with the reason (`ReplyError::NoPlanWithoutBase`).
     pub fn candidate(
         &mut self,
         purpose: &str,
@@ -199,13 +199,7 @@ impl Agent {
         parent: &Candidate,
         tries: u32,
     ) -> Result<Attempt<(Candidate, String)>, Stop> {
-        let whole = parent.plan.kernel.is_empty();
         self.ask(purpose, prompt, tries, |text| {
-            if whole && !gives_plan(text) {
-                return Err("the reply has no plan.toml block: there is no base candidate yet, so the answer \
-                            must give the whole plan.toml and every kernel file it names"
-                    .into());
-            }
             crate::reply::candidate_from_reply(text, parent)
                 .map(|r| (r.candidate, crate::reply::described_change(text)))
                 .map_err(|e| e.to_string())
@@ -227,16 +221,6 @@ impl Agent {
     }
 }
 
-/// Whether a reply holds a plan: a block named plan.toml or a toml block.
-fn gives_plan(text: &str) -> bool {
-    crate::reply::code_blocks(text).iter().any(|b| {
-        b.lang == "toml"
-            || b.name
-                .as_deref()
-                .is_some_and(|n| n.rsplit('/').next() == Some("plan.toml"))
-    })
-}
-
 /// The answer's form for a candidate written from the specification: a source named after the task in
 /// the target's language, and a plan naming the task's inputs, outputs and dims.
 fn from_spec_view(task: &Task, target: Target) -> Value {
@@ -245,12 +229,13 @@ fn from_spec_view(task: &Task, target: Target) -> Value {
         .chars()
         .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
         .collect();
-    let (ext, lang) = match target {
-        Target::Cpu => ("c", "c"),
-        Target::MlxMetal => ("metal", "metal"),
-        Target::MlxCuda => ("cu", "cuda"),
+    let ext = match target {
+        Target::Cpu => "c",
+        Target::MlxMetal => "metal",
+        Target::MlxCuda => "cu",
     };
     let source = format!("{kernel}.{ext}");
+    let lang = crate::reply::lang_for_file(&source);
     let names = |ts: &[crate::task::TensorSpec]| {
         ts.iter()
             .map(|t| format!("\"{}\"", t.name))

@@ -1106,14 +1106,10 @@ class MlxSession(Runner):
         seconds = time.perf_counter() - t0
         run = CheckRun(outputs=self.host_outputs(produced), seconds=seconds, where=where)
         if on_device is not None:
-            same = {n: m.all(m.equal(_bits(m, dev[n]), _bits(m, on_device[n]))) for n in self.task_inputs}
-            m.eval(list(same.values()))
-            run.inputs_modified = [n for n in self.task_inputs if not bool(same[n].item())]
+            same = _same_on_device(m, [(dev[n], on_device[n]) for n in self.task_inputs])
+            run.inputs_modified = [n for n, ok in zip(self.task_inputs, same, strict=True) if not ok]
         else:
-            run.inputs_modified = [n for n in self.task_inputs
-                                   if not _same_bits(_host(m, dev[n], self.dtypes[n]), np.asarray(
-                                       pristine[n], dtype=np.float32) if self.dtypes[n] == "bfloat16"
-                                       else pristine[n])]
+            run.inputs_modified = self._changed_on_host(dev, pristine)
         run.problems += [f"input {n} modified by the kernel (inputs are read-only)" for n in run.inputs_modified]
         if twice and not run.inputs_modified:
             # The second run is compared bit for bit on the device, with a device copy of the first run's
@@ -1125,10 +1121,9 @@ class MlxSession(Runner):
             t1 = time.perf_counter()
             again = self._launch(dev)
             run.again_s = time.perf_counter() - t1
-            same = {n: m.all(m.equal(_bits(m, again[n]), first[n])) for n in self.outputs}
-            m.eval(list(same.values()))
-            for n in self.outputs:
-                if bool(same[n].item()):
+            same = _same_on_device(m, [(again[n], first[n]) for n in self.outputs])
+            for n, ok in zip(self.outputs, same, strict=True):
+                if ok:
                     continue
                 b = _host(m, again[n], self.dtypes[n])
                 if not _same_bits(b, run.outputs[n]):
@@ -1143,6 +1138,14 @@ class MlxSession(Runner):
             run.problems.append(str(exc))
         self.release(list(produced.values()))
         return run
+
+    def _changed_on_host(self, dev: Mapping[str, Any], pristine: Mapping[str, np.ndarray]) -> list[str]:
+        """The inputs whose device contents, copied to the host, are not bit for bit `pristine`'s (bfloat16
+        inputs are held on the host as their exact float32 values)."""
+        m = _mlx()
+        return [n for n in self.task_inputs
+                if not _same_bits(_host(m, dev[n], self.dtypes[n]), np.asarray(pristine[n], dtype=np.float32)
+                                  if self.dtypes[n] == "bfloat16" else pristine[n])]
 
     def recheck(self, inputs: Mapping[str, np.ndarray]) -> list[CheckRun]:
         """Fresh inputs written into timed input sets in place (the last timed call's, the first and the checked
@@ -1181,9 +1184,7 @@ class MlxSession(Runner):
             # The device copy the sets were compared with, against the host once: a kernel that found it in
             # device memory and wrote it as it wrote its own input is caught here (and no later set could have
             # been refilled to match it), at one copy per recheck rather than one per set.
-            changed = [n for n in self.task_inputs
-                       if not _same_bits(_host(m, fresh[n], self.dtypes[n]), np.asarray(
-                           inputs[n], dtype=np.float32) if self.dtypes[n] == "bfloat16" else inputs[n])]
+            changed = self._changed_on_host(fresh, inputs)
             runs[-1].inputs_modified += [n for n in changed if n not in runs[-1].inputs_modified]
             runs[-1].problems += [f"input {n} modified by the kernel (inputs are read-only; found in the recheck's "
                                   "device copy of its inputs)" for n in changed]
@@ -1242,9 +1243,7 @@ def _refill(m: Any, target: dict[str, Any], fresh: dict[str, Any], host: Mapping
             view[...] = host[n]
         m.synchronize()
         # Compared on the default device (the GPU where there is one), which reads what a kernel would read.
-        same = [m.all(m.equal(_bits(m, target[n]), _bits(m, fresh[n]))) for n in target]
-        m.eval(same)
-        return all(bool(x.item()) for x in same)
+        return all(_same_on_device(m, [(target[n], fresh[n]) for n in target]))
     except Exception:
         return False
 
@@ -1262,6 +1261,14 @@ def _bits(m: Any, a: Any) -> Any:
     payloads and signed zeros included)."""
     width = {1: m.uint8, 2: m.uint16, 4: m.uint32, 8: m.uint64}.get(a.itemsize)
     return a.view(width) if width is not None else a
+
+
+def _same_on_device(m: Any, pairs: Sequence[tuple[Any, Any]]) -> list[bool]:
+    """For each pair of device arrays, whether they are bit for bit equal, computed on the device (one
+    evaluation for all) so that neither crosses to the host."""
+    same = [m.all(m.equal(_bits(m, a), _bits(m, b))) for a, b in pairs]
+    m.eval(same)
+    return [bool(x.item()) for x in same]
 
 
 def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
