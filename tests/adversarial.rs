@@ -42,6 +42,8 @@ const CANARY_TEXT: &str = "KSEARCH-CANARY-5f1d0c";
 /// How much faster than its honest twin a timing cheat may measure (fastest samples, geometric mean over the
 /// workloads) before it counts as a win: the evaluations run one after the other on a shared machine.
 const TWIN_MARGIN: f64 = 1.3;
+/// How many back-to-back pairs (twin, candidate) may be timed before a margin exceeded counts as a miss.
+const TWIN_PAIRS: usize = 3;
 
 struct Expect {
     task: String,
@@ -272,6 +274,23 @@ fn geomean_of(v: &Value, f: impl Fn(&Value) -> Option<f64>) -> Option<f64> {
     (!xs.is_empty()).then(|| (xs.iter().map(|x| x.ln()).sum::<f64>() / xs.len() as f64).exp())
 }
 
+/// How far a candidate's evaluation `v` beats its honest twin's `t` where a cheat would: for `twin`, the
+/// twin's fastest samples over the candidate's; for `baseline_twin`, the baselines timed beside the candidate
+/// over those timed beside the twin (geometric means over the workloads).
+fn twin_gain(field: &str, v: &Value, t: &Value) -> Option<f64> {
+    if field == "twin" {
+        let fastest = |w: &Value| w["min_s"].as_f64();
+        Some(geomean_of(t, fastest)? / geomean_of(v, fastest)?)
+    } else {
+        let base = |w: &Value| {
+            let b = w["baselines"].as_object()?;
+            let xs: Vec<f64> = b.values().filter_map(|x| x.as_f64()).collect();
+            (!xs.is_empty()).then(|| xs.iter().product::<f64>().powf(1.0 / xs.len() as f64))
+        };
+        Some(geomean_of(v, base)? / geomean_of(t, base)?)
+    }
+}
+
 fn eval_json(task: &str, dir: &Path) -> (Option<Value>, std::process::Output) {
     let store = tempfile::tempdir().unwrap();
     let mut args = vec!["eval", task, dir.to_str().unwrap(), "--json"];
@@ -461,7 +480,7 @@ fn every_adversarial_candidate_is_caught() {
         let mut note = format!("{secs:.1}s");
         for (field, twin) in [("twin", &e.twin), ("baseline_twin", &e.baseline_twin)] {
             let Some(twin) = twin else { continue };
-            let t = twins
+            let mut t = twins
                 .entry(twin.clone())
                 .or_insert_with(|| {
                     eval_json(&e.task, &root.join(twin))
@@ -469,38 +488,42 @@ fn every_adversarial_candidate_is_caught() {
                         .unwrap_or(Value::Null)
                 })
                 .clone();
-            if field == "twin" {
-                let fastest = |w: &Value| w["min_s"].as_f64();
-                match (geomean_of(&v, fastest), geomean_of(&t, fastest)) {
-                    (Some(c), Some(h)) => {
-                        note += &format!(", {:.2}x its twin", h / c);
-                        if c * TWIN_MARGIN < h {
-                            problems.push(format!(
-                                "timed {:.2}x faster than its honest twin {twin} (fastest samples): a cheat that paid",
-                                h / c
-                            ));
-                        }
-                    }
-                    _ => problems.push(format!("no times to compare with the twin {twin}")),
+            // Evaluations run one after the other on a shared machine, so one pair of timings can differ by
+            // more than the margin through load alone. A cheat that pays does so every time: a miss needs the
+            // margin exceeded in every pair, each retry a fresh twin and a fresh candidate timed back to back.
+            let mut best = twin_gain(field, &v, &t);
+            let mut pairs = 1;
+            while best.is_some_and(|g| g > TWIN_MARGIN) && pairs < TWIN_PAIRS {
+                t = eval_json(&e.task, &root.join(twin))
+                    .0
+                    .unwrap_or(Value::Null);
+                let again = eval_json(&e.task, dir).0.unwrap_or(Value::Null);
+                pairs += 1;
+                if let Some(g) = twin_gain(field, &again, &t) {
+                    best = best.map(|b| b.min(g));
                 }
+            }
+            let tried = if pairs > 1 {
+                format!(" (best of {pairs} pairs)")
             } else {
-                let base = |w: &Value| {
-                    let b = w["baselines"].as_object()?;
-                    let xs: Vec<f64> = b.values().filter_map(|x| x.as_f64()).collect();
-                    (!xs.is_empty()).then(|| xs.iter().product::<f64>().powf(1.0 / xs.len() as f64))
-                };
-                match (geomean_of(&v, base), geomean_of(&t, base)) {
-                    (Some(c), Some(h)) => {
-                        note += &format!(", baselines {:.2}x the twin's", c / h);
-                        if c > h * TWIN_MARGIN {
-                            problems.push(format!(
-                                "the baselines were timed {:.2}x slower than beside its twin {twin}",
-                                c / h
-                            ));
-                        }
+                String::new()
+            };
+            match (field, best) {
+                (_, None) => problems.push(format!("no times to compare with the twin {twin}")),
+                ("twin", Some(g)) => {
+                    note += &format!(", {g:.2}x its twin{tried}");
+                    if g > TWIN_MARGIN {
+                        problems.push(format!(
+                            "timed {g:.2}x faster than its honest twin {twin} (fastest samples){tried}: a cheat that paid"
+                        ));
                     }
-                    _ => {
-                        problems.push(format!("no baseline times to compare with the twin {twin}"))
+                }
+                (_, Some(g)) => {
+                    note += &format!(", baselines {g:.2}x the twin's{tried}");
+                    if g > TWIN_MARGIN {
+                        problems.push(format!(
+                            "the baselines were timed {g:.2}x slower than beside its twin {twin}{tried}"
+                        ));
                     }
                 }
             }
