@@ -247,6 +247,9 @@ enum Command {
         path: PathBuf,
         #[arg(long)]
         task: Option<String>,
+        /// A folder to search for a complete file's local includes (after the file's own folder); repeatable.
+        #[arg(short = 'I', long = "include", value_name = "DIR")]
+        include: Vec<PathBuf>,
         #[arg(long)]
         json: bool,
     },
@@ -752,7 +755,12 @@ fn dispatch(cli: Cli) -> Result<u8> {
                 _ => Ok(0),
             }
         }
-        Command::Check { path, task, json } => cmd_check(&path, task, json),
+        Command::Check {
+            path,
+            task,
+            include,
+            json,
+        } => cmd_check(&path, task, &include, json),
         Command::Translate {
             file,
             to,
@@ -1790,8 +1798,14 @@ fn cmd_translate(
     })
 }
 
-fn cmd_check(path: &Path, task: Option<String>, json: bool) -> Result<u8> {
+fn cmd_check(path: &Path, task: Option<String>, include: &[PathBuf], json: bool) -> Result<u8> {
     let findings = if path.is_dir() {
+        if !include.is_empty() {
+            anyhow::bail!(
+                "{}: -I applies to a complete Metal file; a candidate's kernel is compiled by MLX, where only Metal's own headers exist (drop -I)",
+                path.display()
+            );
+        }
         let task = match task {
             Some(t) => Some(Task::load(&builtin::task_dir(&t)?)?),
             None => None,
@@ -1808,9 +1822,7 @@ fn cmd_check(path: &Path, task: Option<String>, json: bool) -> Result<u8> {
                 path.display()
             );
         }
-        let src = crate::translate::read_source(path)
-            .with_context(|| format!("reading {}", path.display()))?;
-        crate::check::check_source(&src, &path.display().to_string())?
+        crate::check::check_file(path, include)?
     };
     if json {
         print_json(&crate::check::to_json(

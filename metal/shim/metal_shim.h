@@ -1,15 +1,18 @@
-// ksearch's Metal shim: enough of the Metal Shading Language, as C++17 declarations, for the system C++
-// compiler to check a kernel's syntax and types on a machine without Metal (`ksearch check`).
+// ksearch's Metal shim: enough of the Metal Shading Language, as C++17 declarations, for Clang (or g++)
+// to check a kernel's syntax and types on a machine without Metal (`ksearch check`).
 //
 // Nothing here runs: functions are declared, not defined (`-fsyntax-only`). What matters is that a
 // misuse fails here the way it fails in Apple's compiler: vector types do not convert implicitly into one
 // another, `uint3` attributes need `.x`, `simdgroup_matrix` is 8x8 of float/half/bfloat, atomics exist
 // only for int/uint/float/bool, and there is no `std::` or C library. Address-space qualifiers expand to
-// nothing (g++ has no address spaces in C++); `ksearch check` tracks them with a rule instead.
+// nothing but `constant`, which is read-only and so reads as `const` (C++ has no address spaces);
+// `ksearch check` tracks them with a rule instead. src/check/compile.rs rewrites the few spots where
+// that would change what the Metal means (shim_dialect).
 #pragma once
 
 #define device
-#define constant
+// The constant address space is read-only: a pointer into it is a pointer to const.
+#define constant const
 #define threadgroup
 #define threadgroup_imageblock
 #define thread
@@ -17,6 +20,14 @@
 #define object_data
 #define kernel
 #define METAL_FUNC inline __attribute__((always_inline))
+// What Metal's compiler predefines: the language version (3.1, the first with bfloat; MLX needs macOS 14)
+// and the math modes its builtins take.
+#define __METAL_VERSION__ 310
+#define __METAL__ 1
+#define __HAVE_BFLOAT__ 1
+#define __METAL_FAST_MATH__ 1
+#define __METAL_PRECISE_MATH__ 0
+#define __METAL_MAYBE_FAST_MATH__ 1
 #define vertex
 #define fragment
 
@@ -41,6 +52,8 @@
 #define FLT_MIN 1.175494351e-38f
 #define FLT_EPSILON 1.192092896e-07f
 #define HALF_MAX ((half)65504.0f)
+#define MAXHALF ((half)65504.0f)
+#define HUGE_VALH ((half)__builtin_huge_valf())
 #define HALF_MIN ((half)6.103515625e-05f)
 #define HALF_EPSILON ((half)0.0009765625f)
 #define CHAR_BIT 8
@@ -60,12 +73,17 @@
 // Scalars. `half` is a real 16-bit float type in g++ (_Float16), so mixed arithmetic and `?:` type-check
 // as in Metal; `bfloat` needs another distinct floating type, and only its name shows in messages.
 typedef _Float16 half;
+#ifdef __clang__
+// Clang checks for AArch64 (src/check/compile.rs), where long double is a 128-bit type of its own.
+typedef long double bfloat;
+#else
 typedef __float128 bfloat;
+#endif
 // Metal's half literals: 1.0h, 2h.
-half operator""h(long double);
-half operator""h(unsigned long long);
-half operator""H(long double);
-half operator""H(unsigned long long);
+constexpr half operator""h(long double v) { return (half)v; }
+constexpr half operator""h(unsigned long long v) { return (half)v; }
+constexpr half operator""H(long double v) { return (half)v; }
+constexpr half operator""H(unsigned long long v) { return (half)v; }
 typedef unsigned char uchar;
 typedef unsigned short ushort;
 typedef unsigned int uint;
@@ -91,6 +109,22 @@ template <bool B, typename T = void> using enable_if_t = typename enable_if<B, T
 template <typename A, typename B> struct is_same { static constexpr bool value = false; };
 template <typename A> struct is_same<A, A> { static constexpr bool value = true; };
 template <typename A, typename B> constexpr bool is_same_v = is_same<A, B>::value;
+template <typename T, T v> struct integral_constant {
+  static constexpr T value = v;
+  typedef T value_type;
+  constexpr operator T() const { return v; }
+  constexpr T operator()() const { return v; }
+};
+template <bool B> using bool_constant = integral_constant<bool, B>;
+typedef bool_constant<true> true_type;
+typedef bool_constant<false> false_type;
+template <typename T> T&& ks_declval();
+// Whether a From converts implicitly to a To (the compiler's own test: a call that passes one as the other).
+template <typename To> void ks_take(To);
+template <typename From, typename To, typename = void> struct is_convertible : false_type {};
+template <typename From, typename To>
+struct is_convertible<From, To, decltype(ks_take<To>(ks_declval<From>()))> : true_type {};
+template <typename From, typename To> constexpr bool is_convertible_v = is_convertible<From, To>::value;
 template <bool B, typename T, typename F> struct conditional { typedef T type; };
 template <typename T, typename F> struct conditional<false, T, F> { typedef F type; };
 template <bool B, typename T, typename F> using conditional_t = typename conditional<B, T, F>::type;
@@ -99,6 +133,9 @@ template <typename T> struct remove_cv<const T> { typedef T type; };
 template <typename T> struct remove_cv<volatile T> { typedef T type; };
 template <typename T> struct remove_cv<const volatile T> { typedef T type; };
 template <typename T> using remove_cv_t = typename remove_cv<T>::type;
+// Address spaces are erased in the shim, so removing one leaves the type as it is.
+template <typename T> struct remove_addrspace { typedef T type; };
+template <typename T> using remove_addrspace_t = typename remove_addrspace<T>::type;
 template <typename T> struct remove_reference { typedef T type; };
 template <typename T> struct remove_reference<T&> { typedef T type; };
 template <typename T> using remove_reference_t = typename remove_reference<T>::type;
@@ -142,15 +179,16 @@ template <typename T> constexpr bool is_unsigned_v = is_unsigned<T>::value;
 template <typename T> struct is_arithmetic { static constexpr bool value = is_scalar_v<T>; };
 template <typename T> constexpr bool is_arithmetic_v = is_arithmetic<T>::value;
 
+// Defined (with stand-in values) so that `constexpr T lo = numeric_limits<T>::min();` is a constant.
 template <typename T> struct numeric_limits {
   static constexpr bool is_specialized = true;
-  static constexpr T min();
-  static constexpr T max();
-  static constexpr T lowest();
-  static constexpr T epsilon();
-  static constexpr T infinity();
-  static constexpr T quiet_NaN();
-  static constexpr T denorm_min();
+  static constexpr T min() { return T(0); }
+  static constexpr T max() { return T(1); }
+  static constexpr T lowest() { return T(0); }
+  static constexpr T epsilon() { return T(0); }
+  static constexpr T infinity() { return T(1); }
+  static constexpr T quiet_NaN() { return T(0); }
+  static constexpr T denorm_min() { return T(0); }
   static constexpr int digits = 0;
 };
 
@@ -237,6 +275,8 @@ template <typename T> constexpr bool is_vector_v = is_vector<T>::value;
   vec(T s);                                                                                     \
   /* another element type converts only explicitly: float4(int4(...)) */                        \
   template <typename U, typename = enable_if_t<!is_same_v<U, T>>> explicit vec(const vec<U, N>& o); \
+  /* and so does a packed vector of another element type: float4(packed_char4(...)) */         \
+  template <typename U, typename = enable_if_t<!is_same_v<U, T>>> explicit vec(const packed_vec<U, N>& o); \
   T& operator[](int i);                                                                         \
   const T& operator[](int i) const;                                                             \
   vec& operator+=(const vec& o);                                                                \
@@ -391,6 +431,11 @@ template <typename T, int C, int R> struct matrix {
   vec<T, R> columns[C];
   matrix() = default;
   explicit matrix(T diagonal);
+  // Columns, one per argument: float2x2(float2(...), float2(...)).
+  template <typename... V, typename = enable_if_t<sizeof...(V) == C && (is_same_v<V, vec<T, R>> && ...)>>
+  matrix(const V&... cols);
+  // Another element type converts explicitly: half4x4(float4x4(...)).
+  template <typename U, typename = enable_if_t<!is_same_v<U, T>>> explicit matrix(const matrix<U, C, R>& o);
   vec<T, R>& operator[](int i);
   const vec<T, R>& operator[](int i) const;
 };
@@ -447,6 +492,8 @@ template <typename X> struct ks_fv {
   typedef conditional_t<ks_vof<X>::ok, typename ks_vof<conditional_t<ks_vof<X>::ok, X, vec<float, 2>>>::type, X>
       type;
 };
+// Metal has no double: an unsuffixed literal such as `0.5` is a float there.
+template <> struct ks_fv<double> { typedef float type; };
 template <typename X> using ks_fv_t = typename ks_fv<decay_t<X>>::type;
 template <typename X>
 using ks_float_t = enable_if_t<is_floating_point_v<ks_elem_t<ks_fv_t<X>>>, ks_fv_t<X>>;
@@ -454,7 +501,10 @@ template <typename X> using ks_num_t = enable_if_t<is_scalar_v<ks_elem_t<ks_fv_t
 template <typename X> using ks_int_t = enable_if_t<is_integral_v<ks_elem_t<ks_fv_t<X>>>, ks_fv_t<X>>;
 
 #define KS_F1(name) template <typename X> ks_float_t<X> name(X x);
-#define KS_F2(name) template <typename X> ks_float_t<X> name(X x, ks_float_t<X> y);
+#define KS_F2(name)                                               \
+  template <typename X> ks_float_t<X> name(X x, ks_float_t<X> y); \
+  /* an integer first argument converts to the second's type: fmax(0, x) */ \
+  template <typename X, typename Y, typename = enable_if_t<is_integral_v<X>>> ks_float_t<Y> name(X x, Y y);
 #define KS_F3(name) template <typename X> ks_float_t<X> name(X x, ks_float_t<X> y, ks_float_t<X> z);
 #define KS_MATH                                                                                     \
   KS_F1(acos) KS_F1(acosh) KS_F1(asin) KS_F1(asinh) KS_F1(atan) KS_F1(atanh) KS_F1(cbrt) KS_F1(ceil) \
@@ -645,7 +695,7 @@ template <typename T, int Cols, int Rows> struct simdgroup_matrix {
   vec<T, 2>& thread_elements();
   const vec<T, 2>& thread_elements() const;
 };
-template <typename T, int C, int R> simdgroup_matrix<T, C, R> make_filled_simdgroup_matrix(T v);
+template <typename T, int C, int R = C> simdgroup_matrix<T, C, R> make_filled_simdgroup_matrix(T v);
 template <typename T> struct ks_same { typedef T type; };
 template <typename T, int C, int R>
 void simdgroup_load(thread simdgroup_matrix<T, C, R>& d, const typename ks_same<T>::type* src,
@@ -679,3 +729,37 @@ template <typename T, unsigned long N> struct ks_sizeof<T[N]> {
 };
 template <int N> struct ks_sizeof<metal::vec<bfloat, N>> { static constexpr unsigned long value = 2 * (N == 3 ? 4 : N); };
 template <int N> struct ks_sizeof<metal::packed_vec<bfloat, N>> { static constexpr unsigned long value = 2 * N; };
+
+// Metal's compiler builtins (`__metal_fma(x, y, z, mode)`), which libraries such as MLX call from their own
+// math and simd overloads: each returns its first argument's type.
+#define KS_BUILTIN(name) \
+  template <typename T, typename... A> T name(T x, A... rest);
+KS_BUILTIN(__metal_fabs) KS_BUILTIN(__metal_acos) KS_BUILTIN(__metal_acosh) KS_BUILTIN(__metal_asin)
+KS_BUILTIN(__metal_asinh) KS_BUILTIN(__metal_atan) KS_BUILTIN(__metal_atanh) KS_BUILTIN(__metal_atan2)
+KS_BUILTIN(__metal_cbrt) KS_BUILTIN(__metal_ceil) KS_BUILTIN(__metal_copysign) KS_BUILTIN(__metal_cos)
+KS_BUILTIN(__metal_cosh) KS_BUILTIN(__metal_cospi) KS_BUILTIN(__metal_exp) KS_BUILTIN(__metal_exp10)
+KS_BUILTIN(__metal_exp2) KS_BUILTIN(__metal_fdim) KS_BUILTIN(__metal_floor) KS_BUILTIN(__metal_fma)
+KS_BUILTIN(__metal_fmax) KS_BUILTIN(__metal_fmax3) KS_BUILTIN(__metal_fmedian3) KS_BUILTIN(__metal_fmin)
+KS_BUILTIN(__metal_fmin3) KS_BUILTIN(__metal_fmod) KS_BUILTIN(__metal_fract) KS_BUILTIN(__metal_frexp)
+KS_BUILTIN(__metal_ilogb) KS_BUILTIN(__metal_ldexp) KS_BUILTIN(__metal_log) KS_BUILTIN(__metal_log10)
+KS_BUILTIN(__metal_log2) KS_BUILTIN(__metal_max) KS_BUILTIN(__metal_max3) KS_BUILTIN(__metal_median3)
+KS_BUILTIN(__metal_min) KS_BUILTIN(__metal_min3) KS_BUILTIN(__metal_nextafter) KS_BUILTIN(__metal_pow)
+KS_BUILTIN(__metal_powr) KS_BUILTIN(__metal_remainder) KS_BUILTIN(__metal_rint) KS_BUILTIN(__metal_round)
+KS_BUILTIN(__metal_rsqrt) KS_BUILTIN(__metal_sin) KS_BUILTIN(__metal_sincos) KS_BUILTIN(__metal_sinh)
+KS_BUILTIN(__metal_sinpi) KS_BUILTIN(__metal_sqrt) KS_BUILTIN(__metal_tan) KS_BUILTIN(__metal_tanh)
+KS_BUILTIN(__metal_tanpi) KS_BUILTIN(__metal_trunc) KS_BUILTIN(__metal_divide) KS_BUILTIN(__metal_modf) KS_BUILTIN(__metal_abs)
+KS_BUILTIN(__metal_simd_broadcast) KS_BUILTIN(__metal_simd_shuffle) KS_BUILTIN(__metal_simd_shuffle_down)
+KS_BUILTIN(__metal_simd_shuffle_up) KS_BUILTIN(__metal_simd_shuffle_xor)
+KS_BUILTIN(__metal_simd_shuffle_and_fill_down) KS_BUILTIN(__metal_simd_shuffle_and_fill_up)
+KS_BUILTIN(__metal_simd_shuffle_rotate_down) KS_BUILTIN(__metal_simd_shuffle_rotate_up)
+KS_BUILTIN(__metal_simd_max) KS_BUILTIN(__metal_simd_min) KS_BUILTIN(__metal_simd_sum)
+KS_BUILTIN(__metal_simd_product) KS_BUILTIN(__metal_simd_xor) KS_BUILTIN(__metal_simd_and)
+KS_BUILTIN(__metal_simd_or) KS_BUILTIN(__metal_simd_prefix_exclusive_sum)
+KS_BUILTIN(__metal_simd_prefix_inclusive_sum) KS_BUILTIN(__metal_simd_prefix_exclusive_product)
+KS_BUILTIN(__metal_simd_prefix_inclusive_product) KS_BUILTIN(__metal_quad_broadcast)
+KS_BUILTIN(__metal_quad_shuffle) KS_BUILTIN(__metal_quad_shuffle_down) KS_BUILTIN(__metal_quad_shuffle_up)
+KS_BUILTIN(__metal_quad_shuffle_xor) KS_BUILTIN(__metal_quad_sum) KS_BUILTIN(__metal_quad_max)
+KS_BUILTIN(__metal_quad_min)
+#undef KS_BUILTIN
+// The simdgroup width as a builtin (32 on Apple GPUs).
+template <typename... A> ushort __metal_get_simdgroup_size(A...);

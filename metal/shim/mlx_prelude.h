@@ -29,12 +29,12 @@ template <typename T> struct Limits {
 template <typename T, typename U> T ceildiv(T n, U m);
 
 template <typename IdxT = int64_t, typename E>
-IdxT elem_to_loc(E elem, constant const int* shape, constant const int64_t* strides, int ndim);
+IdxT elem_to_loc(E elem, constant int* shape, constant int64_t* strides, int ndim);
 template <typename IdxT = int64_t>
-IdxT elem_to_loc(uint3 elem, constant const int* shape, constant const int64_t* strides, int ndim);
+IdxT elem_to_loc(uint3 elem, constant int* shape, constant int64_t* strides, int ndim);
 template <typename IdxT = int64_t, typename E>
-IdxT elem_to_loc_1(E elem, constant const int64_t& stride);
+IdxT elem_to_loc_1(E elem, constant int64_t& stride);
 template <typename IdxT = int64_t>
-IdxT elem_to_loc_2(uint2 elem, constant const int64_t strides[2]);
+IdxT elem_to_loc_2(uint2 elem, constant int64_t strides[2]);
 template <typename IdxT = int64_t>
-IdxT elem_to_loc_3(uint3 elem, constant const int64_t strides[3]);
+IdxT elem_to_loc_3(uint3 elem, constant int64_t strides[3]);

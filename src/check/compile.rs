@@ -47,24 +47,37 @@ pub struct Outcome {
     pub threadgroup: Vec<(String, usize, u64, usize)>,
 }
 
-/// The compiler: `KSEARCH_CXX`, else `CXX`, else the first of `c++`, `g++`, `clang++` that runs.
-pub fn compiler() -> Result<&'static str, CheckError> {
-    static FOUND: OnceLock<Option<String>> = OnceLock::new();
+/// The compiler that checks a source, and whether it is Clang (Apple's Metal compiler is Clang-based,
+/// so Clang accepts what Metal does where g++ cannot: class-scope explicit specializations, `[0 ... N]`
+/// designators).
+pub struct Cxx {
+    pub command: String,
+    pub clang: bool,
+}
+
+/// The compiler: `KSEARCH_CXX`, else `CXX`, else the first of `clang++`, `clang++-N` (the newest of
+/// Debian's versioned names), `c++`, `g++` that runs.
+pub fn compiler() -> Result<&'static Cxx, CheckError> {
+    static FOUND: OnceLock<Option<Cxx>> = OnceLock::new();
     let found = FOUND.get_or_init(|| {
         let from_env = ["KSEARCH_CXX", "CXX"]
             .iter()
             .filter_map(|v| std::env::var(v).ok())
             .filter(|v| !v.trim().is_empty());
+        let versioned = (10..=30).rev().map(|v| format!("clang++-{v}"));
         from_env
-            .chain(["c++", "g++", "clang++"].map(String::from))
-            .find(|c| {
-                Command::new(c)
-                    .arg("--version")
-                    .output()
-                    .is_ok_and(|o| o.status.success())
+            .chain(std::iter::once("clang++".to_string()))
+            .chain(versioned)
+            .chain(["c++", "g++"].map(String::from))
+            .find_map(|c| {
+                let out = Command::new(&c).arg("--version").output().ok()?;
+                out.status.success().then(|| Cxx {
+                    clang: String::from_utf8_lossy(&out.stdout).contains("clang"),
+                    command: c,
+                })
             })
     });
-    found.as_deref().ok_or(CheckError::NoCompiler)
+    found.as_ref().ok_or(CheckError::NoCompiler)
 }
 
 fn scratch_dir() -> Result<PathBuf, CheckError> {
@@ -102,38 +115,87 @@ impl Drop for Cleanup {
 /// Compiles `unit` (syntax and types only). `user_files` are the names its `#line` directives use for the
 /// candidate's files: an error inside the shim is reported where the candidate's code led to it.
 pub fn compile(unit: &str, user_files: &[&str]) -> Result<Outcome, CheckError> {
+    compile_with(unit, user_files, &[], &[])
+}
+
+/// [`compile`] with local headers: `headers` (path in the scratch folder, text) are written there, and
+/// `roots` (scratch folders) searched for includes in order; errors in a header are reported in it.
+pub fn compile_with(
+    unit: &str,
+    user_files: &[&str],
+    headers: &[(&str, &str)],
+    roots: &[String],
+) -> Result<Outcome, CheckError> {
     let cxx = compiler()?;
     let dir = scratch_dir()?;
-    let _cleanup = Cleanup(dir.clone());
+    // KSEARCH_CHECK_KEEP=1 keeps the scratch folder (the unit as compiled, the shim) for work on the shim.
+    let keep = std::env::var_os("KSEARCH_CHECK_KEEP").is_some_and(|v| v == "1");
+    let _cleanup = (!keep).then(|| Cleanup(dir.clone()));
+    if keep {
+        eprintln!("ksearch check: scratch folder kept: {}", dir.display());
+    }
     let src = dir.join("unit.cpp");
     let unit = shim_dialect(unit);
     std::fs::write(&src, unit).map_err(|e| CheckError::Io {
         file: src.clone(),
         err: e,
     })?;
+    for (at, text) in headers {
+        let path = dir.join(at);
+        let io = |e: std::io::Error| CheckError::Io {
+            file: path.clone(),
+            err: e,
+        };
+        std::fs::create_dir_all(path.parent().unwrap_or(&dir)).map_err(io)?;
+        std::fs::write(&path, shim_dialect(text)).map_err(io)?;
+    }
+    let mut users: Vec<&str> = user_files.to_vec();
+    users.extend(headers.iter().map(|(at, _)| *at));
+    let user_files = &users[..];
     // The compiler reads the candidate's includes: it runs confined to the scratch folder and the system's
     // headers (src/jail.rs), naming its files relative to the folder.
-    let mut cmd = Command::new(cxx);
+    let mut cmd = Command::new(&cxx.command);
     let jail = crate::jail::confine(&mut cmd, &dir);
+    let dialect: &[&str] = if cxx.clang {
+        &[
+            "-fno-caret-diagnostics",
+            "-ferror-limit=0",
+            "-Wno-unknown-attributes",
+            "-Wno-ignored-attributes",
+            // GNU extensions Metal's Clang accepts as such.
+            "-Wno-c99-designator",
+            "-Wno-gnu-designator",
+            "-Wno-c99-extensions",
+            "-Wno-unused-value",
+            // Metal's `1.0h` literals, declared by the shim without the underscore C++ reserves.
+            "-Wno-user-defined-literals",
+            "-Wno-reserved-user-defined-literal",
+            // `half` is a 16-bit float type on AArch64 (Apple's CPUs) and the shim includes no system
+            // header, so the target costs nothing.
+            "--target=aarch64-linux-gnu",
+        ]
+    } else {
+        &["-fno-diagnostics-show-caret", "-Wno-attributes"]
+    };
     let out = cmd
         .args([
             "-fsyntax-only",
             "-std=c++17",
             "-fno-elide-type",
             "-fdiagnostics-color=never",
-            "-fno-diagnostics-show-caret",
-            "-Wno-attributes",
             "-Wno-unknown-pragmas",
             "-Wno-pedantic",
-            // Metal has no variable-length arrays; g++ accepts them as an extension.
+            // Metal has no variable-length arrays; both compilers accept them as an extension.
             "-Werror=vla",
             "-I",
             ".",
-            "unit.cpp",
         ])
+        .args(dialect)
+        .args(roots.iter().flat_map(|r| ["-I", r.as_str()]))
+        .arg("unit.cpp")
         .output()
         .map_err(|e| CheckError::Io {
-            file: PathBuf::from(cxx),
+            file: PathBuf::from(&cxx.command),
             err: e,
         })?;
     drop(jail);
@@ -228,10 +290,21 @@ fn parse(text: &str, user_files: &[&str], dir: &Path) -> Outcome {
                 out.errors.push(d);
             }
         } else if user {
-            if rest.contains("previously defined here") || rest.contains("previously declared here")
+            // g++: "previously defined here", "previous declaration ‘f()’"; clang: "previous definition is
+            // here".
+            if [
+                "previously defined here",
+                "previously declared here",
+                "previous definition",
+                "previous declaration",
+            ]
+            .iter()
+            .any(|n| rest.contains(n))
             {
                 if let Some(last) = out.errors.last_mut()
-                    && last.message.starts_with("redefinition of")
+                    && (last.message.starts_with("redefinition of")
+                        || last.message.ends_with("cannot be redeclared")
+                        || last.message.contains("cannot be overloaded with"))
                     && last.previous.is_none()
                 {
                     last.previous = Some((file.to_string(), line));
@@ -269,6 +342,7 @@ fn metal_names(msg: &str) -> String {
         ("short int", "short"),
         ("_Float16", "half"),
         ("__float128", "bfloat"),
+        ("long double", "bfloat"),
         ("float", "float"),
         ("int", "int"),
         ("bool", "bool"),
@@ -288,7 +362,8 @@ fn metal_names(msg: &str) -> String {
     }
     let s = s
         .replace("_Float16", "half")
-        .replace("__float128", "bfloat");
+        .replace("__float128", "bfloat")
+        .replace("long double", "bfloat");
     drop_same_aka(&s)
 }
 
@@ -381,6 +456,9 @@ pub fn shim_dialect(unit: &str) -> String {
     let unit = unit
         .replace("[[threadgroup(", "[[threadgroup_index(")
         .replace("[[ threadgroup(", "[[ threadgroup_index(");
+    let unit = instantiation_names_blanked(&unit);
+    let unit = member_spaces_blanked(&unit);
+    let unit = const_beside_constant_blanked(&unit);
     let b = unit.as_bytes();
     let mut out = String::with_capacity(unit.len() + 64);
     let (mut i, mut last) = (0, 0);
@@ -447,8 +525,15 @@ pub fn shim_dialect(unit: &str) -> String {
                     j += 1;
                 }
                 if j < b.len() && !matches!(word_at(j), "const" | "constexpr" | "") {
+                    // A function constant (`[[function_constant(N)]]`, set when the pipeline is made)
+                    // has no initializer: it is declared, not defined.
+                    let stmt = unit[i..].split(';').next().unwrap_or("");
                     out.push_str(&unit[last..i]);
-                    out.push_str("static const");
+                    out.push_str(if stmt.contains("function_constant") {
+                        "extern const"
+                    } else {
+                        "static const"
+                    });
                     last = i + w.len();
                 }
             }
@@ -462,6 +547,79 @@ pub fn shim_dialect(unit: &str) -> String {
     }
     out.push_str(&unit[last..]);
     out
+}
+
+/// `template [[host_name("k")]] kernel ...`, an explicit instantiation with the name Metal gives the
+/// kernel (also inside macros): standard C++ has no attribute there, so it is blanked (lines kept).
+fn instantiation_names_blanked(unit: &str) -> String {
+    let mut out = String::with_capacity(unit.len());
+    let mut rest = unit;
+    while let Some(at) = rest.find("template") {
+        let word_start = at == 0 || {
+            let c = rest.as_bytes()[at - 1];
+            !(c.is_ascii_alphanumeric() || c == b'_')
+        };
+        out.push_str(&rest[..at + "template".len()]);
+        rest = &rest[at + "template".len()..];
+        if !word_start {
+            continue;
+        }
+        // Every attribute list that follows (`template [[host_name("k")]] [[kernel]] ...`).
+        loop {
+            let gap = rest.len() - rest.trim_start().len();
+            let Some(end) = rest[gap..]
+                .starts_with("[[")
+                .then(|| rest[gap..].find("]]"))
+                .flatten()
+            else {
+                break;
+            };
+            let attr = &rest[..gap + end + 2];
+            // Newlines stay, and so do the backslashes that continue a macro's line.
+            out.extend(
+                attr.chars()
+                    .map(|c| if c == '\n' || c == '\\' { c } else { ' ' }),
+            );
+            rest = &rest[gap + end + 2..];
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// A member function qualified by the address space of its object (`T() threadgroup : v(0) {}`,
+/// `operator float() const device`): Metal overloads on it; the shim erases address spaces, so the word is
+/// blanked and a resulting duplicate is dropped like any overload that differs only in address spaces.
+fn member_spaces_blanked(unit: &str) -> String {
+    static QUALIFIER: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
+    let re = QUALIFIER.get_or_init(|| {
+        regex::Regex::new(
+            r"\)(\s*(?:const\s+)?)(device|threadgroup|constant|thread)\b(\s*(?:\{|:|;|=|->|const\b|noexcept\b))",
+        )
+        .expect("a valid pattern")
+    });
+    re.replace_all(unit, |c: &regex::Captures| {
+        format!(")${{1}}{}{}", " ".repeat(c[2].len()), &c[3]).replace("${1}", &c[1])
+    })
+    .into_owned()
+}
+
+/// `const constant T*` (or `constant const`): the shim makes `constant` mean `const`, and C++ refuses
+/// `const` twice in a row, so the written `const` is blanked.
+fn const_beside_constant_blanked(unit: &str) -> String {
+    static PAIR: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
+    let re = PAIR.get_or_init(|| {
+        regex::Regex::new(r"\bconst(\s+)constant\b|\bconstant(\s+)const\b")
+            .expect("a valid pattern")
+    });
+    re.replace_all(unit, |c: &regex::Captures| {
+        if let Some(gap) = c.get(1) {
+            format!("     {}constant", gap.as_str())
+        } else {
+            format!("constant{}     ", &c[2])
+        }
+    })
+    .into_owned()
 }
 
 #[cfg(test)]
@@ -479,11 +637,44 @@ mod dialect_tests {
         );
         assert!(out.contains("constant constexpr int K = 2;"), "{out}");
         assert!(out.contains("static const float table[2]"), "{out}");
+        let twice = shim_dialect("void f(const constant float* a, constant const float* b);\n");
+        assert_eq!(
+            twice,
+            "void f(      constant float* a, constant       float* b);\n"
+        );
         assert!(
             out.contains("kernel void k(constant float* p [[buffer(0)]]"),
             "{out}"
         );
         assert!(out.contains("[[threadgroup_index(0)]]"), "{out}");
+        let inst = shim_dialect("template [[host_name(\"k_f\")]] kernel k_t k<float>;\n");
+        assert_eq!(inst.len(), 51, "lines and width kept");
+        assert_eq!(
+            inst.split_whitespace().collect::<Vec<_>>(),
+            ["template", "kernel", "k_t", "k<float>;"]
+        );
+        let in_macro =
+            shim_dialect("#define GEN(n) \\\n  template [[host_name(n)]] kernel k_t k<float>;\n");
+        assert!(!in_macro.contains("host_name"), "{in_macro}");
+        let split = shim_dialect(
+            "#define K(n, f) \\\n  template [[host_name( \\\n n)]] [[kernel]] decltype(f) f;\n",
+        );
+        assert_eq!(split.matches("\\\n").count(), 2, "{split}");
+        let two =
+            shim_dialect("template [[host_name(\"k\")]] [[kernel]] decltype(k<float>) k<float>;");
+        assert_eq!(
+            two.trim_start_matches("template").trim_start(),
+            "decltype(k<float>) k<float>;"
+        );
+        let member = shim_dialect(
+            "  T() threadgroup : v(0) {}\n  operator float() const device;\n  void f(device float* p) { g(p) ; }\n",
+        );
+        assert_eq!(
+            member,
+            "  T()             : v(0) {}\n  operator float() const       ;\n  void f(device float* p) { g(p) ; }\n"
+        );
+        let fc = shim_dialect("constant bool HAS_MASK [[function_constant(0)]];\n");
+        assert_eq!(fc, "extern const bool HAS_MASK [[function_constant(0)]];\n");
         assert!(out.contains("  constant float* q = p;"), "{out}");
     }
 }

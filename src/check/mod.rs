@@ -18,6 +18,7 @@
 //! with `#line` directives, so compiler messages point at the body or header line that caused them.
 
 mod compile;
+pub mod includes;
 pub mod infer;
 pub mod lex;
 pub mod rules;
@@ -88,6 +89,8 @@ pub enum CheckError {
         "the C++ compiler failed without a diagnostic on the kernel (it runs confined: src/jail.rs): {0}"
     )]
     CompilerFailed(String),
+    #[error("{0}")]
+    Includes(String),
 }
 
 pub fn has_errors(f: &[Finding]) -> bool {
@@ -237,11 +240,9 @@ pub fn check_body_with(
             flow.spaces.insert(p.name.clone(), p.space.to_string());
         }
     }
-    flow.varying = VARYING
-        .iter()
-        .filter(|a| body.contains(*a))
-        .map(|a| a.to_string())
-        .collect();
+    for a in VARYING.iter().filter(|a| body.contains(*a)) {
+        flow.seed(a, a);
+    }
     for (a, _) in ATTRIBUTES {
         flow.reserved.push((
             a.to_string(),
@@ -519,30 +520,41 @@ fn finish(mut out: Vec<Finding>) -> Vec<Finding> {
     out
 }
 
-/// Checks a complete Metal source (with its `[[kernel]]` functions); `file` names it in findings.
+/// Checks a complete Metal source (with its `[[kernel]]` functions); `file` names it in findings. Local
+/// includes are not followed (M013); [`check_file`] follows them.
 pub fn check_source(src: &str, file: &str) -> Result<Vec<Finding>, CheckError> {
-    let mut out = Vec::new();
+    check_source_with(src, file, None)
+}
+
+/// Checks a complete Metal file on disk with the local headers it includes, found next to it or in
+/// `include_dirs` (see [`includes`]); findings in a header name the header.
+pub fn check_file(path: &Path, include_dirs: &[PathBuf]) -> Result<Vec<Finding>, CheckError> {
+    let src = crate::translate::read_source(path).map_err(|e| CheckError::Io {
+        file: path.to_path_buf(),
+        err: e,
+    })?;
+    let shown = path.display().to_string();
+    let local = includes::gather(path, &shown, &src, include_dirs)?;
+    check_source_with(&src, &shown, Some(&local))
+}
+
+/// A file's kernels as (name, first line, last line), and its threadgroup declarations to probe.
+type FileKernels = (Vec<(String, usize, usize)>, Vec<(usize, String, usize)>);
+
+/// The rules that read one file of a complete source: its text, its functions, each kernel's flow.
+fn file_rules(file: &str, src: &str, out: &mut Vec<Finding>) -> FileKernels {
     let (clean, directives) = lex::clean(src);
     let toks = lex::tokens(&clean);
-    rules::text_rules(file, &toks, &directives, &mut out);
-    let fns = rules::program_scope(file, &toks, &mut out);
-    rules::recursion(file, &toks, &fns, &mut out);
-    rules::threadgroup_outside_kernel(file, &toks, &fns, &mut out);
+    rules::text_rules(file, &toks, &directives, out);
+    let fns = rules::program_scope(file, &toks, out);
+    rules::recursion(file, &toks, &fns, out);
+    rules::threadgroup_outside_kernel(file, &toks, &fns, out);
     let kernels: Vec<&rules::Function> = fns.iter().filter(|f| f.kernel).collect();
-    if kernels.is_empty() {
-        out.push(rules::finding(
-            "M002",
-            Severity::Error,
-            file,
-            1,
-            "no `[[kernel]]` function: a complete Metal source needs one (for a body-only MLX kernel, check its candidate folder instead)".into(),
-        ));
-    }
     let helpers = rules::helper_map(&fns);
     let mut decls = Vec::new();
     let mut kernel_lines = Vec::new();
     for k in &kernels {
-        rules::kernel_signature(file, k, &mut out);
+        rules::kernel_signature(file, k, out);
         let mut flow = rules::Flow::new(file, &toks);
         flow.helpers = helpers.clone();
         for n in rules::constant_names(&toks) {
@@ -559,8 +571,8 @@ pub fn check_source(src: &str, file: &str) -> Result<Vec<Finding>, CheckError> {
                 .find(|w| w[0].is("[") && w[1].is("["))
                 .map(|w| w[2].text.clone());
             let Some(name) = name else { continue };
-            if attr.as_deref().is_some_and(|a| VARYING.contains(&a)) {
-                flow.varying.insert(name.text.clone());
+            if let Some(a) = attr.as_deref().filter(|a| VARYING.contains(a)) {
+                flow.seed(&name.text, a);
             }
             if p.iter().any(|t| t.is("*"))
                 && let Some(sp) = p
@@ -645,38 +657,107 @@ pub fn check_source(src: &str, file: &str) -> Result<Vec<Finding>, CheckError> {
             ));
         }
     }
+    (kernel_lines, decls)
+}
+
+/// [`check_source`], with the local headers `local` found (None: includes are not followed, M013).
+fn check_source_with(
+    src: &str,
+    file: &str,
+    local: Option<&includes::Local>,
+) -> Result<Vec<Finding>, CheckError> {
+    let mut out = Vec::new();
+    let (kernel_lines, decls) = file_rules(file, src, &mut out);
+    let mut kernels = vec![(file.to_string(), kernel_lines)];
+    let mut headers: Vec<(String, String)> = Vec::new();
+    if let Some(local) = local {
+        for h in &local.headers {
+            let (k, d) = file_rules(&h.shown, &h.text, &mut out);
+            kernels.push((h.shown.clone(), k));
+            headers.push((h.scratch.clone(), with_probes(&h.text, &d)));
+        }
+        // Local headers are followed here; one found nowhere is the compiler's to report, since only it
+        // knows whether the include is in an active `#if` branch.
+        out.retain(|f| f.code != "M013");
+    }
+    if kernels.iter().all(|(_, k)| k.is_empty()) {
+        out.push(rules::finding(
+            "M002",
+            Severity::Error,
+            file,
+            1,
+            "no `[[kernel]]` function: a complete Metal source needs one (for a body-only MLX kernel, check its candidate folder instead)".into(),
+        ));
+    }
     let probed = with_probes(src, &decls);
+    let (_, directives) = lex::clean(src);
     let includes_metal = directives
         .iter()
         .any(|(_, d)| d.contains("include") && d.contains("metal_"));
-    // A source without `#include <metal_stdlib>` is taken as MLX's generated text, which MLX compiles
-    // after its own prelude.
-    let prelude = if includes_metal {
-        ""
+    // A source without `#include <metal_stdlib>` (nor local headers) is taken as MLX's generated text,
+    // which MLX compiles after its own prelude. Metal's compiler knows its scalar and vector types
+    // (`int32_t`, `half4`) before any include, so the shim comes first either way.
+    let prelude = if includes_metal || local.is_some_and(|l| !l.headers.is_empty()) {
+        "#include \"metal_shim.h\"\n"
     } else {
         "#include \"mlx_prelude.h\"\n"
     };
     let unit = format!("{prelude}#line 1 \"{file}\"\n{probed}\n");
-    let outcome = compile::compile(&unit, &[file])?;
+    let header_files: Vec<(&str, &str)> = headers
+        .iter()
+        .map(|(at, t)| (at.as_str(), t.as_str()))
+        .collect();
+    let roots = local.map(|l| l.roots.clone()).unwrap_or_default();
+    let outcome = compile::compile_with(&unit, &[file], &header_files, &roots)?;
+    // The compiler names a header by its place in the scratch folder; findings name it as the user does.
+    let shown = |f: &str| -> String {
+        local
+            .and_then(|l| l.headers.iter().find(|h| h.scratch == f))
+            .map_or_else(|| f.to_string(), |h| h.shown.clone())
+    };
+    let mut texts: Vec<(&str, &str)> = vec![(file, src)];
+    if let Some(l) = local {
+        texts.extend(
+            l.headers
+                .iter()
+                .map(|h| (h.scratch.as_str(), h.text.as_str())),
+        );
+    }
     for d in outcome.errors {
-        if address_space_overload(&d, &[(file, src)]) {
+        if address_space_overload(&d, &texts) {
             continue;
         }
         let (f, line, message) = if d.file == "<shim>" {
             (file.to_string(), 1, shim_message(&d.message))
         } else {
-            (d.file, d.line, d.message)
+            let hint = local.is_some()
+                && (d.message.contains("No such file") || d.message.contains("file not found"));
+            let message = if hint {
+                format!(
+                    "{} (not next to the including file nor in an include folder: add its folder with -I DIR)",
+                    d.message
+                )
+            } else {
+                d.message
+            };
+            (shown(&d.file), d.line, message)
         };
         out.push(rules::finding("M001", Severity::Error, &f, line, message));
     }
-    for (_, first, last) in &kernel_lines {
-        let probes: Vec<(String, usize, u64, usize)> = outcome
-            .threadgroup
-            .iter()
-            .filter(|(_, l, _, _)| l >= first && l <= last)
-            .cloned()
-            .collect();
-        threadgroup_total(file, &probes, &[], &mut out);
+    let probes: Vec<(String, usize, u64, usize)> = outcome
+        .threadgroup
+        .iter()
+        .map(|(f, l, b, i)| (shown(f), *l, *b, *i))
+        .collect();
+    for (f, lines) in &kernels {
+        for (_, first, last) in lines {
+            let mine: Vec<(String, usize, u64, usize)> = probes
+                .iter()
+                .filter(|(pf, l, _, _)| pf == f && l >= first && l <= last)
+                .cloned()
+                .collect();
+            threadgroup_total(f, &mine, &[], &mut out);
+        }
     }
     Ok(finish(out))
 }

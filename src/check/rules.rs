@@ -125,7 +125,10 @@ pub fn text_rules(
                     .unwrap_or(toks.len());
                 let stmt = &toks[i..end];
                 let pointer = stmt.iter().take_while(|t| !t.is("=")).any(|t| t.is("*"));
-                let is_decl = i == 0 || matches!(prev, ";" | "{" | "}" | ")" | "]");
+                // A declaration names a type next (`threadgroup T x...`); a member function qualified by
+                // its object's space (`T() threadgroup : v(0) {}`) does not.
+                let is_decl = (i == 0 || matches!(prev, ";" | "{" | "}" | ")" | "]"))
+                    && toks.get(i + 1).is_some_and(|n| n.is_ident());
                 if is_decl && !pointer && stmt.iter().any(|t| t.is("=")) {
                     out.push(err(
                         "M022",
@@ -187,7 +190,7 @@ pub fn program_scope(file: &str, toks: &[Tok], out: &mut Vec<Finding>) -> Vec<Fu
                 continue;
             }
             let close = matching(toks, i);
-            let paren = stmt.iter().position(|&s| toks[s].is("("));
+            let paren = parameter_list(toks, &stmt);
             let is_fn = paren.is_some()
                 && !matches!(first, "struct" | "class" | "enum" | "union")
                 && stmt.last().is_some_and(|&s| !toks[s].is("="));
@@ -249,6 +252,55 @@ pub fn program_scope(file: &str, toks: &[Tok], out: &mut Vec<Finding>) -> Vec<Fu
     fns
 }
 
+/// Where a declaration's parameter list opens: its first `(` outside a leading `template <...>` header and
+/// outside `[[...]]` attributes (`template <void (*f)(float)> kernel void k(...)`, `[[host_name("k")]]`).
+fn parameter_list(toks: &[Tok], stmt: &[usize]) -> Option<usize> {
+    let mut k = 0;
+    while k < stmt.len() {
+        let t = &toks[stmt[k]];
+        if t.is("template") && stmt.get(k + 1).is_some_and(|&s| toks[s].is("<")) {
+            // Skip to the `>` that closes the header (brackets inside parentheses do not count).
+            let (mut angle, mut paren) = (0i32, 0i32);
+            k += 1;
+            while k < stmt.len() {
+                match toks[stmt[k]].text.as_str() {
+                    "(" => paren += 1,
+                    ")" => paren -= 1,
+                    "<" if paren == 0 => angle += 1,
+                    ">" if paren == 0 => angle -= 1,
+                    ">>" if paren == 0 => angle -= 2,
+                    _ => {}
+                }
+                k += 1;
+                if angle <= 0 {
+                    break;
+                }
+            }
+            continue;
+        }
+        if t.is("[") && stmt.get(k + 1).is_some_and(|&s| toks[s].is("[")) {
+            let mut depth = 0i32;
+            while k < stmt.len() {
+                match toks[stmt[k]].text.as_str() {
+                    "[" => depth += 1,
+                    "]" => depth -= 1,
+                    _ => {}
+                }
+                k += 1;
+                if depth == 0 {
+                    break;
+                }
+            }
+            continue;
+        }
+        if t.is("(") {
+            return Some(k);
+        }
+        k += 1;
+    }
+    None
+}
+
 fn program_variable(file: &str, toks: &[Tok], stmt: &[usize], out: &mut Vec<Finding>) {
     let words: Vec<&str> = stmt.iter().map(|&s| toks[s].text.as_str()).collect();
     let Some(first) = words.first() else { return };
@@ -294,13 +346,16 @@ fn program_variable(file: &str, toks: &[Tok], stmt: &[usize], out: &mut Vec<Find
 /// Names of program-scope variables in the `constant` address space (tables in a header).
 pub fn constant_names(toks: &[Tok]) -> Vec<String> {
     let mut out = Vec::new();
-    let mut depth = 0i32;
+    let (mut depth, mut paren) = (0i32, 0i32);
     let mut i = 0;
     while i < toks.len() {
         match toks[i].text.as_str() {
             "{" => depth += 1,
             "}" => depth -= 1,
-            "constant" if depth == 0 => {
+            "(" => paren += 1,
+            ")" => paren -= 1,
+            // A `constant` inside parentheses qualifies a parameter, not a program-scope variable.
+            "constant" if depth == 0 && paren == 0 => {
                 let end = (i..toks.len())
                     .find(|&k| toks[k].is(";"))
                     .unwrap_or(toks.len());
@@ -462,12 +517,29 @@ pub fn threadgroup_decls(toks: &[Tok]) -> Vec<(usize, String, usize)> {
     out
 }
 
+/// The tokens of `r` that name variables: not a member after `.` or `->` (`tgpig.x` reads `tgpig`, never
+/// a local called `x`).
+fn names(r: &[Tok]) -> impl Iterator<Item = &Tok> {
+    r.iter()
+        .enumerate()
+        .filter(|(k, _)| *k == 0 || !(r[k - 1].is(".") || r[k - 1].is("->")))
+        .map(|(_, t)| t)
+}
+
+/// Control flow that differs between threads: the line of its condition, and whether it may differ
+/// between threads of one simdgroup (false: whole simdgroups take the same branch).
+type Div = Option<(usize, bool)>;
+
 /// What the flow analysis of one kernel body knows.
 pub struct Flow<'a> {
     pub file: &'a str,
     pub toks: &'a [Tok],
     /// Names whose value differs between threads of a threadgroup.
     pub varying: BTreeSet<String>,
+    /// Of those, the names whose value may differ between threads of one simdgroup (the rest, such as
+    /// `simdgroup_index_in_threadgroup` and what is computed from it, are the same across a simdgroup,
+    /// so a `simdgroup_barrier` under them is reached by the whole simdgroup).
+    pub within_simdgroup: BTreeSet<String>,
     /// Names with a known address space (kernel parameters, threadgroup arrays, qualified pointers).
     pub spaces: HashMap<String, String>,
     /// Names MLX injects or declares, with why (M050).
@@ -478,7 +550,7 @@ pub struct Flow<'a> {
     /// Whether a comparison involves a thread-dependent value (a bounds guard).
     pub guarded: bool,
     final_pass: bool,
-    divergent_return: Option<usize>,
+    divergent_return: Div,
     /// Threadgroup elements written at thread-dependent indices since the last barrier: name -> (index, line).
     tg_written: HashMap<String, Vec<(String, usize)>>,
     /// Names declared as pointers (their address space is in `spaces`).
@@ -493,6 +565,7 @@ impl<'a> Flow<'a> {
             file,
             toks,
             varying: BTreeSet::new(),
+            within_simdgroup: BTreeSet::new(),
             spaces: HashMap::new(),
             reserved: Vec::new(),
             helpers: HashMap::new(),
@@ -510,10 +583,10 @@ impl<'a> Flow<'a> {
     /// more recording findings.
     pub fn run(&mut self, start: usize, end: usize) {
         for _ in 0..8 {
-            let before = self.varying.len();
+            let before = (self.varying.len(), self.within_simdgroup.len());
             self.divergent_return = None;
             self.block(start, end, None);
-            if self.varying.len() == before {
+            if (self.varying.len(), self.within_simdgroup.len()) == before {
                 break;
             }
         }
@@ -523,8 +596,30 @@ impl<'a> Flow<'a> {
         self.block(start, end, None);
     }
 
+    /// `name` holds the value of the thread attribute `attr` (one of signature::VARYING).
+    pub fn seed(&mut self, name: &str, attr: &str) {
+        self.varying.insert(name.to_string());
+        if attr != "simdgroup_index_in_threadgroup" {
+            self.within_simdgroup.insert(name.to_string());
+        }
+    }
+
     fn varies(&self, r: &[Tok]) -> bool {
-        r.iter().any(|t| self.varying.contains(&t.text))
+        names(r).any(|t| self.varying.contains(&t.text))
+    }
+
+    fn varies_within_simdgroup(&self, r: &[Tok]) -> bool {
+        names(r).any(|t| self.within_simdgroup.contains(&t.text))
+    }
+
+    /// The divergence inside a statement whose condition is `head`, nested in `div`: the stricter wins.
+    fn diverge(&self, div: Div, head: &[Tok], line: usize) -> Div {
+        match div {
+            Some((_, true)) => div,
+            _ if self.varies_within_simdgroup(head) => Some((line, true)),
+            Some(_) => div,
+            None => self.varies(head).then_some((line, false)),
+        }
     }
 
     fn compares_varying(&self, r: &[Tok]) -> bool {
@@ -535,14 +630,14 @@ impl<'a> Flow<'a> {
             })
     }
 
-    fn block(&mut self, mut i: usize, end: usize, div: Option<usize>) {
+    fn block(&mut self, mut i: usize, end: usize, div: Div) {
         while i < end {
             i = self.stmt(i, end, div);
         }
     }
 
     /// Parses one statement at `i`; returns the index after it.
-    fn stmt(&mut self, i: usize, end: usize, div: Option<usize>) -> usize {
+    fn stmt(&mut self, i: usize, end: usize, div: Div) -> usize {
         let toks = self.toks;
         let t = &toks[i];
         match t.text.as_str() {
@@ -563,7 +658,7 @@ impl<'a> Flow<'a> {
                 if self.compares_varying(head) {
                     self.guarded = true;
                 }
-                let d = div.or_else(|| self.varies(head).then_some(t.line));
+                let d = self.diverge(div, head, t.line);
                 let mut j = self.stmt(c + 1, end, d);
                 if t.is("if") && j < end && toks[j].is("else") {
                     j = self.stmt(j + 1, end, d);
@@ -610,15 +705,17 @@ impl<'a> Flow<'a> {
         }
     }
 
-    fn simple(&mut self, s: usize, e: usize, div: Option<usize>) {
+    fn simple(&mut self, s: usize, e: usize, div: Div) {
         let toks = self.toks;
         let r = &toks[s..e];
         if r.is_empty() {
             return;
         }
         if r[0].is("return") {
-            if div.is_some() && self.divergent_return.is_none() {
-                self.divergent_return = Some(r[0].line);
+            if let Some((_, within)) = div
+                && self.divergent_return.is_none_or(|(_, w)| within && !w)
+            {
+                self.divergent_return = Some((r[0].line, within));
             }
             return;
         }
@@ -637,7 +734,10 @@ impl<'a> Flow<'a> {
         }
         for t in r {
             if t.is("threadgroup_barrier") || t.is("simdgroup_barrier") {
-                if let Some(line) = div {
+                // A simdgroup barrier needs only its own simdgroup to arrive.
+                let counts =
+                    |d: Div| d.filter(|(_, within)| *within || t.is("threadgroup_barrier"));
+                if let Some((line, _)) = counts(div) {
                     self.findings.push(err(
                         "M030",
                         self.file,
@@ -647,7 +747,7 @@ impl<'a> Flow<'a> {
                             t.text
                         ),
                     ));
-                } else if let Some(line) = self.divergent_return {
+                } else if let Some((line, _)) = counts(self.divergent_return) {
                     self.findings.push(err(
                         "M031",
                         self.file,
@@ -837,6 +937,9 @@ impl<'a> Flow<'a> {
                 && self.varies(&p[eq + 1..])
             {
                 self.varying.insert(target.text.clone());
+                if self.varies_within_simdgroup(&p[eq + 1..]) {
+                    self.within_simdgroup.insert(target.text.clone());
+                }
             }
         }
     }

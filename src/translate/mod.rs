@@ -55,11 +55,16 @@ const TRANSLATE_STACK: usize = 32 << 20;
 /// A source file as text: UTF-8, or else read as Latin-1 (every byte a character), so a stray byte in a
 /// comment does not refuse the file. Identifiers and code are ASCII either way.
 pub fn read_source(file: &Path) -> std::io::Result<String> {
-    let bytes = std::fs::read(file)?;
-    Ok(match String::from_utf8(bytes) {
-        Ok(s) => s,
-        Err(e) => e.into_bytes().iter().map(|&b| b as char).collect(),
-    })
+    Ok(decode_source(&std::fs::read(file)?))
+}
+
+/// A source's bytes as text: UTF-8, else Latin-1 (every byte a character, so no file is refused for a
+/// byte in a comment).
+pub fn decode_source(bytes: &[u8]) -> String {
+    match std::str::from_utf8(bytes) {
+        Ok(s) => s.to_string(),
+        Err(_) => bytes.iter().map(|&b| b as char).collect(),
+    }
 }
 
 /// Parses `src` and hands the tree to `work`, both on a thread whose stack fits MAX_NESTING levels of the

@@ -1,0 +1,229 @@
+//! The local headers of a complete Metal source: its quoted includes (and angle includes that are not
+//! Metal's own), found as Apple's compiler finds them — next to the including file first, then in the
+//! include folders given with `-I` — followed transitively.
+//!
+//! The compiler that checks the source runs confined to a scratch folder (src/jail.rs) and cannot walk the
+//! user's tree, so every header found is copied there, each include root as a folder of its own
+//! (`inc0/` for the source's own folder, `inc1/`... for the `-I` folders) and handed to the compiler as `-I
+//! incN`: the compiler resolves includes itself, with its own rules (include guards, `#pragma once`,
+//! includes in inactive `#if` branches), on the same tree shape as the user's.
+//!
+//! Only `ksearch check FILE` follows includes: a candidate's kernel is compiled by MLX, where no file but
+//! Metal's own headers exists (M013).
+
+use super::CheckError;
+use std::collections::{BTreeSet, VecDeque};
+use std::path::{Component, Path, PathBuf};
+
+/// Headers followed at most (a guard against include trees that are not a kernel's).
+const MAX_FILES: usize = 2000;
+/// Bytes of headers copied at most.
+const MAX_BYTES: u64 = 64 << 20;
+
+/// One local header.
+#[derive(Debug, Clone)]
+pub struct Header {
+    /// How findings name it: the include root as the user gave it, joined with the path below it.
+    pub shown: String,
+    /// Where it lies in the scratch folder (`inc1/steel/gemm/gemm.h`), which is how the compiler names it.
+    pub scratch: String,
+    pub text: String,
+}
+
+/// What following the includes found.
+#[derive(Debug, Default)]
+pub struct Local {
+    pub headers: Vec<Header>,
+    /// The scratch roots to hand the compiler, in search order (`inc0`, `inc1`, ...).
+    pub roots: Vec<String>,
+    /// Includes found nowhere: (shown file, line, name as written); the compiler says whether they matter
+    /// (an include in an inactive `#if` branch does not).
+    pub missing: Vec<(String, usize, String)>,
+}
+
+/// A file whose includes are still to be followed: how it is shown, where it lies (root, path below it;
+/// None for the checked file), its text.
+struct Pending {
+    shown: String,
+    at: Option<(usize, PathBuf)>,
+    text: String,
+}
+
+/// The names a line includes, if it is an `#include` of a file that is not one of Metal's headers.
+fn included(directive: &str) -> Option<(String, bool)> {
+    let d = directive.trim_start_matches('#').trim_start();
+    let rest = d.strip_prefix("include")?.trim();
+    let (quoted, name) = if let Some(r) = rest.strip_prefix('"') {
+        (true, r.split('"').next()?)
+    } else if let Some(r) = rest.strip_prefix('<') {
+        (false, r.split('>').next()?)
+    } else {
+        return None; // a macro-made include: the compiler reports it if it is missing
+    };
+    let metal = name.starts_with("metal_") || name == "simd/simd.h";
+    (!metal && !name.is_empty()).then(|| (name.to_string(), quoted))
+}
+
+/// `a/./b/../c` as `a/c`; `None` when it climbs above its start.
+fn normal(p: &Path) -> Option<PathBuf> {
+    let mut out = PathBuf::new();
+    for c in p.components() {
+        match c {
+            Component::Normal(x) => out.push(x),
+            Component::CurDir => {}
+            Component::ParentDir => {
+                if !out.pop() {
+                    return None;
+                }
+            }
+            _ => return None,
+        }
+    }
+    Some(out)
+}
+
+/// Follows the includes of `text` (the file `main`, shown as `shown`) through `dirs`.
+pub fn gather(main: &Path, shown: &str, text: &str, dirs: &[PathBuf]) -> Result<Local, CheckError> {
+    let own = main.parent().unwrap_or(Path::new(".")).to_path_buf();
+    let shown_own = Path::new(shown)
+        .parent()
+        .unwrap_or(Path::new(""))
+        .to_path_buf();
+    // Each root: the folder on disk, how it is shown.
+    let mut roots: Vec<(PathBuf, PathBuf)> = vec![(own, shown_own)];
+    roots.extend(dirs.iter().map(|d| (d.clone(), d.clone())));
+    for (d, _) in &roots[1..] {
+        if !d.is_dir() {
+            return Err(CheckError::Io {
+                file: d.clone(),
+                err: std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    "not a folder (given with -I / --include)",
+                ),
+            });
+        }
+    }
+    let mut local = Local {
+        roots: (0..roots.len()).map(|r| format!("inc{r}")).collect(),
+        ..Default::default()
+    };
+    // (root, path below it) of every header taken, and the files still to read.
+    let mut taken: BTreeSet<(usize, PathBuf)> = BTreeSet::new();
+    let mut queue = VecDeque::from([Pending {
+        shown: shown.to_string(),
+        at: None,
+        text: text.to_string(),
+    }]);
+    let mut bytes = 0u64;
+    while let Some(Pending {
+        shown: from_shown,
+        at: from,
+        text,
+    }) = queue.pop_front()
+    {
+        let (_, directives) = super::lex::clean(&text);
+        for (line, d) in directives {
+            let Some((name, quoted)) = included(&d) else {
+                continue;
+            };
+            // The including file's own folder first (quoted includes only), then every root in order.
+            let mut tries: Vec<(usize, PathBuf)> = Vec::new();
+            if quoted {
+                match &from {
+                    Some((r, rel)) => {
+                        tries.push((*r, rel.parent().unwrap_or(Path::new("")).join(&name)))
+                    }
+                    None => tries.push((0, PathBuf::from(&name))),
+                }
+            }
+            tries.extend((0..roots.len()).map(|r| (r, PathBuf::from(&name))));
+            let found = tries.into_iter().find_map(|(r, rel)| {
+                let rel = normal(&rel)?;
+                roots[r].0.join(&rel).is_file().then_some((r, rel))
+            });
+            let Some((r, rel)) = found else {
+                local.missing.push((from_shown.clone(), line, name));
+                continue;
+            };
+            if taken.contains(&(r, rel.clone())) {
+                continue;
+            }
+            if taken.len() >= MAX_FILES {
+                return Err(CheckError::Includes(format!(
+                    "{from_shown}:{line}: more than {MAX_FILES} local headers: is an -I folder wider than the kernel's own headers?"
+                )));
+            }
+            let path = roots[r].0.join(&rel);
+            let text = std::fs::read(&path).map_err(|e| CheckError::Io {
+                file: path.clone(),
+                err: e,
+            })?;
+            bytes += text.len() as u64;
+            if bytes > MAX_BYTES {
+                return Err(CheckError::Includes(format!(
+                    "{from_shown}:{line}: local headers over {} MB in all",
+                    MAX_BYTES >> 20
+                )));
+            }
+            let text = crate::translate::decode_source(&text);
+            let shown = roots[r].1.join(&rel).display().to_string();
+            let scratch = format!("inc{r}/{}", rel.display());
+            taken.insert((r, rel.clone()));
+            local.headers.push(Header {
+                shown: shown.clone(),
+                scratch,
+                text: text.clone(),
+            });
+            queue.push_back(Pending {
+                shown,
+                at: Some((r, rel)),
+                text,
+            });
+        }
+    }
+    Ok(local)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn includes_are_found_next_to_the_includer_then_in_the_folders() {
+        let d = tempfile::tempdir().unwrap();
+        let w = |p: &str, t: &str| {
+            let p = d.path().join(p);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, t).unwrap();
+        };
+        w(
+            "src/k.metal",
+            "#include <metal_stdlib>\n#include \"common.h\"\n#include \"lib/a.h\"\n#include \"gone.h\"\n",
+        );
+        w("src/common.h", "#pragma once\n");
+        w("inc/lib/a.h", "#include \"b.h\"\n#include \"common.h\"\n");
+        w("inc/lib/b.h", "#include \"../lib/a.h\"\n");
+        let main = d.path().join("src/k.metal");
+        let text = std::fs::read_to_string(&main).unwrap();
+        let l = gather(&main, "src/k.metal", &text, &[d.path().join("inc")]).unwrap();
+        let scratch: Vec<&str> = l.headers.iter().map(|h| h.scratch.as_str()).collect();
+        assert_eq!(scratch, ["inc0/common.h", "inc1/lib/a.h", "inc1/lib/b.h"]);
+        assert_eq!(l.headers[0].shown, "src/common.h");
+        assert_eq!(l.roots, ["inc0", "inc1"]);
+        assert_eq!(
+            l.missing,
+            [("src/k.metal".to_string(), 4, "gone.h".to_string())]
+        );
+    }
+
+    #[test]
+    fn an_include_that_climbs_out_of_its_root_is_not_followed() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(d.path().join("a")).unwrap();
+        std::fs::write(d.path().join("secret.h"), "x").unwrap();
+        let main = d.path().join("a/k.metal");
+        let l = gather(&main, "a/k.metal", "#include \"../secret.h\"\n", &[]).unwrap();
+        assert!(l.headers.is_empty());
+        assert_eq!(l.missing.len(), 1);
+    }
+}
