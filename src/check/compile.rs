@@ -566,7 +566,11 @@ fn instantiation_names_blanked(unit: &str) -> String {
         }
         // Every attribute list that follows (`template [[host_name("k")]] [[kernel]] ...`).
         loop {
-            let gap = rest.len() - rest.trim_start().len();
+            // Whitespace, and the backslash-newlines that continue a macro's line.
+            let gap = rest.len()
+                - rest
+                    .trim_start_matches(|c: char| c.is_whitespace() || c == '\\')
+                    .len();
             let Some(end) = rest[gap..]
                 .starts_with("[[")
                 .then(|| rest[gap..].find("]]"))
@@ -656,6 +660,11 @@ mod dialect_tests {
         let in_macro =
             shim_dialect("#define GEN(n) \\\n  template [[host_name(n)]] kernel k_t k<float>;\n");
         assert!(!in_macro.contains("host_name"), "{in_macro}");
+        let next_line = shim_dialect(
+            "#define K(n, f) \\\n  template [[host_name(#n)]] \\\n  [[kernel]] void f<float>(float x); \\\n",
+        );
+        assert!(!next_line.contains("[[kernel]]"), "{next_line}");
+        assert_eq!(next_line.matches("\\\n").count(), 3, "{next_line}");
         let split = shim_dialect(
             "#define K(n, f) \\\n  template [[host_name( \\\n n)]] [[kernel]] decltype(f) f;\n",
         );

@@ -214,6 +214,14 @@ pub fn check_body_with(
     let mut out = Vec::new();
     let (clean, directives) = lex::clean(body);
     let toks = lex::tokens(&clean);
+    let mut deep = Vec::new();
+    deep.extend(too_deep(body_file, &toks));
+    if let Some((hfile, htext)) = header {
+        deep.extend(too_deep(hfile, &lex::tokens(&lex::clean(htext).0)));
+    }
+    if !deep.is_empty() {
+        return Ok(deep);
+    }
     rules::text_rules(body_file, &toks, &directives, &mut out);
 
     let mut helpers = HashMap::new();
@@ -401,25 +409,63 @@ pub fn check_body_with(
     Ok(finish(out))
 }
 
+/// Brackets nested deeper than Clang's limit, Apple's compiler included (`-fbracket-depth`, 256).
+pub const MAX_NESTING: usize = 256;
+
+/// M001 for a file whose brackets nest deeper than [`MAX_NESTING`]: the Metal compiler refuses it, and
+/// the rules (which recurse over blocks) are not run on it.
+fn too_deep(file: &str, toks: &[lex::Tok]) -> Option<Finding> {
+    let mut depth = 0usize;
+    for t in toks {
+        match t.text.as_str() {
+            "(" | "[" | "{" => {
+                depth += 1;
+                if depth > MAX_NESTING {
+                    return Some(rules::finding(
+                        "M001",
+                        Severity::Error,
+                        file,
+                        t.line,
+                        format!(
+                            "brackets nested more than {MAX_NESTING} levels deep: Apple's compiler (Clang, -fbracket-depth) stops there; split the expression or the blocks"
+                        ),
+                    ));
+                }
+            }
+            ")" | "]" | "}" => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    None
+}
+
 /// The shim erases address spaces, so overloads that differ only in them (`f(device float*)` and
 /// `f(threadgroup float*)`) look like a redefinition; Metal accepts them.
 fn address_space_overload(d: &compile::Diag, texts: &[(&str, &str)]) -> bool {
     let Some((pf, pl)) = &d.previous else {
         return false;
     };
-    let line_of = |f: &str, l: usize| {
-        texts
-            .iter()
-            .find(|(n, _)| *n == f)
-            .and_then(|(_, t)| t.lines().nth(l.saturating_sub(1)))
-            .unwrap_or("")
+    // The declaration from the reported line through its `{` or `;` (parameters span lines).
+    let line_of = |f: &str, l: usize| -> String {
+        let Some((_, t)) = texts.iter().find(|(n, _)| *n == f) else {
+            return String::new();
+        };
+        let mut decl = String::new();
+        for line in t.lines().skip(l.saturating_sub(1)).take(40) {
+            decl.push_str(line);
+            decl.push('\n');
+            if line.contains('{') || line.contains(';') {
+                break;
+            }
+        }
+        decl
     };
     fn spaces(line: &str) -> Vec<&str> {
         line.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
             .filter(|w| ["device", "constant", "threadgroup", "thread"].contains(w))
             .collect()
     }
-    spaces(line_of(&d.file, d.line)) != spaces(line_of(pf, *pl))
+    spaces(&line_of(&d.file, d.line)) != spaces(&line_of(pf, *pl))
 }
 
 /// An error inside the shim that no line of the kernel led to: most likely a gap in the shim itself.
@@ -667,6 +713,15 @@ fn check_source_with(
     local: Option<&includes::Local>,
 ) -> Result<Vec<Finding>, CheckError> {
     let mut out = Vec::new();
+    let mut deep: Vec<Finding> = too_deep(file, &lex::tokens(&lex::clean(src).0))
+        .into_iter()
+        .collect();
+    for h in local.map(|l| l.headers.as_slice()).unwrap_or_default() {
+        deep.extend(too_deep(&h.shown, &lex::tokens(&lex::clean(&h.text).0)));
+    }
+    if !deep.is_empty() {
+        return Ok(deep);
+    }
     let (kernel_lines, decls) = file_rules(file, src, &mut out);
     let mut kernels = vec![(file.to_string(), kernel_lines)];
     let mut headers: Vec<(String, String)> = Vec::new();
@@ -680,7 +735,21 @@ fn check_source_with(
         // knows whether the include is in an active `#if` branch.
         out.retain(|f| f.code != "M013");
     }
-    if kernels.iter().all(|(_, k)| k.is_empty()) {
+    // Kernels a macro makes (`#define UNARY(name) kernel void name(...)`) are not seen by the rules, which
+    // read the text unexpanded: a file whose macros hold a kernel is not said to have none.
+    let in_macros = std::iter::once(src)
+        .chain(
+            local
+                .into_iter()
+                .flat_map(|l| l.headers.iter().map(|h| h.text.as_str())),
+        )
+        .any(|t| {
+            lex::clean(t).1.iter().any(|(_, d)| {
+                d.trim_start_matches('#').trim_start().starts_with("define")
+                    && lex::tokens(d).iter().any(|t| t.is("kernel"))
+            })
+        });
+    if kernels.iter().all(|(_, k)| k.is_empty()) && !in_macros {
         out.push(rules::finding(
             "M002",
             Severity::Error,
@@ -1039,5 +1108,29 @@ mod tests {
         let out = finish(vec![f("M001", 3), f("M010", 3), f("M001", 4)]);
         let codes: Vec<_> = out.iter().map(|f| (f.code.as_str(), f.line)).collect();
         assert_eq!(codes, [("M010", 3), ("M001", 4)]);
+    }
+}
+
+#[cfg(test)]
+mod nesting_tests {
+    use super::*;
+
+    #[test]
+    fn nesting_past_the_compilers_limit_is_an_error_not_a_crash() {
+        let deep = format!(
+            "#include <metal_stdlib>\nkernel void k(device float* o [[buffer(0)]]) {{\n{}o[0] = 1.0f;{}\n}}\n",
+            "{".repeat(20_000),
+            "}".repeat(20_000)
+        );
+        // On a thread with a small stack, as the rules would overflow one if they ran.
+        let f = std::thread::Builder::new()
+            .stack_size(256 << 10)
+            .spawn(move || check_source(&deep, "deep.metal").unwrap())
+            .unwrap()
+            .join()
+            .unwrap();
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!((f[0].code.as_str(), f[0].line), ("M001", 3));
+        assert!(f[0].message.contains("256 levels"), "{}", f[0].message);
     }
 }

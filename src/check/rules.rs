@@ -396,7 +396,12 @@ pub fn recursion(file: &str, toks: &[Tok], fns: &[Function], out: &mut Vec<Findi
     for f in fns {
         let body = &toks[f.body.0..f.body.1];
         for (j, t) in body.iter().enumerate() {
-            if names.contains(t.text.as_str()) && body.get(j + 1).is_some_and(|n| n.is("(")) {
+            // `X::f(`, `a.f(`: a member (of a struct the scan does not enter), not the function `f`.
+            let member = j > 0 && ["::", ".", "->"].contains(&body[j - 1].text.as_str());
+            if names.contains(t.text.as_str())
+                && !member
+                && body.get(j + 1).is_some_and(|n| n.is("("))
+            {
                 calls
                     .entry(f.name.as_str())
                     .or_default()
@@ -540,6 +545,9 @@ pub struct Flow<'a> {
     /// `simdgroup_index_in_threadgroup` and what is computed from it, are the same across a simdgroup,
     /// so a `simdgroup_barrier` under them is reached by the whole simdgroup).
     pub within_simdgroup: BTreeSet<String>,
+    /// Thread-dependent names whose value is a uniform amount plus another name's (`start + tid`): name ->
+    /// that name (see `offset_of`).
+    offsets: HashMap<String, String>,
     /// Names with a known address space (kernel parameters, threadgroup arrays, qualified pointers).
     pub spaces: HashMap<String, String>,
     /// Names MLX injects or declares, with why (M050).
@@ -566,6 +574,7 @@ impl<'a> Flow<'a> {
             toks,
             varying: BTreeSet::new(),
             within_simdgroup: BTreeSet::new(),
+            offsets: HashMap::new(),
             spaces: HashMap::new(),
             reserved: Vec::new(),
             helpers: HashMap::new(),
@@ -658,7 +667,11 @@ impl<'a> Flow<'a> {
                 if self.compares_varying(head) {
                     self.guarded = true;
                 }
-                let d = self.diverge(div, head, t.line);
+                let d = if t.is("for") && self.uniform_trip(head) {
+                    div
+                } else {
+                    self.diverge(div, head, t.line)
+                };
                 let mut j = self.stmt(c + 1, end, d);
                 if t.is("if") && j < end && toks[j].is("else") {
                     j = self.stmt(j + 1, end, d);
@@ -816,8 +829,13 @@ impl<'a> Flow<'a> {
                     | "++"
                     | "--"
             );
+            // `T name = ...` and `const constant T* name = ...` declare; `*name = ...` stores.
             let declared =
-                k > 0 && r[k - 1].is_ident() && !KEYWORDS.contains(&r[k - 1].text.as_str());
+                k > 0 && r[k - 1].is_ident() && !KEYWORDS.contains(&r[k - 1].text.as_str())
+                    || k > 1
+                        && r[k - 1].is("*")
+                        && (r[k - 2].is_ident() || r[k - 2].is(">") || r[k - 2].is("*"))
+                        && !KEYWORDS.contains(&r[k - 2].text.as_str());
             if assign && !declared && (end > k || (k > 0 && r[k - 1].is("*"))) {
                 self.findings.push(err(
                     "M041",
@@ -842,8 +860,13 @@ impl<'a> Flow<'a> {
             let t = &r[k];
             let tg = self.spaces.get(&t.text).is_some_and(|s| s == "threadgroup");
             let member = k > 0 && (r[k - 1].is(".") || r[k - 1].is("->"));
+            // `T name = ...` and `const constant T* name = ...` declare; `*name = ...` stores.
             let declared =
-                k > 0 && r[k - 1].is_ident() && !KEYWORDS.contains(&r[k - 1].text.as_str());
+                k > 0 && r[k - 1].is_ident() && !KEYWORDS.contains(&r[k - 1].text.as_str())
+                    || k > 1
+                        && r[k - 1].is("*")
+                        && (r[k - 2].is_ident() || r[k - 2].is(">") || r[k - 2].is("*"))
+                        && !KEYWORDS.contains(&r[k - 2].text.as_str());
             if !tg || member || declared || !r.get(k + 1).is_some_and(|n| n.is("[")) {
                 k += 1;
                 continue;
@@ -940,8 +963,121 @@ impl<'a> Flow<'a> {
                 if self.varies_within_simdgroup(&p[eq + 1..]) {
                     self.within_simdgroup.insert(target.text.clone());
                 }
+            } else if let Some(target) = target
+                && p[eq].is("=")
+                && lhs.len() >= 2
+                && lhs[lhs.len() - 2].is_ident()
+                && !lhs.iter().any(|t| t.is("["))
+            {
+                // A declaration with a uniform value (`for (int i = 0; ...)`) is a new variable: an
+                // earlier one of the same name that depended on the thread says nothing about it.
+                self.varying.remove(&target.text);
+                self.within_simdgroup.remove(&target.text);
+            }
+            // What the target is offset by: kept through `+= uniform`, set by `=`, lost otherwise.
+            if let Some(target) = target
+                && lhs.len() <= 3
+                && !lhs.iter().any(|t| t.is("["))
+            {
+                let rhs = &p[eq + 1..];
+                let keeps = p[eq].is("+=") && !self.varies(rhs);
+                if !keeps {
+                    match p[eq].is("=").then(|| self.offset_of(rhs)).flatten() {
+                        Some(o) => {
+                            self.offsets.insert(target.text.clone(), o);
+                        }
+                        None => {
+                            self.offsets.remove(&target.text);
+                        }
+                    }
+                }
             }
         }
+    }
+
+    /// `uniform + x` (terms added at the top level, one of them the thread-dependent name `x`, or a name
+    /// itself offset by `x`): the name of `x`. Two values offset by the same `x` differ by a uniform amount.
+    fn offset_of(&self, r: &[Tok]) -> Option<String> {
+        let mut depth = 0i32;
+        let mut terms = vec![Vec::new()];
+        for t in r {
+            match t.text.as_str() {
+                "(" | "[" => depth += 1,
+                ")" | "]" => depth -= 1,
+                "+" if depth == 0 => {
+                    terms.push(Vec::new());
+                    continue;
+                }
+                "-" | "?" | "," if depth == 0 => return None,
+                _ => {}
+            }
+            terms.last_mut().expect("one term").push(t);
+        }
+        let mut found = None;
+        for term in &terms {
+            let varies = term.iter().enumerate().any(|(k, t)| {
+                self.varying.contains(&t.text)
+                    && !(k > 0 && (term[k - 1].is(".") || term[k - 1].is("->")))
+            });
+            if !varies {
+                continue;
+            }
+            // The name alone, or after a cast (`(int) tid`); anything else (`2 * tid`) is not an offset.
+            let name = match term.as_slice() {
+                [n] => *n,
+                [open, .., close, n] if open.is("(") && close.is(")") => *n,
+                _ => return None,
+            };
+            if !name.is_ident() || found.is_some() {
+                return None;
+            }
+            found = Some(
+                self.offsets
+                    .get(&name.text)
+                    .cloned()
+                    .unwrap_or_else(|| name.text.clone()),
+            );
+        }
+        found
+    }
+
+    /// A `for` head whose trip count is the same for every thread although its variable is not: it starts
+    /// and stops at values offset by the same thread-dependent name and steps by a uniform amount
+    /// (`for (t = start + tid; t < end + tid; t += C)`).
+    fn uniform_trip(&self, head: &[Tok]) -> bool {
+        let parts: Vec<&[Tok]> = head.split(|t| t.is(";")).collect();
+        let [init, cond, step] = parts[..] else {
+            return false;
+        };
+        let Some(var) = init
+            .iter()
+            .position(|t| t.is("="))
+            .and_then(|e| init[..e].last())
+        else {
+            return false;
+        };
+        let Some(op) = cond
+            .iter()
+            .position(|t| matches!(t.text.as_str(), "<" | "<=" | ">" | ">=" | "!="))
+        else {
+            return false;
+        };
+        let (a, b) = (&cond[..op], &cond[op + 1..]);
+        let side = |x: &[Tok]| -> Option<String> {
+            match x {
+                [n] if n.text == var.text => self.offsets.get(&n.text).cloned(),
+                _ => self.offset_of(x),
+            }
+        };
+        let same = matches!((side(a), side(b)), (Some(x), Some(y)) if x == y);
+        let steps = match step {
+            [v, op] | [op, v] if v.text == var.text && (op.is("++") || op.is("--")) => true,
+            [v, op, rest @ ..] if v.text == var.text && (op.is("+=") || op.is("-=")) => {
+                !self.varies(rest)
+            }
+            _ => false,
+        };
+        same && steps
     }
 
     /// Declarations in a statement: address spaces of pointers (M040) and names MLX reserves (M050).
