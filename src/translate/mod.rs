@@ -396,6 +396,9 @@ pub fn task_brief(task: &crate::task::Task, target: Target) -> String {
 /// rest get its rules only, and a T031 note says so. A file of 35,000 kernels would otherwise take half an hour.
 pub const COMPILE_CHECKED: usize = 256;
 
+/// One launch's findings from the checker.
+type Checked = Result<Vec<crate::check::Finding>, crate::check::CheckError>;
+
 /// Runs the Metal checker (`ksearch check`) on every launch of a translated `mlx-metal` candidate, with the
 /// dtypes the CUDA parameters imply (a checker run without a task would take every tensor as float32).
 pub fn check_metal(
@@ -415,10 +418,10 @@ pub fn check_metal(
             .copied()
             .unwrap_or(crate::dtype::Dtype::Float32)
     };
-    let mut out = Vec::new();
-    for (i, l) in c.plan.launch.iter().enumerate() {
+    let check = |i: usize| -> Checked {
+        let l = &c.plan.launch[i];
         let Some(k) = c.plan.kernel.iter().find(|k| k.name == l.kernel) else {
-            continue;
+            return Ok(Vec::new());
         };
         let (spec, threadgroup) = crate::check::launch_spec(c, l, dtype);
         let info = crate::check::LaunchInfo {
@@ -432,14 +435,41 @@ pub fn check_metal(
             .header
             .as_ref()
             .map(|h| (h.as_str(), header_text.as_str()));
-        out.extend(crate::check::check_body_with(
+        crate::check::check_body_with(
             &spec,
             header,
             &k.source,
             &c.mlx_source(k),
             &info,
             i < COMPILE_CHECKED,
-        )?);
+        )
+    };
+    // Launches are checked on every core (each compile is a process of its own), findings kept in order.
+    let n = c.plan.launch.len();
+    let workers = std::thread::available_parallelism()
+        .map_or(1, |p| p.get())
+        .clamp(1, n.max(1));
+    let mut results: Vec<(usize, Checked)> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..workers)
+            .map(|w| {
+                let check = &check;
+                s.spawn(move || {
+                    (w..n)
+                        .step_by(workers)
+                        .map(|i| (i, check(i)))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().expect("a checker thread"))
+            .collect()
+    });
+    results.sort_by_key(|(i, _)| *i);
+    let mut out = Vec::new();
+    for (_, r) in results {
+        out.extend(r?);
     }
     Ok(out)
 }
