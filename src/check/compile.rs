@@ -115,15 +115,17 @@ impl Drop for Cleanup {
 /// Compiles `unit` (syntax and types only). `user_files` are the names its `#line` directives use for the
 /// candidate's files: an error inside the shim is reported where the candidate's code led to it.
 pub fn compile(unit: &str, user_files: &[&str]) -> Result<Outcome, CheckError> {
-    compile_with(unit, user_files, &[], &[])
+    compile_with(unit, user_files, &[], &[], &[])
 }
 
-/// [`compile`] with local headers: `headers` (path in the scratch folder, text) are written there, and
-/// `roots` (scratch folders) searched for includes in order; errors in a header are reported in it.
+/// [`compile`] with local headers: `headers` (path in the scratch folder, text) are written there, `dirs`
+/// (scratch folders) made, and `roots` (scratch folders) searched for includes in order; errors in a
+/// header are reported in it.
 pub fn compile_with(
     unit: &str,
     user_files: &[&str],
     headers: &[(&str, &str)],
+    dirs: &[String],
     roots: &[String],
 ) -> Result<Outcome, CheckError> {
     let cxx = compiler()?;
@@ -140,6 +142,10 @@ pub fn compile_with(
         file: src.clone(),
         err: e,
     })?;
+    for d in dirs {
+        let path = dir.join(d);
+        std::fs::create_dir_all(&path).map_err(|e| CheckError::Io { file: path, err: e })?;
+    }
     for (at, text) in headers {
         let path = dir.join(at);
         let io = |e: std::io::Error| CheckError::Io {
@@ -259,6 +265,9 @@ fn parse(text: &str, user_files: &[&str], dir: &Path) -> Outcome {
         let Some((file, line, rest)) = location(l) else {
             continue;
         };
+        // A header named through `..` or `.` (`inc1/a/../b.h`) is the header it leads to.
+        let tidy = tidy_path(file);
+        let file = tidy.as_str();
         let user = user_files.contains(&file);
         let msg = rest
             .strip_prefix("fatal error:")
@@ -324,6 +333,26 @@ fn parse(text: &str, user_files: &[&str], dir: &Path) -> Outcome {
     out.errors
         .retain(|d| !internal(&d.message) || !plain.contains(&(d.file.clone(), d.line)));
     out
+}
+
+/// `a/./b/../c` as `a/c` (the path is left as it is when it climbs above its start).
+fn tidy_path(p: &str) -> String {
+    if !p.contains("./") {
+        return p.to_string();
+    }
+    let mut parts: Vec<&str> = Vec::new();
+    for c in p.split('/') {
+        match c {
+            "." => {}
+            ".." => {
+                if parts.pop().is_none() {
+                    return p.to_string();
+                }
+            }
+            c => parts.push(c),
+        }
+    }
+    parts.join("/")
 }
 
 /// A message about the shim's machinery rather than the kernel (SFINAE helpers, `ks_*` traits).
@@ -420,6 +449,14 @@ mod tests {
             Some((12, 8192))
         );
         assert_eq!(probe("ks_tg_probe<3ul, 64ul>"), Some((3, 64)));
+    }
+
+    #[test]
+    fn header_paths_through_dots_are_the_header() {
+        assert_eq!(tidy_path("inc1/a/../b.h"), "inc1/b.h");
+        assert_eq!(tidy_path("inc0/./x.h"), "inc0/x.h");
+        assert_eq!(tidy_path("../x.h"), "../x.h");
+        assert_eq!(tidy_path("k.metal"), "k.metal");
     }
 
     #[test]
@@ -527,9 +564,15 @@ pub fn shim_dialect(unit: &str) -> String {
                 if j < b.len() && !matches!(word_at(j), "const" | "constexpr" | "") {
                     // A function constant (`[[function_constant(N)]]`, set when the pipeline is made)
                     // has no initializer: it is declared, not defined.
-                    let stmt = unit[i..].split(';').next().unwrap_or("");
+                    // The statement up to its `;`, read no further than 2 KB (a long scan per word
+                    // would make this quadratic on a hostile source).
+                    let stmt = unit.as_bytes()[i..]
+                        .iter()
+                        .take(2048)
+                        .position(|c| *c == b';')
+                        .map_or("", |e| &unit[i..i + e]);
                     out.push_str(&unit[last..i]);
-                    out.push_str(if stmt.contains("function_constant") {
+                    out.push_str(if stmt.contains("[[function_constant(") {
                         "extern const"
                     } else {
                         "static const"
@@ -571,9 +614,15 @@ fn instantiation_names_blanked(unit: &str) -> String {
                 - rest
                     .trim_start_matches(|c: char| c.is_whitespace() || c == '\\')
                     .len();
+            // An attribute list ends within 4 KB (a stray `template [[` in a comment blanks no further).
             let Some(end) = rest[gap..]
                 .starts_with("[[")
-                .then(|| rest[gap..].find("]]"))
+                .then(|| {
+                    rest.as_bytes()[gap..]
+                        .windows(2)
+                        .take(4096)
+                        .position(|w| w == b"]]")
+                })
                 .flatten()
             else {
                 break;

@@ -36,6 +36,9 @@ pub struct Local {
     pub headers: Vec<Header>,
     /// The scratch roots to hand the compiler, in search order (`inc0`, `inc1`, ...).
     pub roots: Vec<String>,
+    /// Scratch folders the compiler walks through on its way to a header (`inc0/d` for `#include
+    /// "d/../x.h"`), created although no header lies in them.
+    pub dirs: Vec<String>,
     /// Includes found nowhere: (shown file, line, name as written); the compiler says whether they matter
     /// (an include in an inactive `#if` branch does not).
     pub missing: Vec<(String, usize, String)>,
@@ -49,7 +52,7 @@ struct Pending {
     text: String,
 }
 
-/// The names a line includes, if it is an `#include` of a file that is not one of Metal's headers.
+/// The name a line includes (and whether it is quoted), if it is an `#include` of a literal name.
 fn included(directive: &str) -> Option<(String, bool)> {
     let d = directive.trim_start_matches('#').trim_start();
     let rest = d.strip_prefix("include")?.trim();
@@ -60,8 +63,12 @@ fn included(directive: &str) -> Option<(String, bool)> {
     } else {
         return None; // a macro-made include: the compiler reports it if it is missing
     };
-    let metal = name.starts_with("metal_") || name == "simd/simd.h";
-    (!metal && !name.is_empty()).then(|| (name.to_string(), quoted))
+    (!name.is_empty()).then(|| (name.to_string(), quoted))
+}
+
+/// Metal's own library headers (the shim stands for them), when no local file has the name.
+fn metal_header(name: &str) -> bool {
+    name.starts_with("metal_") || name == "simd/simd.h"
 }
 
 /// `a/./b/../c` as `a/c`; `None` when it climbs above its start.
@@ -89,11 +96,22 @@ pub fn gather(main: &Path, shown: &str, text: &str, dirs: &[PathBuf]) -> Result<
         .parent()
         .unwrap_or(Path::new(""))
         .to_path_buf();
-    // Each root: the folder on disk, how it is shown.
-    let mut roots: Vec<(PathBuf, PathBuf)> = vec![(own, shown_own)];
-    roots.extend(dirs.iter().map(|d| (d.clone(), d.clone())));
-    for (d, _) in &roots[1..] {
-        if !d.is_dir() {
+    // Each root: the folder on disk (its real path: a header is read only when its own real path lies
+    // below it, so no link leads out), how it is shown.
+    let mut roots: Vec<(PathBuf, PathBuf)> = Vec::new();
+    for (k, (d, shown_d)) in std::iter::once((own, shown_own))
+        .chain(dirs.iter().map(|d| (d.clone(), d.clone())))
+        .enumerate()
+    {
+        let real = d.canonicalize().map_err(|e| CheckError::Io {
+            file: d.clone(),
+            err: if k == 0 {
+                e
+            } else {
+                std::io::Error::new(e.kind(), format!("{e} (a folder given with -I)"))
+            },
+        })?;
+        if !real.is_dir() {
             return Err(CheckError::Io {
                 file: d.clone(),
                 err: std::io::Error::new(
@@ -102,13 +120,16 @@ pub fn gather(main: &Path, shown: &str, text: &str, dirs: &[PathBuf]) -> Result<
                 ),
             });
         }
+        roots.push((real, shown_d));
     }
     let mut local = Local {
         roots: (0..roots.len()).map(|r| format!("inc{r}")).collect(),
         ..Default::default()
     };
-    // (root, path below it) of every header taken, and the files still to read.
+    // (root, path below it) of every header taken, the scratch name of each real file (one file reached
+    // through two roots is one file, for `#pragma once`), and the files still to read.
     let mut taken: BTreeSet<(usize, PathBuf)> = BTreeSet::new();
+    let mut copies: std::collections::BTreeMap<PathBuf, String> = Default::default();
     let mut queue = VecDeque::from([Pending {
         shown: shown.to_string(),
         at: None,
@@ -137,14 +158,28 @@ pub fn gather(main: &Path, shown: &str, text: &str, dirs: &[PathBuf]) -> Result<
                 }
             }
             tries.extend((0..roots.len()).map(|r| (r, PathBuf::from(&name))));
-            let found = tries.into_iter().find_map(|(r, rel)| {
-                let rel = normal(&rel)?;
-                roots[r].0.join(&rel).is_file().then_some((r, rel))
+            let found = tries.into_iter().find_map(|(r, raw)| {
+                let rel = normal(&raw)?;
+                let real = roots[r].0.join(&rel).canonicalize().ok()?;
+                (real.is_file() && real.starts_with(&roots[r].0)).then_some((r, raw, rel, real))
             });
-            let Some((r, rel)) = found else {
-                local.missing.push((from_shown.clone(), line, name));
+            let Some((r, raw, rel, real)) = found else {
+                if !metal_header(&name) {
+                    local.missing.push((from_shown.clone(), line, name));
+                }
                 continue;
             };
+            // The folders the compiler passes through on the name as written (`d/../x.h`).
+            let mut walked = PathBuf::from(format!("inc{r}"));
+            for c in raw.parent().unwrap_or(Path::new("")).components() {
+                walked.push(c);
+                if let Some(w) = normal(&walked).filter(|_| matches!(c, Component::Normal(_))) {
+                    let w = w.display().to_string();
+                    if !local.dirs.contains(&w) {
+                        local.dirs.push(w);
+                    }
+                }
+            }
             if taken.contains(&(r, rel.clone())) {
                 continue;
             }
@@ -153,22 +188,33 @@ pub fn gather(main: &Path, shown: &str, text: &str, dirs: &[PathBuf]) -> Result<
                     "{from_shown}:{line}: more than {MAX_FILES} local headers: is an -I folder wider than the kernel's own headers?"
                 )));
             }
-            let path = roots[r].0.join(&rel);
-            let text = std::fs::read(&path).map_err(|e| CheckError::Io {
-                file: path.clone(),
-                err: e,
-            })?;
-            bytes += text.len() as u64;
+            let scratch = format!("inc{r}/{}", rel.display());
+            taken.insert((r, rel.clone()));
+            if let Some(first) = copies.get(&real) {
+                // Already copied under another root: this name leads to that copy.
+                let up = "../".repeat(rel.components().count());
+                local.headers.push(Header {
+                    shown: roots[r].1.join(&rel).display().to_string(),
+                    scratch,
+                    text: format!("#include \"{up}{first}\"\n"),
+                });
+                continue;
+            }
+            copies.insert(real.clone(), scratch.clone());
+            let size = std::fs::metadata(&real).map(|m| m.len()).unwrap_or(0);
+            bytes += size;
             if bytes > MAX_BYTES {
                 return Err(CheckError::Includes(format!(
                     "{from_shown}:{line}: local headers over {} MB in all",
                     MAX_BYTES >> 20
                 )));
             }
+            let text = std::fs::read(&real).map_err(|e| CheckError::Io {
+                file: real.clone(),
+                err: e,
+            })?;
             let text = crate::translate::decode_source(&text);
             let shown = roots[r].1.join(&rel).display().to_string();
-            let scratch = format!("inc{r}/{}", rel.display());
-            taken.insert((r, rel.clone()));
             local.headers.push(Header {
                 shown: shown.clone(),
                 scratch,
@@ -214,6 +260,24 @@ mod tests {
             l.missing,
             [("src/k.metal".to_string(), 4, "gone.h".to_string())]
         );
+    }
+
+    #[test]
+    fn a_link_out_of_the_folder_is_not_followed_and_a_file_reached_twice_is_one_copy() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(d.path().join("k/lib")).unwrap();
+        std::fs::write(d.path().join("secret.h"), "x").unwrap();
+        std::os::unix::fs::symlink(d.path().join("secret.h"), d.path().join("k/leak.h")).unwrap();
+        std::fs::write(d.path().join("k/lib/a.h"), "#pragma once\n").unwrap();
+        std::fs::write(d.path().join("k/metal_utils.h"), "\n").unwrap();
+        let main = d.path().join("k/m.metal");
+        let src = "#include \"leak.h\"\n#include \"lib/a.h\"\n#include \"a.h\"\n#include \"metal_utils.h\"\n#include <metal_stdlib>\n";
+        let l = gather(&main, "k/m.metal", src, &[d.path().join("k/lib")]).unwrap();
+        let scratch: Vec<&str> = l.headers.iter().map(|h| h.scratch.as_str()).collect();
+        assert_eq!(scratch, ["inc0/lib/a.h", "inc1/a.h", "inc0/metal_utils.h"]);
+        assert_eq!(l.headers[1].text, "#include \"../inc0/lib/a.h\"\n");
+        assert_eq!(l.missing.len(), 1, "{:?}", l.missing);
+        assert_eq!(l.missing[0].2, "leak.h");
     }
 
     #[test]

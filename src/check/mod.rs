@@ -777,7 +777,8 @@ fn check_source_with(
         .map(|(at, t)| (at.as_str(), t.as_str()))
         .collect();
     let roots = local.map(|l| l.roots.clone()).unwrap_or_default();
-    let outcome = compile::compile_with(&unit, &[file], &header_files, &roots)?;
+    let dirs = local.map(|l| l.dirs.clone()).unwrap_or_default();
+    let outcome = compile::compile_with(&unit, &[file], &header_files, &dirs, &roots)?;
     // The compiler names a header by its place in the scratch folder; findings name it as the user does.
     let shown = |f: &str| -> String {
         local
@@ -803,7 +804,7 @@ fn check_source_with(
                 && (d.message.contains("No such file") || d.message.contains("file not found"));
             let message = if hint {
                 format!(
-                    "{} (not next to the including file nor in an include folder: add its folder with -I DIR)",
+                    "{} (not next to the including file nor in an include folder: add its folder with -I DIR; a name that climbs out of the folders with `..`, or a link out of them, is not followed)",
                     d.message
                 )
             } else {

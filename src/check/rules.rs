@@ -548,6 +548,8 @@ pub struct Flow<'a> {
     /// Thread-dependent names whose value is a uniform amount plus another name's (`start + tid`): name ->
     /// that name (see `offset_of`).
     offsets: HashMap<String, String>,
+    /// The statement being read is a `for` loop's init clause.
+    in_for_init: bool,
     /// Names with a known address space (kernel parameters, threadgroup arrays, qualified pointers).
     pub spaces: HashMap<String, String>,
     /// Names MLX injects or declares, with why (M050).
@@ -575,6 +577,7 @@ impl<'a> Flow<'a> {
             varying: BTreeSet::new(),
             within_simdgroup: BTreeSet::new(),
             offsets: HashMap::new(),
+            in_for_init: false,
             spaces: HashMap::new(),
             reserved: Vec::new(),
             helpers: HashMap::new(),
@@ -592,10 +595,10 @@ impl<'a> Flow<'a> {
     /// more recording findings.
     pub fn run(&mut self, start: usize, end: usize) {
         for _ in 0..8 {
-            let before = (self.varying.len(), self.within_simdgroup.len());
+            let before = (self.varying.clone(), self.within_simdgroup.clone());
             self.divergent_return = None;
             self.block(start, end, None);
-            if (self.varying.len(), self.within_simdgroup.len()) == before {
+            if (&self.varying, &self.within_simdgroup) == (&before.0, &before.1) {
                 break;
             }
         }
@@ -661,13 +664,22 @@ impl<'a> Flow<'a> {
                 if t.is("for") {
                     // The init clause may make the loop variable thread-dependent.
                     if let Some(semi) = head.iter().position(|t| t.is(";")) {
+                        self.in_for_init = true;
                         self.assign(&toks[i + 2..i + 2 + semi]);
+                        self.in_for_init = false;
                     }
                 }
                 if self.compares_varying(head) {
                     self.guarded = true;
                 }
-                let d = if t.is("for") && self.uniform_trip(head) {
+                // The loop's body: a block, or one statement.
+                let body_end = if toks.get(c + 1).is_some_and(|n| n.is("{")) {
+                    matching(toks, c + 1).min(end)
+                } else {
+                    (c + 1..end).find(|&k| toks[k].is(";")).unwrap_or(end)
+                };
+                let d = if t.is("for") && self.uniform_trip(head, &toks[(c + 1).min(end)..body_end])
+                {
                     div
                 } else {
                     self.diverge(div, head, t.line)
@@ -964,13 +976,14 @@ impl<'a> Flow<'a> {
                     self.within_simdgroup.insert(target.text.clone());
                 }
             } else if let Some(target) = target
+                && self.in_for_init
                 && p[eq].is("=")
                 && lhs.len() >= 2
                 && lhs[lhs.len() - 2].is_ident()
                 && !lhs.iter().any(|t| t.is("["))
             {
-                // A declaration with a uniform value (`for (int i = 0; ...)`) is a new variable: an
-                // earlier one of the same name that depended on the thread says nothing about it.
+                // A loop variable declared with a uniform value (`for (int i = 0; ...)`) is a new
+                // variable: an earlier loop's `i` that depended on the thread says nothing about it.
                 self.varying.remove(&target.text);
                 self.within_simdgroup.remove(&target.text);
             }
@@ -1044,7 +1057,7 @@ impl<'a> Flow<'a> {
     /// A `for` head whose trip count is the same for every thread although its variable is not: it starts
     /// and stops at values offset by the same thread-dependent name and steps by a uniform amount
     /// (`for (t = start + tid; t < end + tid; t += C)`).
-    fn uniform_trip(&self, head: &[Tok]) -> bool {
+    fn uniform_trip(&self, head: &[Tok], body: &[Tok]) -> bool {
         let parts: Vec<&[Tok]> = head.split(|t| t.is(";")).collect();
         let [init, cond, step] = parts[..] else {
             return false;
@@ -1077,7 +1090,31 @@ impl<'a> Flow<'a> {
             }
             _ => false,
         };
-        same && steps
+        // The body may not leave early nor move the variable or the bound itself.
+        let bounds: Vec<&str> = names(cond)
+            .filter(|t| t.is_ident())
+            .map(|t| t.text.as_str())
+            .collect();
+        let untouched = !body.iter().enumerate().any(|(k, t)| {
+            matches!(t.text.as_str(), "break" | "continue" | "return" | "goto")
+                || bounds.contains(&t.text.as_str())
+                    && (body.get(k + 1).is_some_and(|n| {
+                        matches!(
+                            n.text.as_str(),
+                            "=" | "+="
+                                | "-="
+                                | "*="
+                                | "/="
+                                | "++"
+                                | "--"
+                                | "<<="
+                                | ">>="
+                                | "&="
+                                | "|="
+                        )
+                    }) || k > 0 && (body[k - 1].is("++") || body[k - 1].is("--")))
+        });
+        same && steps && untouched
     }
 
     /// Declarations in a statement: address spaces of pointers (M040) and names MLX reserves (M050).

@@ -453,12 +453,16 @@ pub fn check_metal(
         let handles: Vec<_> = (0..workers)
             .map(|w| {
                 let check = &check;
-                s.spawn(move || {
-                    (w..n)
-                        .step_by(workers)
-                        .map(|i| (i, check(i)))
-                        .collect::<Vec<_>>()
-                })
+                // The rules recurse over nested blocks: the translation's own stack size.
+                std::thread::Builder::new()
+                    .stack_size(TRANSLATE_STACK)
+                    .spawn_scoped(s, move || {
+                        (w..n)
+                            .step_by(workers)
+                            .map(|i| (i, check(i)))
+                            .collect::<Vec<_>>()
+                    })
+                    .expect("a checker thread")
             })
             .collect();
         handles
