@@ -335,24 +335,14 @@ fn parse(text: &str, user_files: &[&str], dir: &Path) -> Outcome {
     out
 }
 
-/// `a/./b/../c` as `a/c` (the path is left as it is when it climbs above its start).
+/// `a/./b/../c` as `a/c` (the path is left as it is when it climbs above its start), by the same rule
+/// that found the header (`includes::normal`).
 fn tidy_path(p: &str) -> String {
     if !p.contains("./") {
         return p.to_string();
     }
-    let mut parts: Vec<&str> = Vec::new();
-    for c in p.split('/') {
-        match c {
-            "." => {}
-            ".." => {
-                if parts.pop().is_none() {
-                    return p.to_string();
-                }
-            }
-            c => parts.push(c),
-        }
-    }
-    parts.join("/")
+    super::includes::normal(std::path::Path::new(p))
+        .map_or_else(|| p.to_string(), |n| n.display().to_string())
 }
 
 /// A message about the shim's machinery rather than the kernel (SFINAE helpers, `ks_*` traits).

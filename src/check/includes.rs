@@ -72,7 +72,7 @@ fn metal_header(name: &str) -> bool {
 }
 
 /// `a/./b/../c` as `a/c`; `None` when it climbs above its start.
-fn normal(p: &Path) -> Option<PathBuf> {
+pub(super) fn normal(p: &Path) -> Option<PathBuf> {
     let mut out = PathBuf::new();
     for c in p.components() {
         match c {
