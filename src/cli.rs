@@ -240,6 +240,10 @@ enum Command {
         /// Replace files already in the output folder (refused otherwise: hand edits there would be lost).
         #[arg(long)]
         force: bool,
+        /// A folder to search for the file's own headers (after the including file's folder); repeatable.
+        /// Headers are read in; the translation carries what its kernels use.
+        #[arg(short = 'I', long = "include", value_name = "DIR")]
+        include: Vec<PathBuf>,
     },
     /// Check a Metal kernel for what would fail on a Mac (docs/check.md): a complete .metal file, or an
     /// mlx-metal candidate folder (its task is found above it, or named with --task). Exit 1 on errors.
@@ -767,7 +771,8 @@ fn dispatch(cli: Cli) -> Result<u8> {
             out,
             json,
             force,
-        } => cmd_translate(&file, to, out, json, force),
+            include,
+        } => cmd_translate(&file, to, out, json, force, &include),
         Command::BackTranslate {
             candidate,
             out,
@@ -1761,8 +1766,9 @@ fn cmd_translate(
     out: Option<PathBuf>,
     json: bool,
     force: bool,
+    include: &[PathBuf],
 ) -> Result<u8> {
-    let t = crate::translate::translate_and_check(file, to)?;
+    let t = crate::translate::translate_and_check(file, to, include)?;
     let dir = out.unwrap_or_else(|| {
         let stem = file.file_stem().unwrap_or_default().to_string_lossy();
         PathBuf::from(format!("{stem}-{to}"))

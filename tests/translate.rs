@@ -1030,11 +1030,105 @@ fn file_scope_types_reach_the_header_whole_and_local_includes_are_errors() {
         "#include \"helpers.cuh\"\n__global__ void k(const float* x, float* y, int n) {\n  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i < n) y[i] = half_of(x[i]);\n}\n",
     )
     .unwrap();
+    // The header beside the file is read in: its helper reaches the translation.
+    let t = translate::translate_file(&f, Target::MlxCuda).unwrap();
+    assert!(codes(&t, Severity::Error).is_empty(), "{:?}", t.diagnostics);
+    let header = &t.candidate.as_ref().unwrap().files["header.cuh"];
+    assert!(header.contains("half_of"), "{header}");
+    // A header found nowhere is still T033.
+    std::fs::remove_file(dir.path().join("helpers.cuh")).unwrap();
     let t = translate::translate_file(&f, Target::MlxCuda).unwrap();
     assert!(
         codes(&t, Severity::Error).contains(&"T033"),
         "{:?}",
         t.diagnostics
+    );
+}
+
+/// Headers found through `-I` are read in, and the translation carries from them only what its kernels
+/// use, directly or through what they use: a library's host code and API stay out. Findings in a header
+/// name the header and its own line.
+#[test]
+fn headers_are_read_in_and_only_what_the_kernels_use_is_carried() {
+    let dir = tempfile::tempdir().unwrap();
+    let inc = dir.path().join("include");
+    std::fs::create_dir_all(&inc).unwrap();
+    std::fs::write(
+        inc.join("lib.cuh"),
+        "#pragma once\n#include <vector>\n#define BLOCK 128\n#define UNUSED_LIMIT 7\n\
+         struct Host { std::vector<int> v; };\n\
+         struct Pair { float a, b; };\n\
+         __device__ inline float scale_of(Pair p) { return p.a * SCALE; }\n\
+         __device__ inline float unused_helper(float v) { return v; }\n\
+         void host_api(Host& h);\n\
+         #define SCALE 2.0f\n\
+         __device__ inline float bad(float v) { return __not_a_cuda_function(v); }\n",
+    )
+    .unwrap();
+    let f = dir.path().join("k.cu");
+    std::fs::write(
+        &f,
+        "#include \"lib.cuh\"\n\
+         __global__ void k(const float* x, float* y, int n) {\n\
+           int i = blockIdx.x * BLOCK + threadIdx.x;\n\
+           Pair p = {x[i], 0.f};\n\
+           if (i < n) y[i] = scale_of(p);\n\
+         }\n\
+         void launch(const float* x, float* y, int n) { k<<<(n + BLOCK - 1) / BLOCK, BLOCK>>>(x, y, n); }\n",
+    )
+    .unwrap();
+    // Without -I the header is not found.
+    let t = translate::translate_file(&f, Target::MlxCuda).unwrap();
+    assert!(codes(&t, Severity::Error).contains(&"T033"));
+    let t =
+        translate::translate_file_with(&f, Target::MlxCuda, std::slice::from_ref(&inc)).unwrap();
+    assert!(codes(&t, Severity::Error).is_empty(), "{:?}", t.diagnostics);
+    let header = &t.candidate.as_ref().unwrap().files["header.cuh"];
+    for kept in [
+        "#define BLOCK 128",
+        "struct Pair",
+        "scale_of",
+        "#define SCALE",
+    ] {
+        assert!(header.contains(kept), "{kept} missing:\n{header}");
+    }
+    for left in [
+        "UNUSED_LIMIT",
+        "struct Host",
+        "unused_helper",
+        "host_api",
+        "bad(",
+        "vector",
+    ] {
+        assert!(!header.contains(left), "{left} carried:\n{header}");
+    }
+    // The launch's block size came from the header's constant.
+    let plan = &t.candidate.as_ref().unwrap().plan;
+    assert_eq!(
+        plan.launch[0].threadgroup.as_ref().unwrap()[0]
+            .0
+            .to_string(),
+        "128"
+    );
+    // A kernel in a header is found, and its findings name the header and the header's line.
+    std::fs::write(
+        inc.join("kern.cuh"),
+        "\n\n__global__ void g(float* y) { y[threadIdx.x] = __not_a_cuda_function(1.0f); }\n",
+    )
+    .unwrap();
+    let g = dir.path().join("g.cu");
+    std::fs::write(&g, "#include \"kern.cuh\"\n").unwrap();
+    let t =
+        translate::translate_file_with(&g, Target::MlxMetal, std::slice::from_ref(&inc)).unwrap();
+    assert_eq!(t.analysis.kernels.len(), 1);
+    let d = t
+        .diagnostics
+        .iter()
+        .find(|d| d.file.is_some())
+        .unwrap_or_else(|| panic!("{:?}", t.diagnostics));
+    assert!(
+        d.file.as_deref().unwrap().ends_with("kern.cuh") && d.line == 3,
+        "{d:?}"
     );
 }
 
@@ -1050,4 +1144,41 @@ fn a_guard_over_a_product_sizes_the_grid() {
     );
     let l = &t.candidate.as_ref().unwrap().plan.launch[0];
     assert_eq!(grid_at(l, &[("B", 3.0), ("T", 100.0)]), [512, 1, 1]);
+}
+
+/// A function-pointer template parameter (`template <float (*op)(float)>`, ggml's unary kernels) has no MLX
+/// template argument: an error that names it, and a plan that still validates (it was a plan whose template
+/// named `(*op)(float)`, refused as a whole with no diagnostic).
+#[test]
+fn a_function_template_parameter_is_an_error_not_an_invalid_plan() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("unary.cu");
+    std::fs::write(
+        &f,
+        "__device__ float twice(float v) { return 2.0f * v; }\n\
+         template <float (*op)(float), int B>\n\
+         __global__ void unary(const float* x, float* y, int n) {\n\
+           int i = blockIdx.x * B + threadIdx.x;\n\
+           if (i < n) y[i] = op(x[i]);\n\
+         }\n\
+         void launch(const float* x, float* y, int n) { unary<twice, 256><<<(n + 255) / 256, 256>>>(x, y, n); }\n",
+    )
+    .unwrap();
+    for target in [Target::MlxCuda, Target::MlxMetal] {
+        let t = translate::translate_file(&f, target).unwrap();
+        let t034: Vec<_> = t.diagnostics.iter().filter(|d| d.code == "T034").collect();
+        assert!(
+            t034.len() == 1
+                && t034[0].message.contains("`op`")
+                && t034[0].severity == Severity::Error,
+            "{:?}",
+            t.diagnostics
+        );
+        let k = &t.analysis.kernels[0];
+        assert_eq!(k.template_ints, vec!["B".to_string()]);
+        t.candidate.as_ref().unwrap().validate().unwrap();
+        // B keeps its value from the launch (the function before it is counted in the order).
+        let plan = &t.candidate.as_ref().unwrap().plan;
+        assert_eq!(plan.tunable["B"].default, 256, "{plan:?}");
+    }
 }

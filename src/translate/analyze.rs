@@ -75,6 +75,9 @@ pub struct KernelAnalysis {
     /// Every template parameter in declaration order (a launch's `<...>` values follow it).
     pub template_order: Vec<String>,
     pub template_types: Vec<String>,
+    /// Template parameters that are neither types nor integers (a function pointer, an object): MLX's
+    /// template arguments cannot carry them.
+    pub template_other: Vec<String>,
     /// construct → occurrences.
     pub constructs: BTreeMap<String, usize>,
     pub shared: Vec<SharedArray>,
@@ -167,15 +170,31 @@ pub(crate) fn function_parts<'t>(f: Node<'t>, src: &str) -> Option<(String, Node
     }
 }
 
-/// `template <...>` parameters of a function definition: (ints, types).
-fn template_params(f: Node, src: &str) -> (Vec<String>, Vec<String>, Vec<String>) {
-    let (mut ints, mut types, mut order) = (Vec::new(), Vec::new(), Vec::new());
+/// A function template's parameters, by kind, and all of them in declaration order.
+#[derive(Default)]
+struct TemplateParams {
+    ints: Vec<String>,
+    types: Vec<String>,
+    /// Neither a type nor an integer: `void (*op)(float)`, `float& r`.
+    other: Vec<String>,
+    order: Vec<String>,
+}
+
+/// `template <...>` parameters of a function definition.
+fn template_params(f: Node, src: &str) -> TemplateParams {
+    let mut tp = TemplateParams::default();
     let Some(t) = f.parent().filter(|p| p.kind() == "template_declaration") else {
-        return (ints, types, order);
+        return tp;
     };
     let Some(list) = t.child_by_field_name("parameters") else {
-        return (ints, types, order);
+        return tp;
     };
+    let TemplateParams {
+        ints,
+        types,
+        other,
+        order,
+    } = &mut tp;
     for p in children(list) {
         match p.kind() {
             "type_parameter_declaration" | "optional_type_parameter_declaration" => {
@@ -188,15 +207,30 @@ fn template_params(f: Node, src: &str) -> (Vec<String>, Vec<String>, Vec<String>
                 }
             }
             "parameter_declaration" | "optional_parameter_declaration" => {
-                if let Some(n) = p.child_by_field_name("declarator") {
-                    ints.push(text(n, src).to_string());
-                    order.push(text(n, src).to_string());
+                let Some(d) = p.child_by_field_name("declarator") else {
+                    continue;
+                };
+                let pointer = p
+                    .child_by_field_name("type")
+                    .is_some_and(|t| text(t, src).contains('*'));
+                if d.kind() == "identifier" && !pointer {
+                    ints.push(text(d, src).to_string());
+                    order.push(text(d, src).to_string());
+                } else {
+                    // A function pointer's name sits inside its declarator: `(*op)(float)`.
+                    let name = descendants(d)
+                        .into_iter()
+                        .find(|n| n.kind() == "identifier")
+                        .map(|n| text(n, src).to_string())
+                        .unwrap_or_else(|| text(d, src).to_string());
+                    other.push(name.clone());
+                    order.push(name);
                 }
             }
             _ => {}
         }
     }
-    (ints, types, order)
+    tp
 }
 
 /// A declaration's parameter: name, element type, pointer, const.
@@ -661,7 +695,12 @@ fn analyze_kernel(
 ) -> Option<KernelAnalysis> {
     let (name, plist) = function_parts(f, src)?;
     let body = f.child_by_field_name("body")?;
-    let (template_ints, template_types, template_order) = template_params(f, src);
+    let TemplateParams {
+        ints: template_ints,
+        types: template_types,
+        other: template_other,
+        order: template_order,
+    } = template_params(f, src);
     let mut params: Vec<Param> = children(plist)
         .into_iter()
         .filter(|p| p.kind() == "parameter_declaration")
@@ -1020,6 +1059,7 @@ fn analyze_kernel(
         params,
         template_ints,
         template_types,
+        template_other,
         template_order,
         constructs,
         shared,

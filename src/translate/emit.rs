@@ -8,6 +8,7 @@ use super::analyze::{
     function_parts, global_id, grid_stride, has_qualifier, is_atomic, lane_or_warp, line,
     lvalue_base, text, type_size,
 };
+use super::includes::Flat;
 use super::launch::HostLaunch;
 use super::{Diagnostic, Severity, Stats, diag, rules};
 use crate::candidate::{Candidate, KernelDecl, Launch, Plan, Tunable};
@@ -987,6 +988,118 @@ fn file_scope_type(t: &str, metal: bool) -> String {
     s + "\n"
 }
 
+/// A `__global__` function (or a template of one).
+fn is_kernel(c: Node, src: &str) -> bool {
+    let f = if c.kind() == "template_declaration" {
+        children(c)
+            .into_iter()
+            .find(|x| x.kind() == "function_definition")
+    } else {
+        Some(c).filter(|c| c.kind() == "function_definition")
+    };
+    f.is_some_and(|f| has_qualifier(f, src, "__global__"))
+}
+
+/// The names a file-scope item declares: a function's, a macro's, a type's (an enum's values too), a
+/// variable's.
+fn declared_names(c: Node, src: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let mut add = |n: Option<Node>| {
+        if let Some(n) = n {
+            out.insert(text(n, src).to_string());
+        }
+    };
+    match c.kind() {
+        "function_definition" => {
+            if let Some((name, _)) = function_parts(c, src) {
+                // `ns::f` defines `f`
+                out.insert(name.rsplit("::").next().unwrap_or(&name).to_string());
+            }
+        }
+        "template_declaration" => {
+            for x in children(c).into_iter().skip(1) {
+                out.extend(declared_names(x, src));
+            }
+        }
+        "preproc_def"
+        | "preproc_function_def"
+        | "struct_specifier"
+        | "class_specifier"
+        | "union_specifier"
+        | "alias_declaration" => add(c.child_by_field_name("name")),
+        "enum_specifier" => {
+            add(c.child_by_field_name("name"));
+            for e in descendants(c)
+                .into_iter()
+                .filter(|e| e.kind() == "enumerator")
+            {
+                add(e.child_by_field_name("name"));
+            }
+        }
+        "type_definition" | "declaration" => {
+            if let Some(t) = c.child_by_field_name("type") {
+                out.extend(declared_names(t, src));
+            }
+            let mut cur = c.walk();
+            for d in c.children_by_field_name("declarator", &mut cur) {
+                // The declared name is the first identifier of the declarator (`*p`, `a[4] = {...}`).
+                if let Some(n) = std::iter::once(d).chain(descendants(d)).find(|n| {
+                    matches!(
+                        n.kind(),
+                        "identifier" | "type_identifier" | "field_identifier"
+                    )
+                }) {
+                    out.insert(text(n, src).to_string());
+                }
+            }
+        }
+        _ => {}
+    }
+    out
+}
+
+/// The words of a piece of code that could name something (identifiers, macro names).
+fn words(t: &str) -> impl Iterator<Item = &str> {
+    t.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|w| w.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_'))
+}
+
+/// The header items (by node id) that the translated file's own items and kernels use, directly or
+/// through other header items. Words stand for uses: a name in a comment or a string keeps an item too,
+/// which costs a few lines, never a missing definition.
+fn used_from_headers(
+    top: &[Node],
+    src: &str,
+    from_header: &dyn Fn(Node) -> bool,
+) -> BTreeSet<usize> {
+    let mut wanted: BTreeSet<&str> = BTreeSet::new();
+    let mut pending: Vec<(usize, BTreeSet<String>, Node)> = Vec::new();
+    for c in top.iter().copied() {
+        if from_header(c) && !is_kernel(c, src) {
+            pending.push((c.id(), declared_names(c, src), c));
+        } else {
+            wanted.extend(words(text(c, src)));
+        }
+    }
+    let mut used = BTreeSet::new();
+    loop {
+        let before = used.len();
+        let mut rest = Vec::new();
+        for (id, names, c) in pending {
+            if names.iter().any(|n| wanted.contains(n.as_str())) {
+                used.insert(id);
+                wanted.extend(words(text(c, src)));
+            } else {
+                rest.push((id, names, c));
+            }
+        }
+        pending = rest;
+        if used.len() == before {
+            return used;
+        }
+    }
+}
+
 fn ceil_to(extent: &str, tg: &str) -> String {
     let e = if extent.chars().all(|c| c.is_alphanumeric() || c == '_') {
         extent.to_string()
@@ -998,15 +1111,16 @@ fn ceil_to(extent: &str, tg: &str) -> String {
 
 pub fn translate(src: &str, stem: &str, target: Target) -> Translation {
     let src = &*super::macros::expand(src);
-    translate_tree(&analyze::parse(src), src, stem, target)
+    translate_tree(&analyze::parse(src), src, stem, target, None)
 }
 
-/// `translate` of a source already parsed.
+/// `translate` of a source already parsed; `flat` says which of its lines came from headers read in.
 pub(crate) fn translate_tree(
     tree: &tree_sitter::Tree,
     src: &str,
     stem: &str,
     target: Target,
+    flat: Option<&Flat>,
 ) -> Translation {
     let mut analysis = analyze::analyze_tree(tree, src);
     for k in analysis.kernels.iter_mut() {
@@ -1064,6 +1178,13 @@ pub(crate) fn translate_tree(
             top.push(c);
         }
     }
+    // What came from a header is carried only when the kernels use it (headers hold host code too).
+    let from_header = |n: Node| flat.is_some_and(|f| f.from_header(n.start_position().row));
+    let used = if top.iter().any(|c| from_header(*c)) {
+        used_from_headers(&top, src, &from_header)
+    } else {
+        BTreeSet::new()
+    };
     let spaces = call_site_spaces(&analysis, root, src);
     let helper_attrs = if metal {
         helper_attributes(&top, src, target, &spaces)
@@ -1072,6 +1193,15 @@ pub(crate) fn translate_tree(
     };
     let mut body_macros: Vec<(String, String)> = Vec::new();
     for c in top.iter().copied() {
+        // A header's CUDA includes (`<mma.h>`) and `using` lines are kept as the file's own would be.
+        let kept_anyway = is_kernel(c, src)
+            || c.kind() == "using_declaration"
+            || c.kind() == "preproc_include"
+                && c.child_by_field_name("path")
+                    .is_some_and(|p| p.kind() == "system_lib_string");
+        if from_header(c) && !used.contains(&c.id()) && !kept_anyway {
+            continue;
+        }
         let t = text(c, src);
         let func = if c.kind() == "function_definition" {
             Some(c)
@@ -1419,6 +1549,9 @@ pub(crate) fn translate_tree(
                 diags.push(kd(code, k.line, format!("`{n}` → {what}")));
             }
         }
+        for n in &k.template_other {
+            diags.push(kd("T034", k.line, format!("`{n}`")));
+        }
         if metal {
             for p in &k.params {
                 if METAL_RESERVED.contains(&p.name.as_str()) {
@@ -1557,7 +1690,6 @@ pub(crate) fn translate_tree(
             atomic_outputs: atomic && metal,
             when: None,
         });
-        let _ = &k.template_ints;
     }
     // Rendered `<<<>>>` host code and statements carry no stats; the constructs do.
     for (c, n) in &seen {

@@ -28,7 +28,8 @@ pub fn expand(src: &str) -> Cow<'_, str> {
         Cow::Borrowed(src)
     };
     let macros = index_macros(&src);
-    if macros.is_empty() {
+    let qualifiers = qualifier_macros(&src);
+    if macros.is_empty() && qualifiers.is_empty() {
         return src;
     }
     let mut lines: Vec<String> = src.split('\n').map(str::to_string).collect();
@@ -45,6 +46,11 @@ pub fn expand(src: &str) -> Cow<'_, str> {
         if is_define {
             continue;
         }
+        for (name, body) in &qualifiers {
+            if line.contains(name.as_str()) {
+                *line = replace_word(line, name, body);
+            }
+        }
         for _ in 0..PASSES {
             let mut changed = false;
             for m in &macros {
@@ -59,6 +65,50 @@ pub fn expand(src: &str) -> Cow<'_, str> {
         }
     }
     Cow::Owned(lines.join("\n"))
+}
+
+/// Words a qualifier macro may stand for: type qualifiers and CUDA's function specifiers.
+const QUALIFIERS: &[&str] = &[
+    "__restrict__",
+    "__restrict",
+    "restrict",
+    "const",
+    "volatile",
+    "__device__",
+    "__host__",
+    "__global__",
+    "__forceinline__",
+    "__noinline__",
+    "__inline__",
+    "inline",
+    "static",
+];
+
+/// Object-like macros that stand for qualifiers only (`#define RESTRICT __restrict__`, `#define DEVICE_INLINE
+/// __device__ __forceinline__`): the parser cannot know them, and reads `float * RESTRICT p = q;` as
+/// something else than a pointer declaration (an alias, then a store, lost) and `DEVICE_INLINE float f()` as
+/// no device function. Their uses are replaced by what they stand for, outside preprocessor lines.
+fn qualifier_macros(src: &str) -> Vec<(String, String)> {
+    static DEF: OnceLock<Regex> = OnceLock::new();
+    let def = DEF.get_or_init(|| {
+        Regex::new(r"(?m)^\s*#\s*define\s+([A-Za-z_]\w*)[ \t]+([A-Za-z_][\w \t]*?)\s*$")
+            .expect("a valid pattern")
+    });
+    if !src.contains("#define") {
+        return Vec::new();
+    }
+    let mut out: Vec<(String, String)> = Vec::new();
+    for c in def.captures_iter(src) {
+        let body = c[2].split_whitespace().collect::<Vec<_>>();
+        if !body.is_empty() && body.iter().all(|w| QUALIFIERS.contains(w)) {
+            let name = c[1].to_string();
+            if QUALIFIERS.contains(&name.as_str()) || out.iter().any(|(n, _)| *n == name) {
+                continue; // redefining a keyword, or defined twice (under #if): left to the compiler
+            }
+            out.push((name, body.join(" ")));
+        }
+    }
+    out
 }
 
 fn index_macros(src: &str) -> Vec<Macro> {
@@ -205,6 +255,19 @@ mod tests {
         assert!(line.ends_with("{ y[index] = 0; }"), "{line}");
         // The definition itself stays as it was.
         assert!(out.starts_with("#define CUDA_KERNEL_LOOP(i, n) \\\n"));
+    }
+
+    #[test]
+    fn qualifier_macros_become_what_they_stand_for_outside_the_preprocessor() {
+        let src = "#define RESTRICT __restrict__\n#define DEV_INLINE __device__ __forceinline__\n#if defined(RESTRICT)\n#endif\nDEV_INLINE float f(float v) { return v; }\n__global__ void k(float* y_ptr) { float * RESTRICT y = y_ptr; y[0] = f(1.0f); }\n";
+        let out = expand(src);
+        assert_eq!(out.lines().count(), src.lines().count());
+        assert!(out.contains("#if defined(RESTRICT)"), "{out}");
+        assert!(out.contains("__device__ __forceinline__ float f("), "{out}");
+        assert!(out.contains("float * __restrict__ y = y_ptr;"), "{out}");
+        // A macro with anything else in it is left alone.
+        let src = "#define N 128\n#define CONST_N const int n\n__global__ void k(float* y) { y[0] = N; }\n";
+        assert!(matches!(expand(src), Cow::Borrowed(_)));
     }
 
     #[test]

@@ -8,6 +8,7 @@
 mod analyze;
 mod emit;
 mod groups;
+pub mod includes;
 mod launch;
 mod macros;
 
@@ -33,6 +34,8 @@ pub enum TranslateError {
     NoKernel { file: PathBuf },
     #[error("{}: target {target} is not a translation target; use --to mlx-metal or --to mlx-cuda", file.display())]
     BadTarget { file: PathBuf, target: Target },
+    #[error("{0}")]
+    Includes(String),
     #[error("{}: the translated plan does not validate: {message}", file.display())]
     Plan { file: PathBuf, message: String },
     #[error(
@@ -142,8 +145,11 @@ impl Severity {
 pub struct Diagnostic {
     pub code: String,
     pub severity: Severity,
-    /// 1-based line in the .cu file (0 when it concerns the whole file).
+    /// 1-based line in the .cu file (0 when it concerns the whole file), or in `file`.
     pub line: usize,
+    /// The header the line is in, when it is one the translation read in (src/translate/includes.rs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kernel: Option<String>,
     pub message: String,
@@ -205,6 +211,7 @@ pub fn diag(
         code: code.to_string(),
         severity,
         line,
+        file: None,
         kernel: kernel.map(str::to_string),
         message: if detail.is_empty() {
             format!("{}; {}", info.title, info.fix)
@@ -250,8 +257,17 @@ impl Stats {
     }
 }
 
-/// Reads `file`, analyses and translates it for `target`.
+/// Reads `file`, analyses and translates it for `target`; its local headers are found next to it.
 pub fn translate_file(file: &Path, target: Target) -> Result<Translation, TranslateError> {
+    translate_file_with(file, target, &[])
+}
+
+/// `translate_file`, with local headers also searched for in `dirs` (`-I`).
+pub fn translate_file_with(
+    file: &Path,
+    target: Target,
+    dirs: &[PathBuf],
+) -> Result<Translation, TranslateError> {
     if !target.is_gpu() {
         return Err(TranslateError::BadTarget {
             file: file.to_path_buf(),
@@ -262,18 +278,60 @@ pub fn translate_file(file: &Path, target: Target) -> Result<Translation, Transl
         file: file.to_path_buf(),
         err,
     })?;
-    let src = macros::expand(&src).into_owned();
+    let flat = includes::flatten(file, &file.display().to_string(), &src, dirs)?;
+    let src = macros::expand(&flat.text).into_owned();
     let stem = file
         .file_stem()
         .map(|s| s.to_string_lossy().to_string())
         .unwrap_or_else(|| "kernel".into());
-    let t = with_tree(&src, |tree| emit::translate_tree(tree, &src, &stem, target)).map_err(
-        |(depth, line)| TranslateError::TooDeep {
-            file: file.to_path_buf(),
+    let mut t = with_tree(&src, |tree| {
+        emit::translate_tree(tree, &src, &stem, target, Some(&flat))
+    })
+    .map_err(|(depth, line)| {
+        let (header, line) = flat.origin(line);
+        TranslateError::TooDeep {
+            file: header.map_or_else(|| file.to_path_buf(), PathBuf::from),
             line,
             depth,
-        },
-    )?;
+        }
+    })?;
+    // Lines of the flattened text, named by the file they came from.
+    for d in t.diagnostics.iter_mut() {
+        let (header, line) = flat.origin(d.line);
+        d.file = header.map(str::to_string);
+        d.line = line;
+    }
+    // What the parser missed in a header (its API macros, host code) is one warning per header: most of
+    // it never reaches the translation.
+    let mut unparsed: BTreeMap<String, (usize, usize)> = BTreeMap::new();
+    t.diagnostics.retain(|d| match (&d.file, d.code.as_str()) {
+        (Some(f), "T001") => {
+            let e = unparsed.entry(f.clone()).or_insert((d.line, 0));
+            e.1 += 1;
+            false
+        }
+        _ => true,
+    });
+    for (f, (first, n)) in unparsed {
+        let mut d = diag(
+            target,
+            "T001",
+            first,
+            None,
+            format!(
+                "{n} place(s) in this header, the first here (the translation carries only what its kernels use)"
+            ),
+        );
+        d.file = Some(f);
+        t.diagnostics.push(d);
+    }
+    if !flat.headers.is_empty() {
+        for k in t.analysis.kernels.iter_mut() {
+            k.line = flat.origin(k.line).1;
+            k.end_line = flat.origin(k.end_line).1;
+            k.brief = analyze::brief(k, target);
+        }
+    }
     if t.analysis.kernels.is_empty() {
         return Err(TranslateError::NoKernel {
             file: file.to_path_buf(),
@@ -312,7 +370,9 @@ pub fn report(t: &Translation, file: &Path) -> String {
     for d in &t.diagnostics {
         s.push_str(&format!(
             "{}:{}: {} {}: {}\n",
-            file.display(),
+            d.file
+                .as_deref()
+                .map_or_else(|| file.display().to_string(), str::to_string),
             d.line,
             d.severity.name(),
             d.code,
@@ -479,8 +539,12 @@ pub fn check_metal(
 }
 
 /// `translate_file` plus the Metal checker's findings as T005 diagnostics (mlx-metal only).
-pub fn translate_and_check(file: &Path, target: Target) -> Result<Translation, TranslateError> {
-    let mut t = translate_file(file, target)?;
+pub fn translate_and_check(
+    file: &Path,
+    target: Target,
+    dirs: &[PathBuf],
+) -> Result<Translation, TranslateError> {
+    let mut t = translate_file_with(file, target, dirs)?;
     if target != Target::MlxMetal || t.candidate.is_none() {
         return Ok(t);
     }
