@@ -518,3 +518,19 @@ def test_device_comparisons_are_bit_for_bit() -> None:
         x = mx.array([1.5, -0.0, float("nan"), 3.0]).astype(dtype)
         copy = _bits(mx, x) + 0
         assert bool(mx.all(mx.equal(_bits(mx, x), copy)).item()), dtype
+
+
+def test_kernels_are_named_by_their_code_so_candidates_share_the_modules_they_share() -> None:
+    """MLX compiles a kernel under its name: a kernel two candidates share word for word (the parts an edit or
+    a tunable left alone) gets one name, so its module is compiled once per worker; any change to its code is
+    another name, and a name that merely ends like another kernel's cannot be one."""
+    spec = {"source": "out[0] = x[0];", "header": "#define T 4", "header_name": "header"}
+    name = MlxTarget._mlx_name("scan", spec)
+    assert name == MlxTarget._mlx_name("scan", dict(spec))
+    assert name.startswith("k") and name.endswith("_scan") and len(name) == len("k") + 16 + len("_scan")
+    for field, other in (("source", "out[0] = 2 * x[0];"), ("header", "#define T 8"), ("header_name", "h2")):
+        assert MlxTarget._mlx_name("scan", {**spec, field: other}) != name
+    assert MlxTarget._mlx_name("scan2", spec) != name
+    # The digest frames each part, so moving text from the body into the header is another kernel.
+    moved = {**spec, "source": spec["source"] + "#define T 4", "header": ""}
+    assert MlxTarget._mlx_name("scan", moved) != name

@@ -186,9 +186,7 @@ class MlxTarget:
         spec = build.kernels[name]
         inputs = tuple(launch["inputs"]) + tuple(launch.get("scalar_names") or [])
         outputs = tuple(launch["outputs"])
-        # The build's key first, at a fixed width: MLX appends the template values to the name, so a name that
-        # ended in the key could be spelled by another candidate's kernel and template values.
-        mlx_name = f"k{key[:16]}_{name}"
+        mlx_name = self._mlx_name(name, spec)
         # On CUDA the header is a file MLX's source includes (set by _evaluate; header_file.py): MLX hashes the
         # source at every call.
         header = spec.get("included", spec["header"]) if self.name == "mlx-cuda" else spec["header"]
@@ -209,6 +207,19 @@ class MlxTarget:
                     name=mlx_name, input_names=list(inputs), output_names=list(outputs), source=spec["source"],
                     header=header, ensure_row_contiguous=True, shared_memory=int(launch.get("shared_memory") or 0))
         return build.objects[sig], sig, declared
+
+    @staticmethod
+    def _mlx_name(name: str, spec: Mapping[str, str]) -> str:
+        """The name MLX compiles a kernel under: a digest of what its generated code is made of (name, body,
+        header), first and at a fixed width, then the plan's name. MLX appends the template values to the name,
+        so a name that ended in the digest could be spelled by another kernel and template values. Named by
+        content, not by candidate, a kernel that candidates share (the parts an edit or a tunable left alone)
+        is one module, compiled once per worker rather than once per candidate."""
+        h = hashlib.sha256()
+        for part in (name, spec["source"], spec["header"], spec.get("header_name", "")):
+            data = part.encode()
+            h.update(len(data).to_bytes(8, "little") + data)
+        return f"k{h.hexdigest()[:16]}_{name}"
 
     def _first_cluster_call(self, kernel: Any, kwargs: dict[str, Any], function: str, declared: list[str]) -> Any:
         """A cluster kernel's first call, made verbose so that the source MLX generates can be compared with
