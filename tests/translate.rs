@@ -1182,3 +1182,42 @@ fn a_function_template_parameter_is_an_error_not_an_invalid_plan() {
         assert_eq!(plan.tunable["B"].default, 256, "{plan:?}");
     }
 }
+
+/// What only host code names is not carried from a header: the translated file's host function takes a
+/// host-only type of the header (a stream, a context with `std::vector`), which must not reach the kernels'
+/// header, where Metal (and NVRTC) would refuse it.
+#[test]
+fn what_only_host_code_names_stays_out_of_the_translation() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("ctx.cuh"),
+        "#include <vector>\nstruct Context { std::vector<int> streams; };\n#define BLOCK 256\n",
+    )
+    .unwrap();
+    let f = dir.path().join("fill.cu");
+    std::fs::write(
+        &f,
+        "#include \"ctx.cuh\"\n\
+         __global__ void fill(float* y, float v, int n) {\n\
+           int i = blockIdx.x * BLOCK + threadIdx.x;\n\
+           if (i < n) y[i] = v;\n\
+         }\n\
+         void fill_host(Context& ctx, float* y, float v, int n) { fill<<<(n + BLOCK - 1) / BLOCK, BLOCK>>>(y, v, n); }\n",
+    )
+    .unwrap();
+    for target in [Target::MlxCuda, Target::MlxMetal] {
+        let t = translate::translate_file(&f, target).unwrap();
+        let c = t.candidate.as_ref().unwrap();
+        let header = c
+            .files
+            .iter()
+            .find(|(n, _)| n.starts_with("header."))
+            .map(|(_, h)| h.as_str())
+            .unwrap();
+        assert!(header.contains("#define BLOCK 256"), "{header}");
+        assert!(
+            !header.contains("Context") && !header.contains("vector"),
+            "{header}"
+        );
+    }
+}

@@ -1058,6 +1058,34 @@ fn declared_names(c: Node, src: &str) -> BTreeSet<String> {
     out
 }
 
+/// Whether a file-scope item is of a kind the translation carries: kernels, `__device__` helpers, macros,
+/// types, constants and device variables; not host functions, their declarations, or host variables.
+fn carried(c: Node, src: &str) -> bool {
+    let f = if c.kind() == "template_declaration" {
+        children(c)
+            .into_iter()
+            .find(|x| x.kind() == "function_definition")
+    } else {
+        Some(c).filter(|c| c.kind() == "function_definition")
+    };
+    if let Some(f) = f {
+        return has_qualifier(f, src, "__device__") || has_qualifier(f, src, "__global__");
+    }
+    match c.kind() {
+        "declaration" => {
+            let t = text(c, src);
+            t.contains("__constant__")
+                || t.contains("__device__")
+                || t.starts_with("const")
+                || t.starts_with("constexpr")
+                || t.starts_with("static const")
+                || t.starts_with("static constexpr")
+        }
+        "preproc_include" | "using_declaration" => false,
+        _ => true,
+    }
+}
+
 /// The words of a piece of code that could name something (identifiers, macro names).
 fn words(t: &str) -> impl Iterator<Item = &str> {
     t.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
@@ -1074,7 +1102,8 @@ fn used_from_headers(
 ) -> BTreeSet<usize> {
     let mut wanted: BTreeSet<&str> = BTreeSet::new();
     let mut pending: Vec<(usize, BTreeSet<String>, Node)> = Vec::new();
-    for c in top.iter().copied() {
+    // Host code is never carried, so what it names (the library's host types) is not needed.
+    for c in top.iter().copied().filter(|c| carried(*c, src)) {
         if from_header(c) && !is_kernel(c, src) {
             pending.push((c.id(), declared_names(c, src), c));
         } else {
