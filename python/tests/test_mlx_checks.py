@@ -522,15 +522,26 @@ def test_device_comparisons_are_bit_for_bit() -> None:
 
 def test_kernels_are_named_by_their_code_so_candidates_share_the_modules_they_share() -> None:
     """MLX compiles a kernel under its name: a kernel two candidates share word for word (the parts an edit or
-    a tunable left alone) gets one name, so its module is compiled once per worker; any change to its code is
-    another name, and a name that merely ends like another kernel's cannot be one."""
+    a tunable left alone), launched alike, gets one name, so its module is compiled once per worker; any
+    change to its code or its launch's signature is another name, and a module with variables of its own is
+    never shared between candidates."""
     spec = {"source": "out[0] = x[0];", "header": "#define T 4", "header_name": "header"}
-    name = MlxTarget._mlx_name("scan", spec)
-    assert name == MlxTarget._mlx_name("scan", dict(spec))
+    sig = (("x",), ("out",), 0, False, None)
+    name = MlxTarget._mlx_name("key1", "scan", spec, sig)
+    assert name == MlxTarget._mlx_name("key2", "scan", dict(spec), sig)
     assert name.startswith("k") and name.endswith("_scan") and len(name) == len("k") + 16 + len("_scan")
     for field, other in (("source", "out[0] = 2 * x[0];"), ("header", "#define T 8"), ("header_name", "h2")):
-        assert MlxTarget._mlx_name("scan", {**spec, field: other}) != name
-    assert MlxTarget._mlx_name("scan2", spec) != name
+        assert MlxTarget._mlx_name("key1", "scan", {**spec, field: other}, sig) != name
+    assert MlxTarget._mlx_name("key1", "scan2", spec, sig) != name
+    for other_sig in ((("y",), ("out",), 0, False, None), (("x",), ("out",), 1024, False, None),
+                      (("x",), ("out",), 0, True, None), (("x",), ("out",), 0, False, [2, 1, 1])):
+        assert MlxTarget._mlx_name("key1", "scan", spec, other_sig) != name
     # The digest frames each part, so moving text from the body into the header is another kernel.
     moved = {**spec, "source": spec["source"] + "#define T 4", "header": ""}
-    assert MlxTarget._mlx_name("scan", moved) != name
+    assert MlxTarget._mlx_name("key1", "scan", moved, sig) != name
+    # State of the module's own: one name per candidate.
+    for stateful in ("__device__ int table[64];\n", "__device__ float total = 0;\n", "__managed__ int n;\n"):
+        with_state = {**spec, "header": stateful + spec["header"]}
+        assert MlxTarget._mlx_name("key1", "scan", with_state, sig) != MlxTarget._mlx_name("key2", "scan", with_state, sig)
+    helper = {**spec, "header": "__device__ inline float twice(float v) { return 2 * v; }\n"}
+    assert MlxTarget._mlx_name("key1", "scan", helper, sig) == MlxTarget._mlx_name("key2", "scan", helper, sig)

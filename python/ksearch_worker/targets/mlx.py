@@ -12,6 +12,7 @@ import hashlib
 import math
 import os
 import platform
+import re
 import subprocess
 import sys
 import tempfile
@@ -186,7 +187,8 @@ class MlxTarget:
         spec = build.kernels[name]
         inputs = tuple(launch["inputs"]) + tuple(launch.get("scalar_names") or [])
         outputs = tuple(launch["outputs"])
-        mlx_name = self._mlx_name(name, spec)
+        mlx_name = self._mlx_name(key, name, spec, (inputs, outputs, launch.get("shared_memory") or 0,
+                                                     bool(launch.get("atomic_outputs")), launch.get("cluster")))
         # On CUDA the header is a file MLX's source includes (set by _evaluate; header_file.py): MLX hashes the
         # source at every call.
         header = spec.get("included", spec["header"]) if self.name == "mlx-cuda" else spec["header"]
@@ -208,15 +210,24 @@ class MlxTarget:
                     header=header, ensure_row_contiguous=True, shared_memory=int(launch.get("shared_memory") or 0))
         return build.objects[sig], sig, declared
 
-    @staticmethod
-    def _mlx_name(name: str, spec: Mapping[str, str]) -> str:
+    # A variable of the module's own that kernels can write (`__device__ int table[64];`, `__managed__`):
+    # state that outlives a call.
+    _MODULE_STATE = re.compile(r"\b(__managed__|__device__\b[^;{}()]*[;=\[])")
+
+    @classmethod
+    def _mlx_name(cls, key: str, name: str, spec: Mapping[str, str], signature: Any) -> str:
         """The name MLX compiles a kernel under: a digest of what its generated code is made of (name, body,
-        header), first and at a fixed width, then the plan's name. MLX appends the template values to the name,
-        so a name that ended in the digest could be spelled by another kernel and template values. Named by
-        content, not by candidate, a kernel that candidates share (the parts an edit or a tunable left alone)
-        is one module, compiled once per worker rather than once per candidate."""
+        header, the launch's inputs, outputs, shared memory, atomics and cluster), first and at a fixed width,
+        then the plan's name. MLX appends the template values to the name, so a name that ended in the digest
+        could be spelled by another kernel and template values. Named by content, not by candidate, a kernel
+        that candidates share (the parts an edit or a tunable left alone) is one module, compiled once per
+        worker rather than once per candidate; a module with variables of its own is not shared (the build's
+        key goes in too): what one candidate left there must not reach another whose plan differs."""
         h = hashlib.sha256()
-        for part in (name, spec["source"], spec["header"], spec.get("header_name", "")):
+        parts = [name, spec["source"], spec["header"], spec.get("header_name", ""), repr(signature)]
+        if cls._MODULE_STATE.search(spec["source"]) or cls._MODULE_STATE.search(spec["header"]):
+            parts.append(key)
+        for part in parts:
             data = part.encode()
             h.update(len(data).to_bytes(8, "little") + data)
         return f"k{h.hexdigest()[:16]}_{name}"
