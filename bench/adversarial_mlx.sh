@@ -5,12 +5,15 @@
 # timed no faster than its honest twin, fastest samples; `run_budget`: a tune search whose later attempts
 # must fail). MLX staged as for bench/h200.sh; the binary in .device/bin/. Results:
 # $OUT/adversarial-mlx-cuda.json (command, machine, versions, every verdict).
+# ADV_ONLY="name name ..." runs only those candidates (the whole suite with MLX's install took more than one
+# 600 s device call on 2026-12-02: run it in two calls, each naming half).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source bench/device_bin.sh  # PYTHONPATH, out, bin
 store=$(mktemp -d)
 rows="$out/adversarial.jsonl"
 : > "$rows"
+picked() { [ -z "${ADV_ONLY:-}" ] || [[ " $ADV_ONLY " == *" $(basename "$1") "* ]]; }
 canary=/tmp/ksearch-adversarial-canary.txt
 echo "KSEARCH-CANARY-5f1d0c" > "$canary" && chmod 600 "$canary"
 # The deadline covers an honest kernel's whole workload (checks, the chain's timing, the sampled checks):
@@ -24,12 +27,15 @@ mkdir -p "$grouped"
 for task in $(sed -n 's/^task = "\(.*\)"/\1/p' tests/adversarial/mlx-cuda/*/expect.toml | sort -u); do
   dirs=()
   for dir in tests/adversarial/mlx-cuda/*/; do
+    picked "$dir" || continue
     grep -q "^task = \"$task\"" "$dir/expect.toml" || continue
     grep -qE '^(run_budget|status = "refused")' "$dir/expect.toml" && continue
     dirs+=("$dir")
   done
+  [ ${#dirs[@]} -gt 0 ] || continue
   started=$(date +%s)
-  "$bin" --python python3 --store "$store" eval "tasks/$task" "${dirs[@]}" "${flags[@]}" --json \
+  # -v: the log shows each candidate's progress, so a call cut short says how far it got.
+  "$bin" -v --python python3 --store "$store" eval "tasks/$task" "${dirs[@]}" "${flags[@]}" --json \
     2>>"$out/adversarial.log" | tail -n 1 > "$out/group-$task.json"
   python3 - "$out/group-$task.json" "$grouped" "$(( $(date +%s) - started ))" "${dirs[@]}" <<'PY'
 import json, os, sys
@@ -44,6 +50,7 @@ for d, r in zip(dirs, reports):
 PY
 done
 for dir in tests/adversarial/mlx-cuda/*/; do
+  picked "$dir" || continue
   name=$(basename "$dir")
   task=$(sed -n 's/^task = "\(.*\)"/\1/p' "$dir/expect.toml")
   started=$(date +%s)

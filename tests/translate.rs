@@ -1221,3 +1221,29 @@ fn what_only_host_code_names_stays_out_of_the_translation() {
         );
     }
 }
+
+/// A header's `__device__` prototype is no device variable (it was T117), and a guarded header (`#ifndef
+/// X_H`) is read at file scope, so its helpers are carried (they sat inside the guard's `#ifndef` block,
+/// where the translation takes nothing).
+#[test]
+fn a_guarded_header_with_prototypes_is_carried() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("ops.cuh"),
+        "#ifndef OPS_CUH\n#define OPS_CUH\n__device__ float twice(float v);\n\
+         __device__ float twice(float v) { return 2.0f * v; }\n#endif\n",
+    )
+    .unwrap();
+    let f = dir.path().join("k.cu");
+    std::fs::write(
+        &f,
+        "#include \"ops.cuh\"\n__global__ void k(const float* x, float* y, int n) {\n\
+         int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i < n) y[i] = twice(x[i]);\n}\n\
+         void run(const float* x, float* y, int n) { k<<<(n + 255) / 256, 256>>>(x, y, n); }\n",
+    )
+    .unwrap();
+    let t = translate::translate_file(&f, Target::MlxCuda).unwrap();
+    assert!(codes(&t, Severity::Error).is_empty(), "{:?}", t.diagnostics);
+    let header = &t.candidate.as_ref().unwrap().files["header.cuh"];
+    assert!(header.contains("return 2.0f * v;"), "{header}");
+}

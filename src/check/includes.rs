@@ -53,7 +53,7 @@ struct Pending {
 }
 
 /// The name a line includes (and whether it is quoted), if it is an `#include` of a literal name.
-fn included(directive: &str) -> Option<(String, bool)> {
+pub(crate) fn included(directive: &str) -> Option<(String, bool)> {
     let d = directive.trim_start_matches('#').trim_start();
     let rest = d.strip_prefix("include")?.trim();
     let (quoted, name) = if let Some(r) = rest.strip_prefix('"') {

@@ -89,6 +89,14 @@ pub fn clean(src: &str) -> (String, Vec<(usize, String)>) {
             out.push(c);
             i += 1;
             while i < b.len() && b[i] != c && b[i] != '\n' {
+                if b[i] == '\\' && b.get(i + 1) == Some(&'\n') {
+                    // A line continued inside the literal (`asm("...\n \` over lines): the line count
+                    // goes on.
+                    out.push_str(" \n");
+                    line += 1;
+                    i += 2;
+                    continue;
+                }
                 if b[i] == '\\' && i + 1 < b.len() {
                     out.push(' ');
                     i += 1;
@@ -218,6 +226,14 @@ mod tests {
             names,
             [("a", 1), ("b", 3), ("\"", 3), ("\"", 3), ("c", 3), ("d", 5)]
         );
+    }
+
+    #[test]
+    fn a_string_continued_over_lines_keeps_the_line_count() {
+        let src = "asm(\"\\n \\\n  add \\n \\\n  \");\n#else\nx";
+        let (c, pp) = clean(src);
+        assert_eq!(c.lines().count(), src.lines().count());
+        assert_eq!(pp, vec![(4, "#else".to_string())]);
     }
 
     #[test]

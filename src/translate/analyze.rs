@@ -227,6 +227,17 @@ fn template_params(f: Node, src: &str) -> TemplateParams {
                     order.push(name);
                 }
             }
+            // Variadic and template-template parameters: none is an MLX template argument, and each holds
+            // a place in a launch's `<...>` values.
+            k if p.is_named() && k != "comment" => {
+                let name = descendants(p)
+                    .into_iter()
+                    .rfind(|n| matches!(n.kind(), "identifier" | "type_identifier"))
+                    .map(|n| text(n, src).to_string())
+                    .unwrap_or_else(|| text(p, src).to_string());
+                other.push(name.clone());
+                order.push(name);
+            }
             _ => {}
         }
     }
@@ -380,6 +391,39 @@ fn constants(root: Node, src: &str) -> BTreeMap<String, i64> {
                 }
             }
             _ => {}
+        }
+    }
+    // `#define`s the parser lost inside code it could not read (a header's unparsed macros), by their text.
+    for (_, d) in crate::check::lex::clean(src).1 {
+        let Some(rest) = d
+            .trim_start_matches('#')
+            .trim_start()
+            .strip_prefix("define")
+        else {
+            continue;
+        };
+        let rest = rest.trim_start();
+        let name: String = rest
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        let value = rest[name.len()..].trim();
+        if name.is_empty()
+            || consts.contains_key(&name)
+            || value.is_empty()
+            || value.starts_with('(') && rest[name.len()..].starts_with('(')
+        {
+            continue;
+        }
+        let snippet = format!("int __v = ({value});");
+        let tree = parse(&snippet);
+        if let Some(v) = descendants(tree.root_node())
+            .into_iter()
+            .find(|x| x.kind() == "init_declarator")
+            .and_then(|d| d.child_by_field_name("value"))
+            .and_then(|v| eval(v, &snippet, &consts))
+        {
+            consts.insert(name, v);
         }
     }
     consts

@@ -1072,6 +1072,7 @@ fn carried(c: Node, src: &str) -> bool {
         return has_qualifier(f, src, "__device__") || has_qualifier(f, src, "__global__");
     }
     match c.kind() {
+        "declaration" if is_prototype(c) => false,
         "declaration" => {
             let t = text(c, src);
             t.contains("__constant__")
@@ -1086,6 +1087,13 @@ fn carried(c: Node, src: &str) -> bool {
     }
 }
 
+/// A declaration of functions only (`__device__ float f(float);`).
+fn is_prototype(c: Node) -> bool {
+    let mut cur = c.walk();
+    let mut declarators = c.children_by_field_name("declarator", &mut cur).peekable();
+    declarators.peek().is_some() && declarators.all(|d| d.kind() == "function_declarator")
+}
+
 /// The words of a piece of code that could name something (identifiers, macro names).
 fn words(t: &str) -> impl Iterator<Item = &str> {
     t.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
@@ -1095,11 +1103,12 @@ fn words(t: &str) -> impl Iterator<Item = &str> {
 /// The header items (by node id) that the translated file's own items and kernels use, directly or
 /// through other header items. Words stand for uses: a name in a comment or a string keeps an item too,
 /// which costs a few lines, never a missing definition.
-fn used_from_headers(
+fn used_from_headers<'s>(
     top: &[Node],
-    src: &str,
+    src: &'s str,
     from_header: &dyn Fn(Node) -> bool,
-) -> BTreeSet<usize> {
+    macros: &'s [(String, String)],
+) -> (BTreeSet<usize>, BTreeSet<&'s str>) {
     let mut wanted: BTreeSet<&str> = BTreeSet::new();
     let mut pending: Vec<(usize, BTreeSet<String>, Node)> = Vec::new();
     // Host code is never carried, so what it names (the library's host types) is not needed.
@@ -1111,8 +1120,9 @@ fn used_from_headers(
         }
     }
     let mut used = BTreeSet::new();
+    let mut used_macros: BTreeSet<&str> = BTreeSet::new();
     loop {
-        let before = used.len();
+        let before = used.len() + used_macros.len();
         let mut rest = Vec::new();
         for (id, names, c) in pending {
             if names.iter().any(|n| wanted.contains(n.as_str())) {
@@ -1123,10 +1133,53 @@ fn used_from_headers(
             }
         }
         pending = rest;
-        if used.len() == before {
-            return used;
+        for (name, def) in macros {
+            if !used_macros.contains(name.as_str()) && wanted.contains(name.as_str()) {
+                used_macros.insert(name);
+                wanted.extend(words(def));
+            }
+        }
+        if used.len() + used_macros.len() == before {
+            return (used, used_macros);
         }
     }
+}
+
+/// The `#define`s of headers read in, by their text (name, the directive joined over its lines), for the
+/// names defined once in the live text: the parser loses some of them inside code it cannot read (a
+/// library's table macros), and a macro is what a launch's sizes and a kernel's body most often take from
+/// a header. Macros built on CUDA's indices are left to the syntax tree (they go into kernel bodies on Metal).
+fn header_macros(src: &str, flat: &Flat) -> Vec<(String, String)> {
+    let (_, directives) = crate::check::lex::clean(src);
+    let mut found: Vec<(String, String)> = Vec::new();
+    let mut count: BTreeMap<String, usize> = BTreeMap::new();
+    for (line, d) in directives {
+        let body = d.trim_start_matches('#').trim_start();
+        let Some(rest) = body.strip_prefix("define") else {
+            continue;
+        };
+        let name: String = rest
+            .trim_start()
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        if name.is_empty() || !rest.starts_with(char::is_whitespace) {
+            continue;
+        }
+        *count.entry(name.clone()).or_default() += 1;
+        let builtins = [
+            "threadIdx",
+            "blockIdx",
+            "blockDim",
+            "gridDim",
+            "__syncthreads",
+        ];
+        if flat.from_header(line - 1) && !builtins.iter().any(|b| d.contains(b)) {
+            found.push((name, d.trim().to_string()));
+        }
+    }
+    found.retain(|(n, _)| count.get(n) == Some(&1));
+    found
 }
 
 fn ceil_to(extent: &str, tg: &str) -> String {
@@ -1209,11 +1262,23 @@ pub(crate) fn translate_tree(
     }
     // What came from a header is carried only when the kernels use it (headers hold host code too).
     let from_header = |n: Node| flat.is_some_and(|f| f.from_header(n.start_position().row));
-    let used = if top.iter().any(|c| from_header(*c)) {
-        used_from_headers(&top, src, &from_header)
-    } else {
-        BTreeSet::new()
+    let macros_of_headers = match flat {
+        Some(f) if !f.headers.is_empty() => header_macros(src, f),
+        _ => Vec::new(),
     };
+    let (used, used_macros) = if top.iter().any(|c| from_header(*c)) {
+        used_from_headers(&top, src, &from_header, &macros_of_headers)
+    } else {
+        (BTreeSet::new(), BTreeSet::new())
+    };
+    let carried_by_text: BTreeSet<&str> =
+        macros_of_headers.iter().map(|(n, _)| n.as_str()).collect();
+    for (name, def) in &macros_of_headers {
+        if used_macros.contains(name.as_str()) {
+            header.push_str(def);
+            header.push('\n');
+        }
+    }
     let spaces = call_site_spaces(&analysis, root, src);
     let helper_attrs = if metal {
         helper_attributes(&top, src, target, &spaces)
@@ -1229,6 +1294,14 @@ pub(crate) fn translate_tree(
                 && c.child_by_field_name("path")
                     .is_some_and(|p| p.kind() == "system_lib_string");
         if from_header(c) && !used.contains(&c.id()) && !kept_anyway {
+            continue;
+        }
+        // A header's macros are carried by their text (header_macros), ahead of everything else.
+        if from_header(c)
+            && matches!(c.kind(), "preproc_def" | "preproc_function_def")
+            && c.child_by_field_name("name")
+                .is_some_and(|n| carried_by_text.contains(text(n, src)))
+        {
             continue;
         }
         let t = text(c, src);
@@ -1346,7 +1419,9 @@ pub(crate) fn translate_tree(
                 }
             }
             "declaration" => {
-                let is_device_var = t.contains("__constant__") || t.contains("__device__");
+                // A prototype (`__device__ float f(float);`) declares no variable: its definition is carried.
+                let is_device_var =
+                    (t.contains("__constant__") || t.contains("__device__")) && !is_prototype(c);
                 let is_const = t.starts_with("const")
                     || t.starts_with("constexpr")
                     || t.starts_with("static const")

@@ -81,18 +81,145 @@ impl Flat {
     }
 }
 
-/// The name a directive includes, and whether it is quoted.
-fn included(directive: &str) -> Option<(String, bool)> {
+/// The branches of `#if`s met so far, as far as they can be told without the compiler. A condition on
+/// whether a plain name is defined (`#ifdef X`, `#ifndef X`, `#if defined(X)`, `#elif !defined(X)`) is
+/// decided by the `#define`s met before it in live text; any other condition is unknown, and its branches
+/// are live. A dead branch's lines become blank: a header of another vendor's port (`#if
+/// defined(GGML_USE_HIP) #include "vendors/hip.h"`) is not read in, nor its code parsed. Directives stay
+/// as written (tree-sitter keeps what it cannot parse inside a branch, where it does no harm), except an
+/// include guard's (`#ifndef X_H` / `#define X_H` ... `#endif`), which become blank lines, so that the
+/// header's items lie at file scope, where the translation takes its items. Names that begin with `__` are
+/// the compiler's and stay unknown.
+#[derive(Default)]
+struct Conditions {
+    stack: Vec<Chain>,
+    defined: BTreeSet<String>,
+    /// Defined under a condition that could not be told: whether they are defined is unknown too.
+    maybe: BTreeSet<String>,
+}
+
+/// One open `#if` chain.
+struct Chain {
+    /// The branch in progress is live (None: unknown).
+    live: Option<bool>,
+    /// A branch so far was certainly taken.
+    taken: bool,
+    /// An include guard's, with its directives blanked.
+    guard: bool,
+}
+
+impl Conditions {
+    fn active(&self) -> bool {
+        self.stack.iter().all(|c| c.live != Some(false))
+    }
+
+    /// Whether a condition holds, when it is one on a single name being defined.
+    fn decide(&self, cond: &str) -> Option<bool> {
+        let c = cond.trim();
+        let (negated, c) = match c.strip_prefix('!') {
+            Some(rest) => (true, rest.trim()),
+            None => (false, c),
+        };
+        let name = c.strip_prefix("defined")?.trim();
+        let name = name
+            .strip_prefix('(')
+            .and_then(|n| n.strip_suffix(')'))
+            .unwrap_or(name)
+            .trim();
+        let plain = !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !plain || name.starts_with("__") || self.maybe.contains(name) {
+            return None;
+        }
+        Some(self.defined.contains(name) != negated)
+    }
+
+    /// Takes one directive (its text as the lexer joined it; `next` the file's next directive, which tells
+    /// an include guard); says whether its line is kept.
+    fn step(&mut self, directive: &str, next: Option<&str>) -> bool {
+        let (word, rest) = split_directive(directive);
+        let outer = self.active();
+        let cond = |word: &str| match word {
+            "ifdef" | "elifdef" => format!("defined({rest})"),
+            "ifndef" | "elifndef" => format!("!defined({rest})"),
+            _ => rest.to_string(),
+        };
+        match word {
+            "if" | "ifdef" | "ifndef" => {
+                let live = if outer {
+                    self.decide(&cond(word))
+                } else {
+                    Some(false)
+                };
+                let guard = outer
+                    && live == Some(true)
+                    && word == "ifndef"
+                    && next.map(split_directive) == Some(("define", rest));
+                self.stack.push(Chain {
+                    live,
+                    taken: live == Some(true),
+                    guard,
+                });
+                outer && !guard
+            }
+            "elif" | "elifdef" | "elifndef" | "else" => {
+                let Some(mut chain) = self.stack.pop() else {
+                    return true;
+                };
+                let outer = self.active();
+                chain.live = if !outer || chain.taken {
+                    Some(false)
+                } else if word == "else" {
+                    // After unknown branches, the else is as unknown as they were.
+                    if chain.live.is_none() {
+                        None
+                    } else {
+                        Some(true)
+                    }
+                } else {
+                    match self.decide(&cond(word)) {
+                        Some(true) if chain.live.is_none() => None,
+                        other => other,
+                    }
+                };
+                chain.taken |= chain.live == Some(true);
+                let kept = outer && !chain.guard;
+                self.stack.push(chain);
+                kept
+            }
+            "endif" => {
+                let chain = self.stack.pop();
+                self.active() && !chain.is_some_and(|c| c.guard)
+            }
+            "define" if outer => {
+                let name: String = rest
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                if self.stack.iter().all(|c| c.live == Some(true)) {
+                    self.defined.insert(name);
+                } else {
+                    self.maybe.insert(name);
+                }
+                true
+            }
+            "undef" if outer => {
+                if self.stack.iter().all(|c| c.live == Some(true)) {
+                    self.defined.remove(rest);
+                } else {
+                    self.maybe.insert(rest.to_string());
+                }
+                true
+            }
+            _ => outer,
+        }
+    }
+}
+
+/// A directive's word and the rest (`#  ifndef X_H` → `("ifndef", "X_H")`).
+fn split_directive(directive: &str) -> (&str, &str) {
     let d = directive.trim_start_matches('#').trim_start();
-    let rest = d.strip_prefix("include")?.trim();
-    let (quoted, name) = if let Some(r) = rest.strip_prefix('"') {
-        (true, r.split('"').next()?)
-    } else if let Some(r) = rest.strip_prefix('<') {
-        (false, r.split('>').next()?)
-    } else {
-        return None;
-    };
-    (!name.is_empty()).then(|| (name.to_string(), quoted))
+    let (word, rest) = d.split_once(char::is_whitespace).unwrap_or((d, ""));
+    (word, rest.trim())
 }
 
 /// A file being read into the flattened text: its lines, the next one to copy, the include directives by
@@ -100,7 +227,7 @@ fn included(directive: &str) -> Option<(String, bool)> {
 struct Open {
     lines: Vec<String>,
     next: usize,
-    includes: std::collections::BTreeMap<usize, (String, bool)>,
+    directives: std::collections::BTreeMap<usize, String>,
     dir: PathBuf,
     shown: String,
     header: bool,
@@ -116,10 +243,7 @@ impl Open {
         Open {
             lines,
             next: 0,
-            includes: directives
-                .into_iter()
-                .filter_map(|(line, d)| included(&d).map(|i| (line, i)))
-                .collect(),
+            directives: directives.into_iter().collect(),
             dir,
             shown,
             header,
@@ -186,6 +310,8 @@ pub fn flatten(
         false,
     )];
     let mut resume = true; // a segment starts at the top file's next line
+    let mut conditions = Conditions::default();
+    let mut blank_continuation = false;
     while let Some(top) = stack.last_mut() {
         if top.next >= top.lines.len() {
             stack.pop();
@@ -203,22 +329,41 @@ pub fn flatten(
             });
             resume = false;
         }
-        let found = top.includes.get(&(i + 1)).and_then(|(name, quoted)| {
-            // The including file's own folder first (quoted includes), then each root in order.
-            let mut tries: Vec<PathBuf> = Vec::new();
-            if *quoted {
-                tries.push(top.dir.join(name));
+        let directive = top.directives.get(&(i + 1)).cloned();
+        let mut kept = match &directive {
+            Some(d) => {
+                let next = top
+                    .directives
+                    .range(i + 2..)
+                    .next()
+                    .map(|(_, n)| n.as_str());
+                conditions.step(d, next)
             }
-            tries.extend(roots.iter().map(|(r, _)| r.join(name)));
-            tries.into_iter().find_map(|p| {
-                let real = p.canonicalize().ok()?;
-                let (root, shown_root) = roots.iter().find(|(r, _)| real.starts_with(r))?;
-                real.is_file().then(|| {
-                    let below = real.strip_prefix(root).unwrap_or(&real).to_path_buf();
-                    (real, shown_root.join(below).display().to_string())
+            None => conditions.active(),
+        };
+        if blank_continuation {
+            kept = false;
+        }
+        let found = directive
+            .as_deref()
+            .filter(|_| kept)
+            .and_then(crate::check::includes::included)
+            .and_then(|(name, quoted)| {
+                // The including file's own folder first (quoted includes), then each root in order.
+                let mut tries: Vec<PathBuf> = Vec::new();
+                if quoted {
+                    tries.push(top.dir.join(&name));
+                }
+                tries.extend(roots.iter().map(|(r, _)| r.join(&name)));
+                tries.into_iter().find_map(|p| {
+                    let real = p.canonicalize().ok()?;
+                    let (root, shown_root) = roots.iter().find(|(r, _)| real.starts_with(r))?;
+                    real.is_file().then(|| {
+                        let below = real.strip_prefix(root).unwrap_or(&real).to_path_buf();
+                        (real, shown_root.join(below).display().to_string())
+                    })
                 })
-            })
-        });
+            });
         if let Some((real, header_shown)) = found {
             // The directive's line stays, blanked, so the including file's lines keep their count.
             flat.text.push('\n');
@@ -253,8 +398,10 @@ pub fn flatten(
             continue;
         }
         let line = &top.lines[i];
+        // A blanked line's continuation lines go with it.
+        blank_continuation = !kept && line.trim_end().ends_with('\\');
         // `#pragma once` means nothing once the header is read in (it is read once anyway).
-        if !(top.header && line.trim() == "#pragma once") {
+        if kept && !(top.header && line.trim() == "#pragma once") {
             flat.text.push_str(line);
         }
         flat.text.push('\n');
@@ -321,15 +468,100 @@ mod tests {
     }
 
     #[test]
+    fn includes_in_branches_that_cannot_be_live_are_not_followed() {
+        let d = tempfile::tempdir().unwrap();
+        for (name, text) in [
+            ("hip.h", "#define FROM_HIP 1\n"),
+            ("musa.h", "#define FROM_MUSA 1\n"),
+            ("cuda.h", "#define FROM_CUDA 1\n"),
+            ("fp16.h", "#define FROM_FP16 1\n"),
+            ("maybe.h", "#define FROM_MAYBE 1\n#define STRIDED 1\n"),
+            ("strided.h", "#define FROM_STRIDED 1\n"),
+            ("other.h", "#define FROM_OTHER 1\n"),
+        ] {
+            write(d.path(), name, text);
+        }
+        let text = "#define USE_FP16\n\
+                    #if defined(USE_HIP)\n#include \"hip.h\"\n\
+                    #elif defined(USE_MUSA)\n#include \"musa.h\"\n\
+                    #else\n#include \"cuda.h\"\n#endif\n\
+                    #ifdef USE_FP16\n#include \"fp16.h\"\n#endif\n\
+                    #if CUDART_VERSION >= 12000\n#include \"maybe.h\"\n#else\n#include \"other.h\"\n#endif\n\
+                    #ifndef STRIDED\n#include \"strided.h\"\n#endif\n";
+        let main = write(d.path(), "k.cu", text);
+        let flat = flatten(&main, "k.cu", text, &[]).unwrap();
+        for (word, read) in [
+            ("FROM_HIP", false),
+            ("FROM_MUSA", false),
+            ("FROM_CUDA", true),
+            ("FROM_FP16", true),
+            // A condition on a value is unknown: both branches may be live.
+            ("FROM_MAYBE", true),
+            ("FROM_OTHER", true),
+            // Defined in a branch that may or may not be taken: whether it is defined is unknown too.
+            ("FROM_STRIDED", true),
+        ] {
+            assert_eq!(flat.text.contains(word), read, "{word}:\n{}", flat.text);
+        }
+        // Dead branches are blank lines (lines keep their numbers); directives stay.
+        assert!(
+            flat.text.contains("#if defined(USE_HIP)\n\n#elif"),
+            "{}",
+            flat.text
+        );
+        assert!(
+            flat.text.contains("#if CUDART_VERSION >= 12000\n"),
+            "{}",
+            flat.text
+        );
+    }
+
+    #[test]
+    fn a_guarded_header_lies_at_file_scope_and_dead_branches_are_blank() {
+        let d = tempfile::tempdir().unwrap();
+        write(
+            d.path(),
+            "g.cuh",
+            "#ifndef G_CUH\n#define G_CUH\n__device__ int g() { return 1; }\n#endif\n",
+        );
+        let text = "#include \"g.cuh\"\n#include \"g.cuh\"\n#if defined(NOPE)\nint a;\n#elif X > 1\nint b;\n#else\nint c;\n#endif\n#if defined(NOPE) && \\\n  defined(ALSO)\nint d;\n#endif\n";
+        let main = write(d.path(), "k.cu", text);
+        let flat = flatten(&main, "k.cu", text, &[]).unwrap();
+        let lines: Vec<&str> = flat.text.lines().collect();
+        assert!(lines.contains(&"__device__ int g() { return 1; }"));
+        assert!(!flat.text.contains("#ifndef G_CUH"), "{}", flat.text);
+        assert_eq!(flat.text.matches("#endif").count(), 2, "{}", flat.text);
+        assert!(!flat.text.contains("int a;"), "{}", flat.text);
+        assert!(
+            flat.text
+                .contains("#elif X > 1\nint b;\n#else\nint c;\n#endif"),
+            "{}",
+            flat.text
+        );
+        // A condition written over two lines is unknown, and kept whole.
+        assert!(
+            flat.text
+                .contains("#if defined(NOPE) && \\\n  defined(ALSO)\nint d;\n#endif")
+        );
+        let k = lines.iter().position(|l| *l == "int b;").unwrap();
+        assert_eq!(flat.origin(k + 1), (None, 6));
+    }
+
+    #[test]
     fn a_header_outside_the_folders_is_not_read() {
         let outside = tempfile::tempdir().unwrap();
         let secret = write(outside.path(), "secret.cuh", "#define SECRET 1\n");
         let d = tempfile::tempdir().unwrap();
         #[cfg(unix)]
         std::os::unix::fs::symlink(&secret, d.path().join("link.cuh")).unwrap();
+        // `..` from the file's folder to the folder that holds the secret.
         let rel = format!(
-            "{}/secret.cuh",
-            std::iter::repeat_n("..", 8).collect::<Vec<_>>().join("/")
+            "../{}/secret.cuh",
+            outside.path().file_name().unwrap().to_string_lossy()
+        );
+        assert!(
+            d.path().join(&rel).is_file(),
+            "the test's path must reach the file"
         );
         let text = format!(
             "#include \"link.cuh\"\n#include \"{rel}\"\n#include \"{}\"\n",

@@ -1,10 +1,11 @@
-//! Function-like macros built on CUDA's thread indices, expanded before the analysis reads a file.
+//! Function-like macros built on CUDA's thread indices (and ones that open or close a brace of their own),
+//! expanded before the analysis reads a file.
 //!
 //! `CUDA_KERNEL_LOOP(i, n)` (Caffe, PyTorch's legacy kernels, mmcv and many more) hides a grid-stride loop
 //! and its bound behind a macro, so the analysis saw no thread index, no guard and no loop: the kernel's
 //! launch became a blind guess. Each use is replaced by the macro's body with its arguments, on the same
 //! line, so line numbers still match the file. Only macros whose body names `threadIdx`, `blockIdx`,
-//! `blockDim` or `gridDim` are expanded, and only when a use's arguments close on its own line; bodies that
+//! `blockDim` or `gridDim`, or has a brace it does not match, are expanded, and only when a use's arguments close on its own line; bodies that
 //! stringify or paste (`#`, `##`) are left alone.
 
 use regex::Regex;
@@ -67,7 +68,8 @@ pub fn expand(src: &str) -> Cow<'_, str> {
     Cow::Owned(lines.join("\n"))
 }
 
-/// Words a qualifier macro may stand for: type qualifiers and CUDA's function specifiers.
+/// Words a qualifier macro may stand for: type qualifiers, CUDA's function specifiers, and storage classes
+/// (`#define GGML_API extern`: a library's export macro before every declaration of its API).
 const QUALIFIERS: &[&str] = &[
     "__restrict__",
     "__restrict",
@@ -82,6 +84,7 @@ const QUALIFIERS: &[&str] = &[
     "__inline__",
     "inline",
     "static",
+    "extern",
 ];
 
 /// Object-like macros that stand for qualifiers only (`#define RESTRICT __restrict__`, `#define DEVICE_INLINE
@@ -102,12 +105,22 @@ fn qualifier_macros(src: &str) -> Vec<(String, String)> {
         let body = c[2].split_whitespace().collect::<Vec<_>>();
         if !body.is_empty() && body.iter().all(|w| QUALIFIERS.contains(w)) {
             let name = c[1].to_string();
-            if QUALIFIERS.contains(&name.as_str()) || out.iter().any(|(n, _)| *n == name) {
-                continue; // redefining a keyword, or defined twice (under #if): left to the compiler
+            if !QUALIFIERS.contains(&name.as_str()) {
+                out.push((name, body.join(" ")));
             }
-            out.push((name, body.join(" ")));
         }
     }
+    // A name defined twice (under `#if`s, say `__restrict` on one compiler and `__restrict__` on another)
+    // is left to the compiler, as is one that redefines a keyword.
+    static ANY: OnceLock<Regex> = OnceLock::new();
+    let any = ANY.get_or_init(|| {
+        Regex::new(r"(?m)^\s*#\s*define\s+([A-Za-z_]\w*)").expect("a valid pattern")
+    });
+    let mut seen: std::collections::BTreeMap<String, usize> = Default::default();
+    for c in any.captures_iter(src) {
+        *seen.entry(c[1].to_string()).or_default() += 1;
+    }
+    out.retain(|(n, _)| seen.get(n) == Some(&1));
     out
 }
 
@@ -133,7 +146,11 @@ fn index_macros(src: &str) -> Vec<Macro> {
         let uses_indices = ["threadIdx", "blockIdx", "blockDim", "gridDim"]
             .iter()
             .any(|b| body.contains(b));
-        if !uses_indices || body.contains('#') {
+        // A macro that opens or closes a brace it does not close or open (`TABLE_BEGIN(T, name, n)` for
+        // `static const T name[n] = {`) cannot be read by the parser where it is used: everything after it
+        // would be lost to the error.
+        let unbalanced = body.matches('{').count() != body.matches('}').count();
+        if !(uses_indices || unbalanced) || body.contains('#') {
             continue;
         }
         let params: Vec<String> = c[2]
@@ -265,9 +282,22 @@ mod tests {
         assert!(out.contains("#if defined(RESTRICT)"), "{out}");
         assert!(out.contains("__device__ __forceinline__ float f("), "{out}");
         assert!(out.contains("float * __restrict__ y = y_ptr;"), "{out}");
+        // One defined twice (under #if) is the compiler's to choose.
+        let src2 = "#ifdef MSVC\n#define R __restrict\n#else\n#define R\n#endif\n__global__ void k(float * R y) { y[0] = 1; }\n";
+        assert!(matches!(expand(src2), Cow::Borrowed(_)));
         // A macro with anything else in it is left alone.
         let src = "#define N 128\n#define CONST_N const int n\n__global__ void k(float* y) { y[0] = N; }\n";
         assert!(matches!(expand(src), Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn a_macro_that_opens_a_brace_is_expanded_where_it_is_used() {
+        let src = "#define TABLE_BEGIN(T, name, n) static const __device__ T name[n] = {\n#define TABLE_END() };\nTABLE_BEGIN(int, t, 2)\n  1, 2\nTABLE_END()\n";
+        let out = expand(src);
+        assert!(
+            out.contains("\nstatic const __device__ int t[2] = {\n  1, 2\n};\n"),
+            "{out}"
+        );
     }
 
     #[test]

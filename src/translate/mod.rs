@@ -295,11 +295,24 @@ pub fn translate_file_with(
             depth,
         }
     })?;
-    // Lines of the flattened text, named by the file they came from.
+    // Lines of the flattened text, named by the file they came from (a message's own "line N" too).
+    static LINE: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
+    let line_ref =
+        LINE.get_or_init(|| regex::Regex::new(r"\bline (\d+)").expect("a valid pattern"));
     for d in t.diagnostics.iter_mut() {
         let (header, line) = flat.origin(d.line);
         d.file = header.map(str::to_string);
         d.line = line;
+        if !flat.headers.is_empty() {
+            d.message = line_ref
+                .replace_all(&d.message, |c: &regex::Captures| {
+                    match flat.origin(c[1].parse().unwrap_or(0)) {
+                        (Some(h), l) => format!("line {l} of {h}"),
+                        (None, l) => format!("line {l}"),
+                    }
+                })
+                .into_owned();
+        }
     }
     // What the parser missed in a header (its API macros, host code) is one warning per header: most of
     // it never reaches the translation.
@@ -326,6 +339,18 @@ pub fn translate_file_with(
         t.diagnostics.push(d);
     }
     if !flat.headers.is_empty() {
+        // Lines in the JSON are the translated file's own; a header's are in its diagnostics.
+        let own = |l: usize| matches!(flat.origin(l), (None, _));
+        t.analysis.parse_error_lines = t
+            .analysis
+            .parse_error_lines
+            .iter()
+            .filter(|l| own(**l))
+            .map(|l| flat.origin(*l).1)
+            .collect();
+        for l in t.analysis.launches.iter_mut() {
+            l.line = flat.origin(l.line).1;
+        }
         for k in t.analysis.kernels.iter_mut() {
             k.line = flat.origin(k.line).1;
             k.end_line = flat.origin(k.end_line).1;
