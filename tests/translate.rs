@@ -1080,6 +1080,26 @@ fn headers_are_read_in_and_only_what_the_kernels_use_is_carried() {
     // Without -I the header is not found.
     let t = translate::translate_file(&f, Target::MlxCuda).unwrap();
     assert!(codes(&t, Severity::Error).contains(&"T033"));
+    // A header's own include found nowhere is a warning that names the header.
+    std::fs::write(
+        inc.join("extra.cuh"),
+        "#include \"missing_helpers.cuh\"\n#define EXTRA 1\n",
+    )
+    .unwrap();
+    let h = dir.path().join("h.cu");
+    std::fs::write(
+        &h,
+        "#include \"extra.cuh\"\n__global__ void h(float* y) { y[threadIdx.x] = EXTRA; }\n",
+    )
+    .unwrap();
+    let t =
+        translate::translate_file_with(&h, Target::MlxCuda, std::slice::from_ref(&inc)).unwrap();
+    let w = t.diagnostics.iter().find(|d| d.code == "T033").unwrap();
+    assert!(
+        w.severity == Severity::Warning
+            && w.file.as_deref().is_some_and(|f| f.ends_with("extra.cuh")),
+        "{w:?}"
+    );
     let t =
         translate::translate_file_with(&f, Target::MlxCuda, std::slice::from_ref(&inc)).unwrap();
     assert!(codes(&t, Severity::Error).is_empty(), "{:?}", t.diagnostics);

@@ -1294,6 +1294,22 @@ pub(crate) fn translate_tree(
                 && c.child_by_field_name("path")
                     .is_some_and(|p| p.kind() == "system_lib_string");
         if from_header(c) && !used.contains(&c.id()) && !kept_anyway {
+            if c.kind() == "preproc_include"
+                && c.child_by_field_name("path")
+                    .is_some_and(|p| p.kind() == "string_literal")
+            {
+                // A header's own include found nowhere: it matters only if the kernels need what it holds
+                // (then the translation does not compile), so a warning, not T033's error.
+                let mut d = diag(
+                    target,
+                    "T033",
+                    line(c),
+                    None,
+                    format!("`{}` (in a header)", text(c, src).trim()),
+                );
+                d.severity = Severity::Warning;
+                diags.push(d);
+            }
             continue;
         }
         // A header's macros are carried by their text (header_macros), ahead of everything else.
