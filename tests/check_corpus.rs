@@ -23,22 +23,6 @@ const MAX_REJECTED: f64 = 0.05;
 /// Clang (982 when the corpus came in); the bar only comes down.
 const MLX_MAX_ERRORS: usize = 951;
 
-fn corpus() -> Option<PathBuf> {
-    match std::env::var("KSEARCH_CORPUS") {
-        Ok(c) if !c.is_empty() => Some(PathBuf::from(c)),
-        _ => {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "KSEARCH_CORPUS is not set: CI must run the tests through scripts/test"
-            );
-            eprintln!(
-                "skipped: no corpus (run the tests through scripts/test, or set KSEARCH_CORPUS=$(scripts/corpus.sh))"
-            );
-            None
-        }
-    }
-}
-
 /// `ksearch check FILE -I ...` as JSON: the error findings (code, file, line, message).
 fn errors(file: &Path, includes: &[&Path]) -> Result<Vec<Value>, String> {
     let store = tempfile::tempdir().unwrap();
@@ -78,21 +62,6 @@ fn line(f: &Value) -> String {
         f["code"].as_str().unwrap_or("?"),
         f["message"].as_str().unwrap_or("")
     )
-}
-
-/// Runs `work` over `items` on two threads (the machine has two cores), results in order.
-fn in_parallel<T: Sync, R: Send>(items: &[T], work: impl Fn(&T) -> R + Sync) -> Vec<R> {
-    let half = items.len().div_ceil(2);
-    std::thread::scope(|s| {
-        let parts: Vec<_> = items
-            .chunks(half.max(1))
-            .map(|chunk| s.spawn(|| chunk.iter().map(&work).collect::<Vec<R>>()))
-            .collect();
-        parts
-            .into_iter()
-            .flat_map(|h| h.join().expect("a worker thread"))
-            .collect()
-    })
 }
 
 /// The complete sources of a folder of `.metal` files: those with a kernel that no other file includes.

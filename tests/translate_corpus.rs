@@ -27,22 +27,6 @@ const CUDA_CLEAN_FILES: usize = 10;
 const METAL_CLEAN_KERNELS: usize = 27;
 const METAL_CLEAN_FILES: usize = 7;
 
-fn corpus() -> Option<PathBuf> {
-    match std::env::var("KSEARCH_CORPUS") {
-        Ok(c) if !c.is_empty() => Some(PathBuf::from(c)),
-        _ => {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "KSEARCH_CORPUS is not set: CI must run the tests through scripts/test"
-            );
-            eprintln!(
-                "skipped: no corpus (run the tests through scripts/test, or set KSEARCH_CORPUS=$(scripts/corpus.sh))"
-            );
-            None
-        }
-    }
-}
-
 /// Every file under `dir` (recursively) with a CUDA extension that spells `__global__`.
 fn kernel_files(dir: &Path, out: &mut Vec<PathBuf>) {
     let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
@@ -61,21 +45,6 @@ fn kernel_files(dir: &Path, out: &mut Vec<PathBuf>) {
             out.push(p);
         }
     }
-}
-
-/// Runs `work` over `items` on two threads (the machine has two cores), results in order.
-fn in_parallel<T: Sync, R: Send>(items: &[T], work: impl Fn(&T) -> R + Sync) -> Vec<R> {
-    let half = items.len().div_ceil(2);
-    std::thread::scope(|s| {
-        let parts: Vec<_> = items
-            .chunks(half.max(1))
-            .map(|chunk| s.spawn(|| chunk.iter().map(&work).collect::<Vec<R>>()))
-            .collect();
-        parts
-            .into_iter()
-            .flat_map(|h| h.join().expect("a worker thread"))
-            .collect()
-    })
 }
 
 /// What one translation said: exit code, its JSON, the plan written (as TOML), stderr.

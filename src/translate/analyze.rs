@@ -346,73 +346,17 @@ pub(crate) fn parse_int(s: &str) -> Option<i64> {
 /// `#define NAME <int expr>` and `constexpr`/`const` int globals (and `static constexpr` in bodies).
 fn constants(root: Node, src: &str) -> BTreeMap<String, i64> {
     let mut consts = BTreeMap::new();
-    for n in descendants(root) {
-        match n.kind() {
-            "preproc_def" => {
-                let (Some(name), Some(value)) = (
-                    n.child_by_field_name("name"),
-                    n.child_by_field_name("value"),
-                ) else {
-                    continue;
-                };
-                let snippet = format!("int __v = ({});", text(value, src).trim());
-                let tree = parse(&snippet);
-                let v = descendants(tree.root_node())
-                    .into_iter()
-                    .find(|x| x.kind() == "init_declarator")
-                    .and_then(|d| d.child_by_field_name("value"))
-                    .and_then(|v| eval(v, &snippet, &consts));
-                if let Some(v) = v {
-                    consts.insert(text(name, src).to_string(), v);
-                }
-            }
-            "declaration" => {
-                let is_const = children(n).iter().any(|c| {
-                    c.kind() == "type_qualifier" && matches!(text(*c, src), "const" | "constexpr")
-                });
-                if !is_const {
-                    continue;
-                }
-                for d in children(n) {
-                    if d.kind() != "init_declarator" {
-                        continue;
-                    }
-                    let (Some(name), Some(value)) = (
-                        d.child_by_field_name("declarator"),
-                        d.child_by_field_name("value"),
-                    ) else {
-                        continue;
-                    };
-                    if name.kind() == "identifier"
-                        && let Some(v) = eval(value, src, &consts)
-                    {
-                        consts.insert(text(name, src).to_string(), v);
-                    }
-                }
-            }
-            _ => {}
-        }
-    }
-    // `#define`s the parser lost inside code it could not read (a header's unparsed macros), by their text.
+    // `#define`s by their text (the parser loses some inside code it cannot read, such as a header's
+    // unparsed macros), in file order, then `const`/`constexpr` declarations, which may use them.
     for (_, d) in crate::check::lex::clean(src).1 {
-        let Some(rest) = d
-            .trim_start_matches('#')
-            .trim_start()
-            .strip_prefix("define")
-        else {
+        let Some((name, rest)) = super::includes::define_of(&d) else {
             continue;
         };
-        let rest = rest.trim_start();
-        let name: String = rest
-            .chars()
-            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-            .collect();
-        let value = rest[name.len()..].trim();
-        if name.is_empty()
-            || consts.contains_key(&name)
-            || value.is_empty()
-            || value.starts_with('(') && rest[name.len()..].starts_with('(')
-        {
+        // The directive's text still holds its comments.
+        let value = rest.split("//").next().unwrap_or("");
+        let value = value.split("/*").next().unwrap_or("").trim();
+        // Function-like macros (`F(x)`) and empty ones are not constants.
+        if consts.contains_key(name) || rest.starts_with('(') || value.is_empty() {
             continue;
         }
         let snippet = format!("int __v = ({value});");
@@ -423,7 +367,34 @@ fn constants(root: Node, src: &str) -> BTreeMap<String, i64> {
             .and_then(|d| d.child_by_field_name("value"))
             .and_then(|v| eval(v, &snippet, &consts))
         {
-            consts.insert(name, v);
+            consts.insert(name.to_string(), v);
+        }
+    }
+    for n in descendants(root) {
+        if n.kind() != "declaration" {
+            continue;
+        }
+        let is_const = children(n).iter().any(|c| {
+            c.kind() == "type_qualifier" && matches!(text(*c, src), "const" | "constexpr")
+        });
+        if !is_const {
+            continue;
+        }
+        for d in children(n) {
+            if d.kind() != "init_declarator" {
+                continue;
+            }
+            let (Some(name), Some(value)) = (
+                d.child_by_field_name("declarator"),
+                d.child_by_field_name("value"),
+            ) else {
+                continue;
+            };
+            if name.kind() == "identifier"
+                && let Some(v) = eval(value, src, &consts)
+            {
+                consts.insert(text(name, src).to_string(), v);
+            }
         }
     }
     consts

@@ -988,16 +988,26 @@ fn file_scope_type(t: &str, metal: bool) -> String {
     s + "\n"
 }
 
+/// The function a file-scope item defines (itself, or the one a template declares).
+fn item_function(c: Node) -> Option<Node> {
+    match c.kind() {
+        "function_definition" => Some(c),
+        "template_declaration" => children(c)
+            .into_iter()
+            .find(|x| x.kind() == "function_definition"),
+        _ => None,
+    }
+}
+
+/// A file-scope declaration of constants (`const`, `constexpr`, `static const`, ...), which the header carries.
+fn is_const_declaration(t: &str) -> bool {
+    let t = t.trim_start_matches("static ");
+    t.starts_with("const") || t.starts_with("constexpr")
+}
+
 /// A `__global__` function (or a template of one).
 fn is_kernel(c: Node, src: &str) -> bool {
-    let f = if c.kind() == "template_declaration" {
-        children(c)
-            .into_iter()
-            .find(|x| x.kind() == "function_definition")
-    } else {
-        Some(c).filter(|c| c.kind() == "function_definition")
-    };
-    f.is_some_and(|f| has_qualifier(f, src, "__global__"))
+    item_function(c).is_some_and(|f| has_qualifier(f, src, "__global__"))
 }
 
 /// The names a file-scope item declares: a function's, a macro's, a type's (an enum's values too), a
@@ -1061,26 +1071,14 @@ fn declared_names(c: Node, src: &str) -> BTreeSet<String> {
 /// Whether a file-scope item is of a kind the translation carries: kernels, `__device__` helpers, macros,
 /// types, constants and device variables; not host functions, their declarations, or host variables.
 fn carried(c: Node, src: &str) -> bool {
-    let f = if c.kind() == "template_declaration" {
-        children(c)
-            .into_iter()
-            .find(|x| x.kind() == "function_definition")
-    } else {
-        Some(c).filter(|c| c.kind() == "function_definition")
-    };
-    if let Some(f) = f {
+    if let Some(f) = item_function(c) {
         return has_qualifier(f, src, "__device__") || has_qualifier(f, src, "__global__");
     }
     match c.kind() {
         "declaration" if is_prototype(c) => false,
         "declaration" => {
             let t = text(c, src);
-            t.contains("__constant__")
-                || t.contains("__device__")
-                || t.starts_with("const")
-                || t.starts_with("constexpr")
-                || t.starts_with("static const")
-                || t.starts_with("static constexpr")
+            t.contains("__constant__") || t.contains("__device__") || is_const_declaration(t)
         }
         "preproc_include" | "using_declaration" => false,
         _ => true,
@@ -1154,18 +1152,10 @@ fn header_macros(src: &str, flat: &Flat) -> Vec<(String, String)> {
     let mut found: Vec<(String, String)> = Vec::new();
     let mut count: BTreeMap<String, usize> = BTreeMap::new();
     for (line, d) in directives {
-        let body = d.trim_start_matches('#').trim_start();
-        let Some(rest) = body.strip_prefix("define") else {
+        let Some((name, _)) = super::includes::define_of(&d) else {
             continue;
         };
-        let name: String = rest
-            .trim_start()
-            .chars()
-            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-            .collect();
-        if name.is_empty() || !rest.starts_with(char::is_whitespace) {
-            continue;
-        }
+        let name = name.to_string();
         *count.entry(name.clone()).or_default() += 1;
         let builtins = [
             "threadIdx",
@@ -1321,16 +1311,7 @@ pub(crate) fn translate_tree(
             continue;
         }
         let t = text(c, src);
-        let func = if c.kind() == "function_definition" {
-            Some(c)
-        } else if c.kind() == "template_declaration" {
-            children(c)
-                .into_iter()
-                .find(|x| x.kind() == "function_definition")
-        } else {
-            None
-        };
-        if let Some(f) = func {
+        if let Some(f) = item_function(c) {
             if has_qualifier(f, src, "__device__") && !has_qualifier(f, src, "__global__") {
                 let name = function_parts(f, src).map(|p| p.0).unwrap_or_default();
                 device_lines += f.end_position().row - f.start_position().row + 1;
@@ -1438,10 +1419,7 @@ pub(crate) fn translate_tree(
                 // A prototype (`__device__ float f(float);`) declares no variable: its definition is carried.
                 let is_device_var =
                     (t.contains("__constant__") || t.contains("__device__")) && !is_prototype(c);
-                let is_const = t.starts_with("const")
-                    || t.starts_with("constexpr")
-                    || t.starts_with("static const")
-                    || t.starts_with("static constexpr");
+                let is_const = is_const_declaration(t);
                 if is_device_var {
                     diags.push(diag(
                         target,

@@ -45,20 +45,6 @@ pub struct Flat {
 }
 
 impl Flat {
-    /// A file with no headers read in.
-    pub fn alone(text: String, file: &str) -> Self {
-        Flat {
-            text,
-            segments: vec![Segment {
-                start: 0,
-                file: file.to_string(),
-                line: 1,
-                header: false,
-            }],
-            headers: Vec::new(),
-        }
-    }
-
     fn segment(&self, row: usize) -> &Segment {
         let i = self.segments.partition_point(|s| s.start <= row);
         &self.segments[i.saturating_sub(1)]
@@ -191,10 +177,7 @@ impl Conditions {
                 self.active() && !chain.is_some_and(|c| c.guard)
             }
             "define" if outer => {
-                let name: String = rest
-                    .chars()
-                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-                    .collect();
+                let name = define_of(directive).map_or("", |d| d.0).to_string();
                 if self.stack.iter().all(|c| c.live == Some(true)) {
                     self.defined.insert(name);
                 } else {
@@ -213,6 +196,19 @@ impl Conditions {
             _ => outer,
         }
     }
+}
+
+/// A `#define`'s name and what follows it (`#define N (4 * 8)` → `("N", " (4 * 8)")`; a function-like
+/// macro's follows with its `(`).
+pub(crate) fn define_of(directive: &str) -> Option<(&str, &str)> {
+    let (word, rest) = split_directive(directive);
+    if word != "define" {
+        return None;
+    }
+    let end = rest
+        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .unwrap_or(rest.len());
+    (end > 0).then(|| rest.split_at(end))
 }
 
 /// A directive's word and the rest (`#  ifndef X_H` → `("ifndef", "X_H")`).

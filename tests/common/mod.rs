@@ -117,3 +117,36 @@ pub fn run_cuda_cpu_driver(driver: &Path, include: &Path, exe_dir: &Path) -> Str
     assert!(run.status.success(), "{name}:\n{text}");
     text
 }
+
+/// The public code corpus of `scripts/corpus.sh` (KSEARCH_CORPUS, set by `scripts/test`); None, with a
+/// note, where it is not set outside CI.
+pub fn corpus() -> Option<PathBuf> {
+    match std::env::var("KSEARCH_CORPUS") {
+        Ok(c) if !c.is_empty() => Some(PathBuf::from(c)),
+        _ => {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "KSEARCH_CORPUS is not set: CI must run the tests through scripts/test"
+            );
+            eprintln!(
+                "skipped: no corpus (run the tests through scripts/test, or set KSEARCH_CORPUS=$(scripts/corpus.sh))"
+            );
+            None
+        }
+    }
+}
+
+/// Runs `work` over `items` on two threads (the machine has two cores), results in order.
+pub fn in_parallel<T: Sync, R: Send>(items: &[T], work: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    let half = items.len().div_ceil(2);
+    std::thread::scope(|s| {
+        let parts: Vec<_> = items
+            .chunks(half.max(1))
+            .map(|chunk| s.spawn(|| chunk.iter().map(&work).collect::<Vec<R>>()))
+            .collect();
+        parts
+            .into_iter()
+            .flat_map(|h| h.join().expect("a worker thread"))
+            .collect()
+    })
+}
