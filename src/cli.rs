@@ -279,7 +279,8 @@ enum Preset {
 #[derive(clap::Args, Clone, Default)]
 struct WorldModelArgs {
     /// `k-search`: window 7, no tuning, K-Search's selection, proposals every cycle, cumulative edits,
-    /// too-hard actions kept open, IMPROVE on the last attempt. Flags given explicitly win.
+    /// too-hard actions kept open, IMPROVE on the last attempt, held-out results at the end only. Flags
+    /// given explicitly win.
     #[arg(long, value_enum)]
     preset: Option<Preset>,
     /// World model: rounds in a row without improvement that end a cycle (default 3; 7 in the preset).
@@ -303,6 +304,10 @@ struct WorldModelArgs {
     /// World model: when the LLM is asked for new actions.
     #[arg(long, value_enum)]
     propose: Option<crate::search::world_model::Propose>,
+    /// World model: when the model sees the held-out workloads' results (`cycle`: each cycle's best is
+    /// scored on them before its tree update; `final`: only the run's best, at the end).
+    #[arg(long, value_enum)]
+    held_out_evidence: Option<crate::search::world_model::HeldOutEvidence>,
 }
 
 impl WorldModelArgs {
@@ -321,6 +326,7 @@ impl WorldModelArgs {
         c.edits = self.edits.unwrap_or(c.edits);
         c.improve_from = self.improve_from.unwrap_or(c.improve_from);
         c.propose = self.propose.unwrap_or(c.propose);
+        c.held_out = self.held_out_evidence.unwrap_or(c.held_out);
         c
     }
 }
@@ -980,6 +986,7 @@ fn progress_event(run_id: &str, e: &Event<'_>) -> Value {
             }),
         ),
         Event::FinalPhase { candidate } => ("final_phase", json!({"candidate": candidate})),
+        Event::HeldOutCheck { candidate } => ("held_out_check", json!({"candidate": candidate})),
     };
     with_fields(progress_json(run_id, event), fields)
 }
@@ -1013,6 +1020,9 @@ fn progress_bar(bar: &ProgressBar, e: Event<'_>) {
         }
         Event::FinalPhase { candidate } => {
             bar.set_prefix(format!("held-out workloads on {candidate} |"))
+        }
+        Event::HeldOutCheck { candidate } => {
+            bar.set_prefix(format!("held-out check of {candidate} |"))
         }
     }
 }

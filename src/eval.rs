@@ -1,5 +1,5 @@
 //! Evaluation: compile a candidate, check it against the reference on fresh random inputs, time it
-//! next to the baselines, and say what happened on every workload (`docs/design.md`, evaluation rules).
+//! next to the baselines, and say what happened on every workload (`docs/sandbox.md`, "The clock and the checks").
 //!
 //! The worker does the measuring; this module decides what to ask, with which seeds and deadlines, and
 //! turns every outcome (a wrong answer, a compiler error, a hang, a crash) into a recorded fate.

@@ -707,7 +707,25 @@ fn a_budget_of_twelve_rounds_on_default_settings_learns_and_every_prompt_shows_t
             p.contains("Rounds of the cycle (") && p.contains("- round 2 (improve"),
             "{p}"
         );
+        // The cycle best's results on the held-out shapes, which no round is timed on.
+        for part in [
+            "Held-out workloads (",
+            "- gemv1x512x1000 (K=512 M=1 N=1000): ",
+            "- odd300x129x257 (K=129 M=300 N=257): ",
+        ] {
+            assert!(p.contains(part), "refine evidence lacks {part:?}: {p}");
+        }
     }
+    // One held-out check per tree update after a cycle that passed, each an attempt of its own phase.
+    let checks = v["held_out_checks"].as_u64().unwrap() as usize;
+    assert!(checks >= 2 && checks >= refines.len(), "{v}");
+    let held: Vec<&Value> = shown["attempts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["phase"] == "held-out")
+        .collect();
+    assert_eq!(held.len(), checks, "{shown:#}");
     // The action prompt's view of the tree against the whole tree the old prompts carried.
     let path_chars = actions
         .iter()
@@ -800,6 +818,9 @@ fn the_k_search_preset_runs_k_searchs_rules() {
             .any(|p| p.contains("Make it faster.") && p.contains("## Your last attempt (")),
         "IMPROVE edits the last attempt"
     );
+    // K-Search scores only the final best on the held-out workloads: no prompt shows them.
+    assert_eq!(v["held_out_checks"], 0, "{v}");
+    assert!(!prompts.iter().any(|p| p.contains("Held-out workloads (")));
 }
 
 /// A recording that does not match the run it replays (the shipped matmul recording, replayed against

@@ -53,6 +53,8 @@ pub struct Agent {
     /// What a prompt with no base candidate (a run started from the specification) shows of the answer's
     /// form: the source file's name and language, and a plan skeleton for the task.
     pub from_spec: Value,
+    /// The task's held-out workloads (name and dims), for the results a world model may be shown.
+    pub held_out: Vec<Value>,
     target_kind: Target,
     consecutive_failures: u32,
 }
@@ -82,6 +84,10 @@ impl Agent {
             budget: String::new(),
             auto_tune: false,
             from_spec: from_spec_view(task, target),
+            held_out: task
+                .workloads(true)
+                .map(|w| json!({"name": w.name, "dims": w.dims}))
+                .collect(),
             target_kind: target,
             consecutive_failures: 0,
         }

@@ -1,8 +1,9 @@
 //! Strategies choose the next candidate to evaluate; `run` drives one through a budget, with the
 //! store underneath so a killed run resumes where it stopped.
 //!
-//! A strategy proposes from the run's history alone (plus its recorded seed). Resume therefore needs no
-//! saved strategy internals: it reloads the history from the store and asks again.
+//! A strategy proposes from the run's history and its own state, which the runner stores after every
+//! proposal and evaluation (`Strategy::state`, `restore`): resume reloads both and asks again. Strategies
+//! that need no memory beyond the history (tune) keep none.
 
 pub mod agent;
 pub mod evolve;
@@ -24,6 +25,9 @@ pub struct Observation {
     pub candidate: Candidate,
     pub summary: Summary,
     pub results: Vec<WorkloadResult>,
+    /// Its results on the task's held-out workloads where a strategy asked for them during the search
+    /// ([`Next::HeldOut`]); None: not scored on them (yet).
+    pub held_out: Option<Vec<WorkloadResult>>,
 }
 
 impl Observation {
@@ -128,6 +132,11 @@ pub enum Next {
     Done(String),
     /// The budget is spent and nothing outside it (tuning with its own cap) is left to evaluate.
     BudgetSpent,
+    /// Score this evaluated candidate (its hash) on the task's held-out workloads before proposing again:
+    /// no round and no tuning, its results come back in its observation's `held_out`. The world model asks
+    /// for it once per cycle, for the cycle's best, to show the model how its kernel does on shapes it was
+    /// never timed on.
+    HeldOut(String),
     /// The search could not go on (the LLM is unusable, failed, or its caps are spent; its replies kept
     /// being unusable): the run did not do its job, and says so with its own status.
     Stopped(String),

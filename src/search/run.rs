@@ -113,7 +113,14 @@ pub enum Event<'a> {
     FinalPhase {
         candidate: &'a str,
     },
+    /// A candidate is scored on the held-out workloads mid-run, for the strategy (`Next::HeldOut`).
+    HeldOutCheck {
+        candidate: &'a str,
+    },
 }
+
+/// The store's phase of held-out workloads scored mid-run for the strategy (the end's are `final`).
+pub const HELD_OUT_PHASE: &str = "held-out";
 
 const MAX_FINAL_CANDIDATES: usize = 3;
 
@@ -432,9 +439,75 @@ impl<'a> Runner<'a> {
                 candidate,
                 summary: a.summary.unwrap_or_default(),
                 results,
+                held_out: None,
             });
         }
+        for a in self.store.attempts(&self.run_id, Some(HELD_OUT_PHASE))? {
+            let Some(obs) = hist.iter_mut().find(|o| o.hash == a.candidate) else {
+                continue;
+            };
+            if a.finished {
+                obs.held_out = Some(
+                    self.task
+                        .workloads(true)
+                        .filter_map(|w| {
+                            self.store
+                                .evaluation(&self.run_id, HELD_OUT_PHASE, &a.candidate, &w.name)
+                                .transpose()
+                        })
+                        .collect::<Result<Vec<_>, _>>()?,
+                );
+            }
+        }
         Ok(hist)
+    }
+
+    /// Scores an evaluated candidate on the held-out workloads mid-run (`Next::HeldOut`): an attempt of a
+    /// phase of its own, neither a round nor tuning, every workload run (a failure on one shape says
+    /// nothing of the others). A check killed half-way is finished on resume from what the store holds.
+    fn held_out_check(
+        &mut self,
+        history: &mut [Observation],
+        hash: &str,
+        held_out: &[Workload],
+    ) -> Result<()> {
+        let i = history
+            .iter()
+            .position(|o| o.hash == hash && o.held_out.is_none())
+            .ok_or_else(|| {
+                anyhow!(
+                    "the strategy asked for held-out results of {hash}, which is no evaluation of run {} \
+                     still without them (a bug in the strategy; `ksearch resume` retries)",
+                    self.run_id
+                )
+            })?;
+        let attempts = self.store.attempts(&self.run_id, Some(HELD_OUT_PHASE))?;
+        let seq = attempts
+            .iter()
+            .find(|a| a.candidate == hash)
+            .map_or(attempts.len() as i64, |a| a.seq);
+        self.store.begin_attempt(
+            &self.run_id,
+            HELD_OUT_PHASE,
+            seq,
+            hash,
+            None,
+            "held-out check for the strategy",
+        )?;
+        let cand = history[i].candidate.clone();
+        let opts = EvalOptions {
+            incumbent: None,
+            retime_baselines: false,
+        };
+        let results = self.evaluate(&cand, hash, held_out, HELD_OUT_PHASE, opts)?;
+        self.store.finish_attempt(
+            &self.run_id,
+            HELD_OUT_PHASE,
+            seq,
+            &eval::summarize(&results),
+        )?;
+        history[i].held_out = Some(results);
+        Ok(())
     }
 
     /// What the run has spent of its budget, from its history.
@@ -517,6 +590,12 @@ impl<'a> Runner<'a> {
                     match next {
                         Next::Propose(p) => (p.candidate, p.parent, p.origin, p.compare_with),
                         Next::BudgetSpent => break,
+                        Next::HeldOut(hash) => {
+                            progress(Event::HeldOutCheck { candidate: &hash });
+                            self.held_out_check(&mut history, &hash, &held_out)?;
+                            self.persist_strategy()?;
+                            continue;
+                        }
                         Next::Done(why) => {
                             stopped = Some(why);
                             break;
@@ -565,6 +644,7 @@ impl<'a> Runner<'a> {
                 candidate: cand,
                 summary,
                 results,
+                held_out: None,
             });
             self.persist_strategy()?;
             let best = best_of(&history);
@@ -641,6 +721,9 @@ impl<'a> Runner<'a> {
             "tuning_evaluations": (spent.tune_total > 0).then_some(spent.tune_used),
             "tuning_cap": (spent.tune_total > 0).then_some(spent.tune_total),
             "evaluations": history.len(),
+            // Held-out workloads scored mid-run and shown to the model: they were then a validation set,
+            // not unseen shapes (the world model's `--held-out-evidence cycle`).
+            "held_out_checks": history.iter().filter(|o| o.held_out.is_some()).count(),
             "status": if cut_short { "stopped" } else if chosen.is_some() { "completed" } else { "failed" },
             "hardware": self.evaluator.hardware(),
             "worker_restarts": self.evaluator.worker_restarts(),

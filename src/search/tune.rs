@@ -328,6 +328,7 @@ mod tests {
                 ..Default::default()
             },
             results: vec![],
+            held_out: None,
         }
     }
 

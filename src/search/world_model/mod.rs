@@ -5,9 +5,10 @@
 //! operations. Tuned variants of its candidates (the hybrid search, `search::hybrid`) count for the
 //! cycle's best without being rounds.
 //!
-//! Departures from K-Search, on purpose (its weaknesses, `research/ksearch.md` §8): selection is a real
-//! utility with exploration; an action that never passed is retired and never selected again; edits are
-//! validated (up to three tries with the errors fed back) with a deterministic fallback; the tree is typed.
+//! Departures from K-Search, on purpose: each is a flag and `--preset k-search` turns them all off;
+//! `docs/world-model.md` gives each with its reason (selection by a utility with exploration, retired
+//! actions, validated edits, IMPROVE from the cycle's best, proposals when the frontier is empty, the
+//! held-out results of each cycle's best in its tree update, hybrid tuning). The tree is typed.
 
 pub mod ops;
 pub mod select;
@@ -79,6 +80,24 @@ pub enum Propose {
     EveryCycle,
 }
 
+/// When the model sees the held-out workloads' results.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum HeldOutEvidence {
+    /// The cycle's best is scored on them when its cycle ends and the tree update shows the results: a
+    /// kernel slow or wrong on a shape no round is timed on is seen while the search can still act on it.
+    /// They then serve as a validation set (the run's result counts these checks).
+    #[default]
+    Cycle,
+    /// K-Search's: only the final best is scored on them, at the end; the model never sees them.
+    Final,
+}
+
+/// Runs stored before the held-out evidence existed keep their behaviour on resume.
+fn held_out_before() -> HeldOutEvidence {
+    HeldOutEvidence::Final
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct WorldModelConfig {
     /// Rounds without improvement that end a cycle (K-Search's stagnation window W).
@@ -98,6 +117,8 @@ pub struct WorldModelConfig {
     pub improve_from: ImproveFrom,
     #[serde(default)]
     pub propose: Propose,
+    #[serde(default = "held_out_before")]
+    pub held_out: HeldOutEvidence,
 }
 
 impl Default for WorldModelConfig {
@@ -111,6 +132,7 @@ impl Default for WorldModelConfig {
             edits: Edits::default(),
             improve_from: ImproveFrom::default(),
             propose: Propose::default(),
+            held_out: HeldOutEvidence::default(),
         }
     }
 }
@@ -128,6 +150,7 @@ impl WorldModelConfig {
             edits: Edits::Cumulative,
             improve_from: ImproveFrom::Last,
             propose: Propose::EveryCycle,
+            held_out: HeldOutEvidence::Final,
         }
     }
 }
@@ -199,8 +222,6 @@ pub struct WorldModelStrategy {
     agent: Agent,
     cfg: WorldModelConfig,
     st: State,
-    /// The last `step` stopped because the budget ran out.
-    spent: bool,
 }
 
 impl WorldModelStrategy {
@@ -209,7 +230,6 @@ impl WorldModelStrategy {
             agent,
             cfg,
             st: State::default(),
-            spent: false,
         }
     }
 
@@ -658,6 +678,13 @@ impl WorldModelStrategy {
                         .unwrap_or_else(|| "unknown".into()),
                     cyc.attempts,
                 );
+                let evidence = match &best.held_out {
+                    Some(held) => format!(
+                        "{evidence}\nHeld-out workloads (shapes no round is timed on; the run's result is judged on them too), the cycle best on each:\n{}",
+                        held_out_lines(held, &self.agent.held_out)
+                    ),
+                    None => evidence,
+                };
                 let lacking = self.agent.lacking(best);
                 let evidence = if lacking.is_empty() {
                     evidence
@@ -974,21 +1001,27 @@ impl WorldModelStrategy {
         Ok(true)
     }
 
-    /// The next proposal; `None` when the search converged or (`self.spent`) the budget ran out in rounds
-    /// that gave nothing to evaluate.
-    fn step(
-        &mut self,
-        history: &[Observation],
-        budget: &super::Budget,
-    ) -> Result<Option<Proposal>, Stop> {
-        self.spent = false;
+    /// The cycle's best, when the tree update should show its held-out results and they are not known yet.
+    fn held_out_wanted(&self, history: &[Observation]) -> Option<String> {
+        if self.cfg.held_out != HeldOutEvidence::Cycle || self.agent.held_out.is_empty() {
+            return None;
+        }
+        let (hash, _) = self.st.cycle.as_ref()?.best.as_ref()?;
+        Self::find(history, hash)
+            .filter(|o| o.held_out.is_none())
+            .map(|o| o.hash.clone())
+    }
+
+    /// What comes next: a proposal, the held-out results of the cycle's best before its tree update, or
+    /// the end (the search converged, or the budget ran out in rounds that gave nothing to evaluate).
+    fn step(&mut self, history: &[Observation], budget: &super::Budget) -> Result<Next, Stop> {
         let unmeasured_before = self.st.unmeasured_rounds;
         if let Some(p) = &self.st.pending
             && !history.iter().any(|o| o.hash == p.hash)
         {
             // Resumed after a kill between proposing and finishing the evaluation: propose it again.
             let candidate = Candidate::from_json(&p.candidate).map_err(Stop)?;
-            return Ok(Some(Proposal {
+            return Ok(Next::Propose(Proposal {
                 candidate,
                 parent: p.parent.clone(),
                 origin: p.origin.clone(),
@@ -1009,17 +1042,19 @@ impl WorldModelStrategy {
                 0 // runs stored before rounds were counted spend evaluations only
             };
             if budget.used + unmeasured >= budget.total {
-                self.spent = true;
-                return Ok(None);
+                return Ok(Next::BudgetSpent);
             }
             if self.st.cycle.is_some() && self.cycle_done() {
+                if let Some(hash) = self.held_out_wanted(history) {
+                    return Ok(Next::HeldOut(hash));
+                }
                 self.end_cycle(history)?;
             }
             if self.st.cycle.is_none() && !self.start_cycle(history)? {
-                return Ok(None); // every action tried: the search converged
+                return Ok(Next::Done("the world model has no open action left".into()));
             }
             if let Some(p) = self.generate(history)? {
-                return Ok(Some(p));
+                return Ok(Next::Propose(p));
             }
         }
         Err(Stop(
@@ -1126,6 +1161,49 @@ fn tuning_lines(base: &str, history: &[Observation]) -> Vec<String> {
         .collect()
 }
 
+/// A candidate's results on the held-out workloads, a line each: the shape, and its time with the spread
+/// and against each baseline timed there, or why it failed. `shapes`: each workload's name and dims.
+fn held_out_lines(results: &[crate::eval::WorkloadResult], shapes: &[Value]) -> String {
+    results
+        .iter()
+        .map(|r| {
+            let dims = shapes
+                .iter()
+                .find(|s| s["name"] == r.workload.as_str())
+                .and_then(|s| s["dims"].as_object())
+                .map(|d| {
+                    let d: Vec<String> = d.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                    format!(" ({})", d.join(" "))
+                })
+                .unwrap_or_default();
+            let outcome = match (&r.status, &r.timing) {
+                (crate::eval::Status::Passed, Some(t)) => {
+                    let mut s = format!(
+                        "passed, {} ±{} IQR{}",
+                        crate::report::fmt_time(Some(t.median_s)),
+                        crate::report::fmt_time(Some(t.iqr_s)),
+                        if t.noisy { ", NOISY" } else { "" }
+                    );
+                    for (b, bt) in &r.baselines {
+                        if t.median_s > 0.0 {
+                            s.push_str(&format!(", {:.2}x {b}", bt.median_s / t.median_s));
+                        }
+                    }
+                    s
+                }
+                (crate::eval::Status::Passed, None) => "passed (not timed)".into(),
+                (status, _) => format!(
+                    "FAILED ({}) — {}",
+                    status.name(),
+                    crate::report::head_line(&r.message, 300)
+                ),
+            };
+            format!("- {}{dims}: {outcome}", r.workload)
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// Every round of a cycle, each with its change and result, and the tuner's variants of its candidates.
 fn trajectory(cyc: &Cycle, history: &[Observation]) -> String {
     let mut out = Vec::new();
@@ -1173,7 +1251,7 @@ impl Strategy for WorldModelStrategy {
     fn propose(&mut self, history: &[Observation], budget: &super::Budget) -> Next {
         self.agent.budget = budget.describe();
         match self.step(history, budget) {
-            Ok(Some(p)) => {
+            Ok(Next::Propose(p)) => {
                 self.st.pending = Some(PendingProposal {
                     hash: p.candidate.hash(),
                     origin: p.origin.clone(),
@@ -1182,8 +1260,7 @@ impl Strategy for WorldModelStrategy {
                 });
                 Next::Propose(p)
             }
-            Ok(None) if self.spent => Next::BudgetSpent,
-            Ok(None) => Next::Done("the world model has no open action left".into()),
+            Ok(next) => next,
             Err(stop) => {
                 self.log(format!("stopped: {}", stop.0));
                 stop.next()
@@ -1289,6 +1366,7 @@ mod tests {
                 ..Default::default()
             },
             results: vec![],
+            held_out: None,
         }
     }
 
@@ -1351,6 +1429,58 @@ mod tests {
         let nodes = s.tree().unwrap().nodes.len();
         s.finish(&history);
         assert_eq!(s.tree().unwrap().nodes.len(), nodes);
+    }
+
+    /// A cycle that ended with a best asks for the best's held-out results before its tree update (no LLM
+    /// call: the replay holds none), once; with `--held-out-evidence final`, or once they are known, it
+    /// goes on to the update.
+    #[test]
+    fn a_finished_cycle_asks_for_its_bests_held_out_results_before_the_tree_update() {
+        let seed = observed("seed", 1.0, None);
+        let a = observed("a", 0.8, None);
+        let mut history = vec![seed.clone(), a.clone()];
+        let budget = crate::search::Budget {
+            total: 10,
+            used: 1,
+            rounds: true,
+            ..Default::default()
+        };
+        let start = |cfg: WorldModelConfig| {
+            let mut s = strategy();
+            s.cfg = cfg;
+            s.st.wm = Some(tree(1, false));
+            s.st.seen = 2;
+            s.st.cycle = Some(Cycle {
+                node: "o0".into(),
+                parent: Some(seed.hash.clone()),
+                round: 1,
+                attempts: 4,
+                best: Some((a.hash.clone(), 0.8)),
+                streak: 3,
+                streak_base: 0,
+                last: Some(a.hash.clone()),
+                last_failure: None,
+                proposed: vec![a.hash.clone()],
+                rounds: Vec::new(),
+            });
+            s
+        };
+        let asked = |next: &Next| match next {
+            Next::HeldOut(h) => Some(h.clone()),
+            _ => None,
+        };
+        let mut s = start(WorldModelConfig::default());
+        assert_eq!(asked(&s.propose(&history, &budget)), Some(a.hash.clone()));
+        assert!(s.st.cycle.is_some(), "the cycle waits for the results");
+        // Known now: the update goes ahead (and meets the empty replay, which stops the run here).
+        history[1].held_out = Some(Vec::new());
+        assert_eq!(asked(&s.propose(&history, &budget)), None);
+        let mut s = start(WorldModelConfig {
+            held_out: HeldOutEvidence::Final,
+            ..Default::default()
+        });
+        history[1].held_out = None;
+        assert_eq!(asked(&s.propose(&history, &budget)), None);
     }
 
     #[test]
