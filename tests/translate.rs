@@ -1267,3 +1267,71 @@ fn a_guarded_header_with_prototypes_is_carried() {
     let header = &t.candidate.as_ref().unwrap().files["header.cuh"];
     assert!(header.contains("return 2.0f * v;"), "{header}");
 }
+
+/// What real CUDA libraries do around their kernels, met in ggml and translated as CUDA's compiler reads
+/// it (each of these made a translation that MLX's NVRTC refused, found by bench/differential.py on the
+/// H200): `#ifdef __cplusplus` around `extern "C" {` and `#ifdef __CUDACC__` decided as CUDA decides them;
+/// a namespace's helpers called as `ns::f` or through `using ns::f;`; a `__device__ const` with its value
+/// (a constant, not state the host sets); a template's partial specialization used by its template's name.
+#[test]
+fn cuda_library_idioms_translate_as_the_compiler_reads_them() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("lib.h"),
+        "#ifdef __cplusplus\nextern \"C\" {\n#endif\n    enum order_t { ORDER_ASC, ORDER_DESC };\n\
+         #ifdef __cplusplus\n}\n#endif\n\
+         #ifdef __CUDACC__\ntemplate <typename... A> __device__ void unused_impl(A&&...) {}\n\
+         #define UNUSED_VARS(...) unused_impl(__VA_ARGS__)\n#else\n\
+         #define UNUSED_VARS(...) do { } while (0)\n#endif\n\
+         template <int N, typename T> struct tile {};\n\
+         template <int N> struct tile<N, float> { static constexpr int ne = N; float v[N]; };\n",
+    )
+    .unwrap();
+    let file = dir.path().join("k.cu");
+    std::fs::write(
+        &file,
+        "#include \"lib.h\"\nnamespace interp {\n__device__ const float a = -0.75f;\n\
+         static __device__ float w(float x) { return a * x; }\n}\n\
+         template <order_t o> __device__ float pick(float x) { return o == ORDER_ASC ? x : -x; }\n\
+         __global__ void k(const float* x, float* y, int n, int unused) {\n    using interp::w;\n\
+         \x20   UNUSED_VARS(unused);\n    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    tile<4, float> t;\n\
+         \x20   if (i < n) y[i] = pick<ORDER_ASC>(w(x[i])) + interp::w((float)t.ne);\n}\n\
+         void host(const float* x, float* y, int n) { k<<<(n + 127) / 128, 128>>>(x, y, n, 0); }\n",
+    )
+    .unwrap();
+    let t = translate::translate_file_with(&file, Target::MlxCuda, &[]).unwrap();
+    assert!(codes(&t, Severity::Error).is_empty(), "{:?}", t.diagnostics);
+    let c = t.candidate.as_ref().unwrap();
+    let header = &c.files["header.cuh"];
+    for part in [
+        "enum order_t",
+        "__device__ const float a = -0.75f;",
+        "struct tile<N, float>",
+        "#define UNUSED_VARS(...) unused_impl(__VA_ARGS__)",
+        "void unused_impl(",
+    ] {
+        assert!(header.contains(part), "{part:?} not carried:\n{header}");
+    }
+    assert!(
+        !header.contains("do { } while"),
+        "the non-CUDA branch:\n{header}"
+    );
+    assert!(!header.contains("extern \"C\""), "{header}");
+    let body = body(&t, "k");
+    assert!(
+        !body.contains("interp::") && !body.contains("using interp"),
+        "{body}"
+    );
+    // On Metal the constant is a program-scope constant, not a TODO.
+    let m = translate::translate_file_with(&file, Target::MlxMetal, &[]).unwrap();
+    assert!(
+        !codes(&m, Severity::Error).contains(&"T117"),
+        "{:?}",
+        m.diagnostics
+    );
+    let header = &m.candidate.as_ref().unwrap().files["header.metal"];
+    assert!(
+        header.contains("constant constexpr float a = -0.75f;"),
+        "{header}"
+    );
+}

@@ -1005,6 +1005,73 @@ fn is_const_declaration(t: &str) -> bool {
     t.starts_with("const") || t.starts_with("constexpr")
 }
 
+/// A `__device__`/`__constant__` variable that is a constant with its value in the declaration (`const` or
+/// `constexpr`, not a pointer, an initializer): the declaration without its CUDA qualifiers, else None.
+fn device_constant(t: &str) -> Option<String> {
+    let (decl, _) = t.split_once('=')?;
+    let quals = [
+        "__device__",
+        "__constant__",
+        "static",
+        "const",
+        "constexpr",
+        "inline",
+    ];
+    let constant = decl
+        .split_whitespace()
+        .any(|w| w == "const" || w == "constexpr");
+    if !constant || decl.contains('*') || decl.contains('&') {
+        return None;
+    }
+    let rest: Vec<&str> = t
+        .split_whitespace()
+        .skip_while(|w| quals.contains(w))
+        .collect();
+    Some(rest.join(" "))
+}
+
+/// `code` with the qualifiers of the flattened `namespaces` removed (`ns::f` → `f`) and their using
+/// declarations dropped, token by token (strings and comments untouched).
+fn unqualify(code: &str, namespaces: &BTreeSet<String>) -> String {
+    if namespaces.is_empty() {
+        return code.to_string();
+    }
+    let re =
+        regex::Regex::new(r"(?m)^[ \t]*using[ \t]+(namespace[ \t]+)?(\w+)(::\w+)*[ \t]*;[ \t]*\n?")
+            .expect("a valid pattern");
+    let code = re.replace_all(code, |c: &regex::Captures| {
+        if namespaces.contains(&c[2]) {
+            String::new()
+        } else {
+            c[0].to_string()
+        }
+    });
+    let toks = crate::cpplex::lex(&code);
+    let punct = |i: usize, p: &str| {
+        toks.get(i)
+            .is_some_and(|t| t.kind == crate::cpplex::Kind::Punct && t.text == p)
+    };
+    let mut out = String::with_capacity(code.len());
+    let mut i = 0;
+    while i < toks.len() {
+        let t = &toks[i];
+        if t.kind == crate::cpplex::Kind::Ident && namespaces.contains(&t.text) {
+            // `::` as one token or two.
+            if punct(i + 1, "::") {
+                i += 2;
+                continue;
+            }
+            if punct(i + 1, ":") && punct(i + 2, ":") {
+                i += 3;
+                continue;
+            }
+        }
+        out.push_str(&t.text);
+        i += 1;
+    }
+    out
+}
+
 /// A `__global__` function (or a template of one).
 fn is_kernel(c: Node, src: &str) -> bool {
     item_function(c).is_some_and(|f| has_qualifier(f, src, "__global__"))
@@ -1036,7 +1103,14 @@ fn declared_names(c: Node, src: &str) -> BTreeSet<String> {
         | "struct_specifier"
         | "class_specifier"
         | "union_specifier"
-        | "alias_declaration" => add(c.child_by_field_name("name")),
+        | "alias_declaration" => {
+            // A specialization (`struct tile<16, 16, half2>`) declares its template's name: it is carried
+            // with the template, which code that uses the specialization names by that name alone.
+            if let Some(n) = c.child_by_field_name("name") {
+                let t = text(n, src);
+                out.insert(t.split('<').next().unwrap_or(t).trim().to_string());
+            }
+        }
         "enum_specifier" => {
             add(c.child_by_field_name("name"));
             for e in descendants(c)
@@ -1231,8 +1305,13 @@ pub(crate) fn translate_tree(
     // at a time, so nested namespaces work too).
     let mut pending: Vec<Node> = children(root);
     pending.reverse();
+    // Names of the namespaces flattened: `ns::f` and `using ns::f;` in what is written name the flattened `f`.
+    let mut namespaces: BTreeSet<String> = BTreeSet::new();
     while let Some(c) = pending.pop() {
         if c.kind() == "namespace_definition" {
+            if let Some(n) = c.child_by_field_name("name") {
+                namespaces.insert(text(n, src).to_string());
+            }
             if let Some(b) = c.child_by_field_name("body") {
                 let mut inner = children(b);
                 inner.reverse();
@@ -1420,7 +1499,16 @@ pub(crate) fn translate_tree(
                 let is_device_var =
                     (t.contains("__constant__") || t.contains("__device__")) && !is_prototype(c);
                 let is_const = is_const_declaration(t);
-                if is_device_var {
+                if is_device_var && let Some(value) = device_constant(t) {
+                    // A constant the compiler knows (`__device__ const float a = -0.75f;`): no host code
+                    // sets it, so it is carried as a constant of the target.
+                    if metal {
+                        header.push_str(&format!("constant constexpr {value}\n"));
+                    } else {
+                        header.push_str(t.trim_end());
+                        header.push('\n');
+                    }
+                } else if is_device_var {
                     diags.push(diag(
                         target,
                         "T117",
@@ -1688,7 +1776,7 @@ pub(crate) fn translate_tree(
             diags.push(kd("T004", k.line, format!("kernel `{}`", k.name)));
         }
         let source = format!("{}.{ext}", k.name);
-        files.insert(source.clone(), rendered);
+        files.insert(source.clone(), unqualify(&rendered, &namespaces));
 
         // The launch.
         let inputs: Vec<String> = k
@@ -1823,6 +1911,7 @@ pub(crate) fn translate_tree(
     }
     let header_name = format!("header.{}", if metal { "metal" } else { "cuh" });
     if !header.trim().is_empty() {
+        let header = unqualify(&header, &namespaces);
         files.insert(header_name.clone(), header.trim_end().to_string() + "\n");
         for k in kernels_decl.iter_mut() {
             k.header = Some(header_name.clone());

@@ -66,6 +66,17 @@ impl Flat {
         (s.header.then_some(s.file.as_str()), at)
     }
 }
+/// Predefined where CUDA device code is compiled (nvcc's device pass; NVRTC defines all but `__NVCC__`),
+/// and the marks of other vendors' compilers, never defined there: a header's `#ifdef __CUDACC__` or
+/// `#ifdef __cplusplus` (around `extern "C" {`) is decided as CUDA decides it.
+const CUDA_DEFINED: &[&str] = &["__cplusplus", "__CUDACC__", "__CUDA_ARCH__", "__NVCC__"];
+const CUDA_UNDEFINED: &[&str] = &[
+    "__HIPCC__",
+    "__HIP__",
+    "__HIP_PLATFORM_AMD__",
+    "__MUSACC__",
+    "__MUSA__",
+];
 
 /// The branches of `#if`s met so far, as far as they can be told without the compiler. A condition on
 /// whether a plain name is defined (`#ifdef X`, `#ifndef X`, `#if defined(X)`, `#elif !defined(X)`) is
@@ -75,7 +86,7 @@ impl Flat {
 /// as written (tree-sitter keeps what it cannot parse inside a branch, where it does no harm), except an
 /// include guard's (`#ifndef X_H` / `#define X_H` ... `#endif`), which become blank lines, so that the
 /// header's items lie at file scope, where the translation takes its items. Names that begin with `__` are
-/// the compiler's and stay unknown.
+/// the compiler's and stay unknown, but for those CUDA's compilers are known to define or not.
 #[derive(Default)]
 struct Conditions {
     stack: Vec<Chain>,
@@ -113,6 +124,12 @@ impl Conditions {
             .unwrap_or(name)
             .trim();
         let plain = !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if CUDA_DEFINED.contains(&name) {
+            return Some(!negated);
+        }
+        if CUDA_UNDEFINED.contains(&name) {
+            return Some(negated);
+        }
         if !plain || name.starts_with("__") || self.maybe.contains(name) {
             return None;
         }
@@ -121,7 +138,9 @@ impl Conditions {
 
     /// Takes one directive (its text as the lexer joined it; `next` the file's next directive, which tells
     /// an include guard); says whether its line is kept.
-    fn step(&mut self, directive: &str, next: Option<&str>) -> bool {
+    /// `has_elif`: the chain an `#if` opens has an `#elif` (its directives are then kept, decided or not:
+    /// blanking the `#if` of a chain whose `#elif` stays unknown would leave that `#elif` without one).
+    fn step(&mut self, directive: &str, next: Option<&str>, has_elif: bool) -> bool {
         let (word, rest) = split_directive(directive);
         let outer = self.active();
         let cond = |word: &str| match word {
@@ -140,6 +159,9 @@ impl Conditions {
                     && live == Some(true)
                     && word == "ifndef"
                     && next.map(split_directive) == Some(("define", rest));
+                // A chain decided whole (`#ifdef __cplusplus` / `extern "C" {` / `#endif`) loses its
+                // directives as the preprocessor would: what is left parses as the compiler sees it.
+                let guard = guard || (outer && live.is_some() && !has_elif);
                 self.stack.push(Chain {
                     live,
                     taken: live == Some(true),
@@ -196,6 +218,27 @@ impl Conditions {
             _ => outer,
         }
     }
+}
+
+/// Whether the `#if` chain opened at `line` (if one is) has an `#elif` of its own.
+fn chain_has_elif(directives: &std::collections::BTreeMap<usize, String>, line: usize) -> bool {
+    let Some(first) = directives.get(&line) else {
+        return false;
+    };
+    if !matches!(split_directive(first).0, "if" | "ifdef" | "ifndef") {
+        return false;
+    }
+    let mut depth = 0usize;
+    for (_, d) in directives.range(line + 1..) {
+        match split_directive(d).0 {
+            "if" | "ifdef" | "ifndef" => depth += 1,
+            "endif" if depth == 0 => return false,
+            "endif" => depth -= 1,
+            "elif" | "elifdef" | "elifndef" if depth == 0 => return true,
+            _ => {}
+        }
+    }
+    false
 }
 
 /// A `#define`'s name and what follows it (`#define N (4 * 8)` → `("N", " (4 * 8)")`; a function-like
@@ -333,7 +376,7 @@ pub fn flatten(
                     .range(i + 2..)
                     .next()
                     .map(|(_, n)| n.as_str());
-                conditions.step(d, next)
+                conditions.step(d, next, chain_has_elif(&top.directives, i + 1))
             }
             None => conditions.active(),
         };
