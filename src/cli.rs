@@ -527,8 +527,17 @@ fn check_from_spec(
     }
 }
 
-fn print_json(v: &Value) {
+fn print_json(v: &impl serde::Serialize) {
     println!("{}", serde_json::to_string(v).expect("json"));
+}
+
+/// The hash of a finished run's best candidate, if it has one.
+fn best_candidate(row: &crate::store::RunRow) -> Option<&str> {
+    row.result
+        .as_ref()?
+        .best
+        .as_ref()
+        .map(|b| b.candidate.as_str())
 }
 
 /// `--quiet`, for the places that print progress and notices.
@@ -656,7 +665,7 @@ fn dispatch(cli: Cli) -> Result<u8> {
             // Failed before evaluating anything (a bad LLM spec, no Python, a worker that cannot
             // start): the run is left as it was, its status and error included.
             if result.is_err() && store.attempts(&run, None)?.len() == attempts {
-                store.release_run(&run, &before.status, before.error.as_deref())?;
+                store.release_run(&run, before.status, before.error.as_deref())?;
             }
             result
         }
@@ -690,7 +699,7 @@ fn dispatch(cli: Cli) -> Result<u8> {
                     "run_id": r.run_id, "task": r.task, "target": r.target, "strategy": r.strategy,
                     "status": r.status, "evaluations": r.evaluations, "budget": r.budget,
                     "created_at": r.created_at, "updated_at": r.updated_at,
-                    "best": r.result.get("best").cloned().unwrap_or(Value::Null),
+                    "best": r.result.as_ref().and_then(|x| x.best.as_ref()),
                 })).collect::<Vec<_>>()));
             } else if runs.is_empty() {
                 println!("no runs in {}", store_dir.join("ksearch.db").display());
@@ -836,8 +845,7 @@ fn dispatch(cli: Cli) -> Result<u8> {
                         store.path().display()
                     )
                 })?;
-                let hash = row.result["best"]["candidate"]
-                    .as_str()
+                let hash = best_candidate(&row)
                     .ok_or_else(|| anyhow!("run {source} has no best candidate"))?
                     .to_string();
                 let c = store
@@ -958,7 +966,7 @@ fn execute(
     } else {
         print!("{}", report::run_summary(&result));
     }
-    Ok(if result["status"] == "completed" {
+    Ok(if result.status == store::RunStatus::Completed {
         0
     } else {
         1
@@ -1121,19 +1129,14 @@ fn cmd_compare(store_dir: &Path, a: &str, b: &str, json: bool) -> Result<u8> {
     }
     // Each run's best, timed beside its baselines at the end where it was (`confirmed`), else as searched.
     let times = |r: &crate::store::RunRow| -> Vec<(String, Option<f64>)> {
-        let best = &r.result["best"];
-        let ws = best["confirmed"]
-            .as_array()
-            .or_else(|| best["workloads"].as_array())
-            .cloned()
-            .unwrap_or_default();
-        ws.iter()
-            .map(|w| {
-                (
-                    w["workload"].as_str().unwrap_or("?").to_string(),
-                    w["median_s"].as_f64(),
-                )
-            })
+        let Some(best) = r.result.as_ref().and_then(|x| x.best.as_ref()) else {
+            return Vec::new();
+        };
+        best.confirmed
+            .as_ref()
+            .unwrap_or(&best.workloads)
+            .iter()
+            .map(|w| (w.workload.clone(), w.median_s))
             .collect()
     };
     let (ta, tb) = (times(&rows[0]), times(&rows[1]));
@@ -1155,7 +1158,8 @@ fn cmd_compare(store_dir: &Path, a: &str, b: &str, json: bool) -> Result<u8> {
     let summary = |r: &crate::store::RunRow| {
         json!({"run_id": r.run_id, "task": r.task, "target": r.target, "strategy": r.strategy, "status": r.status,
                "hardware": r.hardware["name"],
-               "best": r.result["best"]["candidate"], "speedup_vs_seed": r.result["best"]["speedup_vs_seed"]})
+               "best": best_candidate(r),
+               "speedup_vs_seed": r.result.as_ref().and_then(|x| x.best.as_ref()).and_then(|b| b.speedup_vs_seed)})
     };
     let v = json!({"a": summary(&rows[0]), "b": summary(&rows[1]), "workloads": per});
     if json {
@@ -1210,8 +1214,7 @@ fn cmd_show(
     let attempts = store.attempts(run_id, None)?;
     let evals = store.evaluations(run_id)?;
     if let Some(dir) = out {
-        let hash = row.result["best"]["candidate"]
-            .as_str()
+        let hash = best_candidate(&row)
             .ok_or_else(|| anyhow!("run {run_id} has no best candidate yet"))?;
         let c = store
             .candidate(hash)?
@@ -1256,7 +1259,7 @@ fn cmd_show(
     for a in &attempts {
         let s = a.summary.as_ref();
         t.add_row(vec![
-            a.phase.clone(),
+            a.phase.to_string(),
             a.seq.to_string(),
             a.candidate.clone(),
             a.origin.clone(),
@@ -1269,8 +1272,8 @@ fn cmd_show(
         ]);
     }
     println!("{t}");
-    if row.result.is_object() {
-        print!("{}", report::run_summary(&row.result));
+    if let Some(result) = &row.result {
+        print!("{}", report::run_summary(result));
     }
     Ok(0)
 }
@@ -1436,7 +1439,7 @@ fn cmd_eval(
                 "elapsed_s": results.iter().map(|r| r.elapsed_s).sum::<f64>(),
                 "assertions": crate::assertions::assess(&task, cand, &results),
                 "workloads": results.iter().map(|r| {
-                    let mut v = run::workload_json(r);
+                    let mut v = json!(crate::search::result::WorkloadRow::from(r));
                     v["held_out"] = json!(task.toml.workload.iter().any(|w| w.name == r.workload && w.held_out));
                     v["seeds"] = json!(r.seeds);
                     if let Some(t) = &r.timing {

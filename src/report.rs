@@ -2,7 +2,8 @@
 //! JSON the same commands print with `--json`.
 
 use crate::eval::WorkloadResult;
-use crate::store::RunRow;
+use crate::search::result::RunResult;
+use crate::store::{RunRow, RunStatus};
 use comfy_table::{Cell, Color, Table, presets::UTF8_FULL_CONDENSED};
 use serde_json::Value;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -247,44 +248,49 @@ fn first_lines(s: &str, n: usize) -> String {
     }
 }
 
-pub fn run_summary(result: &Value) -> String {
+pub fn run_summary(result: &RunResult) -> String {
     let mut out = String::new();
     // LLM strategies spend rounds (tuning apart); `tune` spends evaluations.
-    let spent = match result["rounds"].as_u64() {
+    let spent = match result.rounds {
         Some(r) => format!(
             "rounds {r}/{}  evaluations {}{}",
-            result["budget"],
-            result["evaluations"],
-            result["tuning_evaluations"]
-                .as_u64()
+            result.budget,
+            result.evaluations,
+            result
+                .tuning_evaluations
                 .map(|t| format!(" ({t} tuning)"))
                 .unwrap_or_default()
         ),
-        None => format!("evaluations {}/{}", result["evaluations"], result["budget"]),
+        None => format!("evaluations {}/{}", result.evaluations, result.budget),
     };
+    let status = result.status.as_str();
     out.push_str(&format!(
         "run {}  task {}  target {}  strategy {}  {spent}  status {}\n",
-        result["run_id"].as_str().unwrap_or("?"),
-        result["task"].as_str().unwrap_or("?"),
-        result["target"].as_str().unwrap_or("?"),
-        result["strategy"].as_str().unwrap_or("?"),
-        {
-            let status = result["status"].as_str().unwrap_or("?");
-            paint(status, Tone::of(status))
-        },
+        result.run_id,
+        result.task,
+        result.target,
+        result.strategy,
+        paint(status, Tone::of(status)),
     ));
-    if result["status"] == "stopped" {
+    if result.status == RunStatus::Stopped {
         // Said first: a best candidate below does not mean the search did its job.
         out.push_str(&format!(
             "{} before its budget: {} (the best below is what the run had by then; `ksearch resume {}` continues it)\n",
             paint("STOPPED", Tone::Bad),
-            result["stopped"].as_str().unwrap_or("?"),
-            result["run_id"].as_str().unwrap_or("RUN")
+            result.stopped.as_deref().unwrap_or("?"),
+            result.run_id
         ));
-    } else if let Some(why) = result["stopped"].as_str() {
+    } else if let Some(why) = &result.stopped {
         out.push_str(&format!("ended: {why}\n"));
     }
-    let hw = &result["hardware"];
+    if result.held_out_checks > 0 {
+        out.push_str(&format!(
+            "held-out workloads: scored on {} cycle best(s) during the search and shown to the model (a \
+             validation set, not unseen shapes; `--held-out-evidence final` keeps them unseen)\n",
+            result.held_out_checks
+        ));
+    }
+    let hw = &result.hardware;
     if hw.is_object() {
         out.push_str(&format!(
             "measured on {} ({} cores; peak {:.1} GB/s, {:.1} GFLOP/s measured)\n",
@@ -294,67 +300,58 @@ pub fn run_summary(result: &Value) -> String {
             hw["peak_gflops"].as_f64().unwrap_or(0.0)
         ));
     }
-    let best = &result["best"];
-    if best.is_object() {
-        let mut t = table(&[
-            "best candidate",
-            "params",
-            "speedup vs seed",
-            "speedup vs baseline",
-            "held-out",
-        ]);
-        t.add_row(vec![
-            format!(
-                "{} ({})",
-                best["candidate"].as_str().unwrap_or("?"),
-                best["name"].as_str().unwrap_or("")
-            ),
-            serde_json::from_value::<crate::candidate::Params>(best["params"].clone())
-                .map(|p| fmt_params(&p))
-                .unwrap_or_default(),
-            fmt_x(best["speedup_vs_seed"].as_f64()),
-            fmt_x(best["speedup_vs_baseline"].as_f64()),
-            if best["held_out_passed"].as_bool() == Some(true) {
-                "passed".into()
-            } else {
-                "FAILED".into()
-            },
-        ]);
-        out.push_str(&t.to_string());
-        out.push('\n');
-        let mut w = table(&[
-            "workload",
-            "median",
-            "± IQR",
-            "% roofline",
-            "baselines (median)",
-        ]);
-        for r in best["workloads"].as_array().into_iter().flatten() {
-            w.add_row(vec![
-                r["workload"].as_str().unwrap_or("").to_string(),
-                fmt_time(r["median_s"].as_f64()),
-                fmt_time(r["iqr_s"].as_f64()),
-                r["roofline_fraction"]
-                    .as_f64()
-                    .map(|f| format!("{:.1}%", f * 100.0))
-                    .unwrap_or_else(|| "–".into()),
-                r["baselines"]
-                    .as_object()
-                    .map(|m| {
-                        m.iter()
-                            .map(|(k, v)| format!("{k} {}", fmt_time(v.as_f64())))
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    })
-                    .unwrap_or_default(),
+    match &result.best {
+        Some(best) => {
+            let mut t = table(&[
+                "best candidate",
+                "params",
+                "speedup vs seed",
+                "speedup vs baseline",
+                "held-out",
             ]);
+            t.add_row(vec![
+                format!("{} ({})", best.candidate, best.name),
+                fmt_params(&best.params),
+                fmt_x(best.speedup_vs_seed),
+                fmt_x(best.speedup_vs_baseline),
+                if best.held_out_passed {
+                    "passed".into()
+                } else {
+                    "FAILED".into()
+                },
+            ]);
+            out.push_str(&t.to_string());
+            out.push('\n');
+            let mut w = table(&[
+                "workload",
+                "median",
+                "± IQR",
+                "% roofline",
+                "baselines (median)",
+            ]);
+            for r in &best.workloads {
+                w.add_row(vec![
+                    r.workload.clone(),
+                    fmt_time(r.median_s),
+                    fmt_time(r.iqr_s),
+                    r.roofline_fraction
+                        .map(|f| format!("{:.1}%", f * 100.0))
+                        .unwrap_or_else(|| "–".into()),
+                    r.baselines
+                        .iter()
+                        .map(|(k, v)| format!("{k} {}", fmt_time(Some(*v))))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                ]);
+            }
+            out.push_str(&w.to_string());
+            out.push('\n');
         }
-        out.push_str(&w.to_string());
-        out.push('\n');
-    } else {
-        out.push_str("no candidate passed every feedback workload\n");
-        if let Some(f) = result["seed"]["failure"].as_str() {
-            out.push_str(&format!("seed: {f}\n"));
+        None => {
+            out.push_str("no candidate passed every feedback workload\n");
+            if let Some(f) = result.seed.as_ref().and_then(|s| s.failure.as_deref()) {
+                out.push_str(&format!("seed: {f}\n"));
+            }
         }
     }
     out
@@ -376,12 +373,17 @@ pub fn runs_table(runs: &[RunRow]) -> String {
             Cell::new(&r.task),
             Cell::new(&r.target),
             Cell::new(&r.strategy),
-            status_cell(&r.status),
-            Cell::new(match r.result["rounds"].as_u64() {
+            status_cell(r.status.as_str()),
+            Cell::new(match r.result.as_ref().and_then(|x| x.rounds) {
                 Some(n) => format!("{n}/{} rounds", r.budget),
                 None => format!("{}/{}", r.evaluations, r.budget),
             }),
-            Cell::new(fmt_x(r.result["best"]["speedup_vs_seed"].as_f64())),
+            Cell::new(fmt_x(
+                r.result
+                    .as_ref()
+                    .and_then(|x| x.best.as_ref())
+                    .and_then(|b| b.speedup_vs_seed),
+            )),
         ]);
     }
     t.to_string()

@@ -22,6 +22,83 @@ pub enum StoreError {
 
 pub type Result<T> = std::result::Result<T, StoreError>;
 
+/// The store's schema version (SQLite's `user_version`). A store of an older version is migrated when it is
+/// opened for writing (`migrate`); one of a newer version is refused, never half understood.
+pub const SCHEMA_VERSION: i64 = 1;
+
+/// Values kept in the store as text, typed here: each knows its one spelling.
+macro_rules! stored_enum {
+    ($(#[$m:meta])* $name:ident { $($(#[$vm:meta])* $v:ident = $s:literal),+ $(,)? }) => {
+        $(#[$m])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+        pub enum $name { $($(#[$vm])* #[serde(rename = $s)] $v),+ }
+
+        impl $name {
+            pub const ALL: &'static [$name] = &[$($name::$v),+];
+
+            pub fn as_str(self) -> &'static str {
+                match self { $($name::$v => $s),+ }
+            }
+
+            pub fn parse(s: &str) -> Option<$name> {
+                match s { $($s => Some($name::$v),)+ _ => None }
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl rusqlite::types::ToSql for $name {
+            fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
+                Ok(self.as_str().into())
+            }
+        }
+
+        impl rusqlite::types::FromSql for $name {
+            fn column_result(v: rusqlite::types::ValueRef<'_>) -> rusqlite::types::FromSqlResult<Self> {
+                let t = v.as_str()?;
+                $name::parse(t).ok_or_else(|| {
+                    rusqlite::types::FromSqlError::Other(
+                        format!("`{t}` is no {} this ksearch knows", stringify!($name)).into(),
+                    )
+                })
+            }
+        }
+    };
+}
+
+stored_enum!(
+    /// Where a run stands.
+    RunStatus {
+        /// A process holds its lease (shown `interrupted` once that process is gone).
+        Running = "running",
+        Completed = "completed",
+        /// No candidate passed every feedback workload.
+        Failed = "failed",
+        /// The search could not do its job (the LLM unusable, a seed that does not pass).
+        Stopped = "stopped",
+        /// Killed while running: `resume` goes on.
+        Interrupted = "interrupted",
+    }
+);
+
+stored_enum!(
+    /// What an attempt and its evaluations were for.
+    Phase {
+        /// The search's own: the seed, the rounds, tuning (feedback workloads).
+        Search = "search",
+        /// Held-out workloads scored mid-run for the strategy (`Next::HeldOut`).
+        HeldOut = "held-out",
+        /// Held-out workloads scored on the best candidates at the end, baselines re-timed beside them.
+        Final = "final",
+        /// The chosen candidate's feedback workloads re-timed with the baselines at the end.
+        Confirm = "confirm",
+    }
+);
+
 /// What to do about the SQLite errors a user can meet.
 fn hint(e: &rusqlite::Error) -> String {
     use rusqlite::ErrorCode::*;
@@ -135,14 +212,15 @@ pub struct RunRow {
     pub target: String,
     pub strategy: String,
     pub budget: i64,
-    pub status: String,
+    pub status: RunStatus,
     pub evaluations: i64,
     pub created_at: f64,
     pub updated_at: f64,
     pub pid: Option<i64>,
     pub config: Value,
     pub hardware: Value,
-    pub result: Value,
+    /// None while the run has not finished (or a stored result does not read).
+    pub result: Option<crate::search::result::RunResult>,
     pub error: Option<String>,
 }
 
@@ -150,7 +228,7 @@ pub struct RunRow {
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Attempt {
     pub seq: i64,
-    pub phase: String,
+    pub phase: Phase,
     pub candidate: String,
     pub parent: Option<String>,
     pub origin: String,
@@ -249,6 +327,7 @@ impl Store {
         conn.execute_batch("PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;")
             .map_err(wrap)?;
         conn.execute_batch(SCHEMA).map_err(wrap)?;
+        migrate(&conn, &path)?;
         drop(guard);
         let mut conn = conn;
         let holds = watch_holds(&mut conn);
@@ -282,6 +361,12 @@ impl Store {
             path,
             holds: None,
         };
+        // Older stores read as they are (their values parse alike); a newer one is refused.
+        if let Some(v) = schema_version(&store.conn)
+            && v > SCHEMA_VERSION
+        {
+            return Err(newer(&store.path, v));
+        }
         match store.check_health() {
             Ok(()) => Ok(Some(store)),
             // A WAL database is read through a shared-memory file beside it, which a folder we may not
@@ -489,7 +574,7 @@ impl Store {
 
     /// The live process holding a run's lease (status `running`, its pid alive), read inside `tx`.
     fn live_holder(&self, tx: &rusqlite::Transaction<'_>, run_id: &str) -> Result<Option<i64>> {
-        let holder: Option<(String, Option<i64>)> = tx
+        let holder: Option<(RunStatus, Option<i64>)> = tx
             .query_row(
                 "SELECT status, pid FROM runs WHERE run_id=?1",
                 params![run_id],
@@ -498,14 +583,14 @@ impl Store {
             .optional()
             .map_err(|e| self.sql(e))?;
         Ok(match holder {
-            Some((status, Some(pid))) if status == "running" && process_alive(pid) => Some(pid),
+            Some((RunStatus::Running, Some(pid))) if process_alive(pid) => Some(pid),
             _ => None,
         })
     }
 
     /// Gives the lease back with the status and error the run had before it was claimed (a `resume` that
     /// failed before doing anything leaves a finished run as it was). Only by the process holding it.
-    pub fn release_run(&self, run_id: &str, status: &str, error: Option<&str>) -> Result<()> {
+    pub fn release_run(&self, run_id: &str, status: RunStatus, error: Option<&str>) -> Result<()> {
         self.conn
             .execute(
                 "UPDATE runs SET status=?2, error=?3, pid=NULL, updated_at=?4 WHERE run_id=?1 AND pid=?5",
@@ -612,14 +697,15 @@ impl Store {
     pub fn finish_run(
         &self,
         run_id: &str,
-        status: &str,
-        result: &Value,
+        status: RunStatus,
+        result: &crate::search::result::RunResult,
         error: Option<&str>,
     ) -> Result<()> {
+        let result = serde_json::to_string(result).expect("a result serialises");
         self.conn
             .execute(
                 "UPDATE runs SET status=?2, result=?3, error=?4, pid=NULL, updated_at=?5 WHERE run_id=?1",
-                params![run_id, status, result.to_string(), error, now()],
+                params![run_id, status, result, error, now()],
             )
             .map_err(|e| self.sql(e))?;
         Ok(())
@@ -663,7 +749,7 @@ impl Store {
     pub fn begin_attempt(
         &self,
         run_id: &str,
-        phase: &str,
+        phase: Phase,
         seq: i64,
         candidate: &str,
         parent: Option<&str>,
@@ -682,7 +768,7 @@ impl Store {
     pub fn finish_attempt(
         &self,
         run_id: &str,
-        phase: &str,
+        phase: Phase,
         seq: i64,
         summary: &Summary,
     ) -> Result<()> {
@@ -705,7 +791,7 @@ impl Store {
         Ok(())
     }
 
-    pub fn attempts(&self, run_id: &str, phase: Option<&str>) -> Result<Vec<Attempt>> {
+    pub fn attempts(&self, run_id: &str, phase: Option<Phase>) -> Result<Vec<Attempt>> {
         let mut st = self
             .conn
             .prepare(
@@ -735,7 +821,7 @@ impl Store {
     pub fn put_evaluation(
         &self,
         run_id: &str,
-        phase: &str,
+        phase: Phase,
         candidate: &str,
         r: &WorkloadResult,
     ) -> Result<()> {
@@ -761,7 +847,7 @@ impl Store {
     pub fn evaluation(
         &self,
         run_id: &str,
-        phase: &str,
+        phase: Phase,
         candidate: &str,
         workload: &str,
     ) -> Result<Option<WorkloadResult>> {
@@ -778,7 +864,7 @@ impl Store {
     }
 
     /// Every stored evaluation of a run, in the order they were recorded: (id, phase, candidate, result).
-    pub fn evaluations(&self, run_id: &str) -> Result<Vec<(i64, String, String, WorkloadResult)>> {
+    pub fn evaluations(&self, run_id: &str) -> Result<Vec<(i64, Phase, String, WorkloadResult)>> {
         let mut st = self
             .conn
             .prepare(
@@ -789,7 +875,7 @@ impl Store {
             .query_map([run_id], |r| {
                 Ok((
                     r.get::<_, i64>(0)?,
-                    r.get::<_, String>(1)?,
+                    r.get::<_, Phase>(1)?,
                     r.get::<_, String>(2)?,
                     r.get::<_, String>(3)?,
                 ))
@@ -911,7 +997,7 @@ impl Store {
             status: r.get(6)?,
             config: json(r.get(7)?),
             hardware: json(r.get(8)?),
-            result: json(r.get(9)?),
+            result: crate::search::result::RunResult::from_stored(&json(r.get(9)?)),
             error: r.get(10)?,
             pid: r.get(11)?,
             created_at: r.get(12)?,
@@ -951,6 +1037,81 @@ impl Store {
     }
 }
 
+fn schema_version(conn: &Connection) -> Option<i64> {
+    conn.query_row("PRAGMA user_version", [], |r| r.get(0)).ok()
+}
+
+fn newer(path: &Path, v: i64) -> StoreError {
+    StoreError::Other {
+        path: path.to_path_buf(),
+        message: format!(
+            "written by a newer ksearch (schema {v}; this one knows up to {SCHEMA_VERSION}): use that \
+             ksearch, or another --store"
+        ),
+    }
+}
+
+/// Brings a store written by an older ksearch to `SCHEMA_VERSION` in one transaction (a step that fails
+/// leaves the store as it was, and says why); refuses a newer one. A new store passes through every step.
+fn migrate(conn: &Connection, path: &Path) -> Result<()> {
+    let sql = |source| StoreError::Sql {
+        path: path.to_path_buf(),
+        source,
+    };
+    let v = schema_version(conn).unwrap_or(0);
+    if v > SCHEMA_VERSION {
+        return Err(newer(path, v));
+    }
+    if v == SCHEMA_VERSION {
+        return Ok(());
+    }
+    let tx = conn.unchecked_transaction().map_err(sql)?;
+    if v < 1 {
+        // 0 → 1 (stores written before 2026-12-03): run statuses and attempt phases became typed; every
+        // stored value must be one this ksearch knows. Candidates are looked up by attempt (gc).
+        let known = |all: &[&str]| {
+            all.iter()
+                .map(|s| format!("'{s}'"))
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        let statuses: Vec<&str> = RunStatus::ALL.iter().map(|s| s.as_str()).collect();
+        let phases: Vec<&str> = Phase::ALL.iter().map(|p| p.as_str()).collect();
+        for (table, column, all) in [
+            ("runs", "status", &statuses),
+            ("attempts", "phase", &phases),
+            ("evaluations", "phase", &phases),
+        ] {
+            let unknown: Vec<String> = tx
+                .prepare(&format!(
+                    "SELECT DISTINCT {column} FROM {table} WHERE {column} NOT IN ({})",
+                    known(all)
+                ))
+                .and_then(|mut st| {
+                    st.query_map([], |r| r.get::<_, String>(0))?
+                        .collect::<rusqlite::Result<Vec<_>>>()
+                })
+                .map_err(sql)?;
+            if !unknown.is_empty() {
+                return Err(StoreError::Other {
+                    path: path.to_path_buf(),
+                    message: format!(
+                        "cannot bring this store to schema {SCHEMA_VERSION}: {table}.{column} holds {unknown:?}, \
+                         which this ksearch does not know; open it with the ksearch that wrote it"
+                    ),
+                });
+            }
+        }
+        tx.execute_batch(
+            "CREATE INDEX IF NOT EXISTS attempts_by_candidate ON attempts(candidate);",
+        )
+        .map_err(sql)?;
+    }
+    tx.pragma_update(None, "user_version", SCHEMA_VERSION)
+        .map_err(sql)?;
+    tx.commit().map_err(sql)
+}
+
 /// A path as the path part of an SQLite `file:` URI (`%`, `?` and `#` escaped; absolute).
 fn uri_path(path: &Path) -> String {
     let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
@@ -977,8 +1138,8 @@ fn process_alive(pid: i64) -> bool {
 
 /// A run marked `running` whose process is gone was killed: show it as `interrupted`.
 fn mark_interrupted(mut r: RunRow) -> RunRow {
-    if r.status == "running" && !r.pid.is_some_and(process_alive) {
-        r.status = "interrupted".into();
+    if r.status == RunStatus::Running && !r.pid.is_some_and(process_alive) {
+        r.status = RunStatus::Interrupted;
     }
     r
 }
@@ -987,6 +1148,121 @@ fn mark_interrupted(mut r: RunRow) -> RunRow {
 mod tests {
     use super::*;
     use crate::eval::Status;
+
+    /// What a store holds, in a form two reads can be compared by.
+    fn contents(s: &Store) -> Vec<String> {
+        let mut out = Vec::new();
+        for r in s.runs().unwrap() {
+            // A result written before results were typed reads typed.
+            let result = r.result.as_ref().expect("a finished run's result reads");
+            out.push(format!(
+                "{} {} {} {}",
+                r.run_id,
+                r.status,
+                r.evaluations,
+                serde_json::to_string(result).unwrap()
+            ));
+            for a in s.attempts(&r.run_id, None).unwrap() {
+                out.push(format!(
+                    "{} {} {} {}",
+                    a.phase, a.seq, a.candidate, a.finished
+                ));
+            }
+            out.push(format!(
+                "{} evaluations",
+                s.evaluations(&r.run_id).unwrap().len()
+            ));
+            out.push(format!(
+                "{} exchanges",
+                s.exchanges(&r.run_id).unwrap().len()
+            ));
+            out.push(format!(
+                "{} snapshots",
+                s.snapshots(&r.run_id).unwrap().len()
+            ));
+            out.push(format!("{:?}", s.strategy_state(&r.run_id).unwrap()));
+        }
+        out
+    }
+
+    /// A store written by main before schema versions (tests/fixtures/store-v0-20261203.db.gz: a
+    /// world-model run replayed from the shipped recording, with held-out checks, and a tune run of matmul)
+    /// reads as it is; opened for writing, it is brought to the current version with everything kept. A
+    /// value this ksearch does not know stops the migration and leaves the store as it was; a newer store
+    /// is refused by readers and writers.
+    #[test]
+    fn a_store_written_before_schema_versions_reads_migrates_and_a_newer_one_is_refused() {
+        let fixture =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/store-v0-20261203.db.gz");
+        let unpack = |dir: &Path| {
+            let mut db = Vec::new();
+            std::io::Read::read_to_end(
+                &mut flate2::read::GzDecoder::new(std::fs::File::open(&fixture).unwrap()),
+                &mut db,
+            )
+            .unwrap();
+            std::fs::write(dir.join("ksearch.db"), db).unwrap();
+        };
+        let dir = tempfile::tempdir().unwrap();
+        unpack(dir.path());
+        let before = {
+            let s = Store::open_read(dir.path()).unwrap().unwrap();
+            assert_eq!(schema_version(&s.conn), Some(0));
+            contents(&s)
+        };
+        assert_eq!(
+            before.iter().filter(|l| l.contains(" completed ")).count(),
+            2,
+            "{before:#?}"
+        );
+        for phase in ["search ", "held-out ", "final "] {
+            assert!(
+                before.iter().any(|l| l.starts_with(phase)),
+                "{phase}: {before:#?}"
+            );
+        }
+        let s = Store::open(dir.path()).unwrap();
+        assert_eq!(schema_version(&s.conn), Some(SCHEMA_VERSION));
+        assert_eq!(contents(&s), before);
+        drop(s);
+        // Opened again: nothing left to do.
+        assert_eq!(contents(&Store::open(dir.path()).unwrap()), before);
+
+        // A status no ksearch wrote: the migration stops, names it, and changes nothing.
+        let bad = tempfile::tempdir().unwrap();
+        unpack(bad.path());
+        let c = Connection::open(bad.path().join("ksearch.db")).unwrap();
+        c.execute("UPDATE runs SET status='paused' WHERE strategy='tune'", [])
+            .unwrap();
+        drop(c);
+        let err = Store::open(bad.path()).err().expect("refused").to_string();
+        assert!(err.contains("runs.status holds [\"paused\"]"), "{err}");
+        let c = Connection::open(bad.path().join("ksearch.db")).unwrap();
+        assert_eq!(schema_version(&c), Some(0));
+        assert!(
+            c.prepare("SELECT name FROM sqlite_master WHERE name='attempts_by_candidate'")
+                .unwrap()
+                .query([])
+                .unwrap()
+                .next()
+                .unwrap()
+                .is_none()
+        );
+        drop(c);
+
+        // A newer store.
+        let c = Connection::open(dir.path().join("ksearch.db")).unwrap();
+        c.pragma_update(None, "user_version", SCHEMA_VERSION + 1)
+            .unwrap();
+        drop(c);
+        for err in [
+            Store::open(dir.path()).err(),
+            Store::open_read(dir.path()).err(),
+        ] {
+            let err = err.expect("refused").to_string();
+            assert!(err.contains("written by a newer ksearch"), "{err}");
+        }
+    }
 
     fn result(w: &str) -> WorkloadResult {
         WorkloadResult {
@@ -1027,21 +1303,30 @@ mod tests {
         };
         let h = s.put_candidate(&c).unwrap();
         assert_eq!(s.candidate(&h).unwrap().unwrap().hash(), h);
-        s.begin_attempt("r1", "search", 0, &h, None, "seed")
+        s.begin_attempt("r1", Phase::Search, 0, &h, None, "seed")
             .unwrap();
-        s.put_evaluation("r1", "search", &h, &result("w1")).unwrap();
+        s.put_evaluation("r1", Phase::Search, &h, &result("w1"))
+            .unwrap();
         assert_eq!(
             s.run("r1").unwrap().unwrap().evaluations,
             0,
             "unfinished attempts do not count"
         );
-        s.finish_attempt("r1", "search", 0, &Summary::default())
+        s.finish_attempt("r1", Phase::Search, 0, &Summary::default())
             .unwrap();
         let run = s.run("r1").unwrap().unwrap();
         assert_eq!(run.evaluations, 1);
-        assert_eq!(run.status, "running", "this process is alive");
-        assert!(s.evaluation("r1", "search", &h, "w1").unwrap().is_some());
-        assert!(s.evaluation("r1", "search", &h, "w2").unwrap().is_none());
+        assert_eq!(run.status, RunStatus::Running, "this process is alive");
+        assert!(
+            s.evaluation("r1", Phase::Search, &h, "w1")
+                .unwrap()
+                .is_some()
+        );
+        assert!(
+            s.evaluation("r1", Phase::Search, &h, "w2")
+                .unwrap()
+                .is_none()
+        );
         // A second connection sees committed data at once (what `ksearch runs` does during a run).
         let s2 = Store::open(dir.path()).unwrap();
         assert_eq!(s2.evaluations("r1").unwrap().len(), 1);
@@ -1076,7 +1361,7 @@ mod tests {
         s.conn
             .execute("UPDATE runs SET pid=?1", [i32::MAX as i64])
             .unwrap();
-        assert_eq!(s.run("r1").unwrap().unwrap().status, "interrupted");
+        assert_eq!(s.run("r1").unwrap().unwrap().status, RunStatus::Interrupted);
     }
 
     #[test]

@@ -298,7 +298,7 @@ fn a_second_resume_of_a_run_in_progress_is_refused_with_the_holders_pid() {
             .run(&run_id)
             .unwrap()
             .unwrap();
-        if row.status == "running" && row.pid == Some(holder.id() as i64) {
+        if row.status == ksearch::store::RunStatus::Running && row.pid == Some(holder.id() as i64) {
             break;
         }
         assert!(start.elapsed() < Duration::from_secs(60), "no lease taken");

@@ -9,6 +9,7 @@ pub mod agent;
 pub mod evolve;
 pub mod hybrid;
 pub mod once;
+pub mod result;
 pub mod run;
 pub mod tune;
 pub mod world_model;

@@ -6,6 +6,9 @@ use super::agent::Agent;
 use super::evolve::{Evolve, EvolveConfig};
 use super::hybrid::Hybrid;
 use super::once::Once;
+use super::result::{
+    BestResult, BudgetUnit, HeldOutRow, LlmUse, RunResult, SeedResult, WorkloadRow,
+};
 use super::tune::Tune;
 use super::world_model::{WorldModelConfig, WorldModelStrategy};
 use super::{Budget, Next, Observation, SEED_ORIGIN, Strategy, StrategyKind};
@@ -13,12 +16,12 @@ use crate::candidate::Candidate;
 use crate::eval::{self, EvalOptions, Evaluator, Settings, Status, Verdict, WorkloadResult};
 use crate::llm::{Exchange, Llm, LlmConfig};
 use crate::pyenv::PythonEnv;
-use crate::store::Store;
+use crate::store::{Phase, RunStatus, Store};
 use crate::target::Target;
 use crate::task::{Task, Workload};
 use anyhow::{Context, Result, anyhow, bail};
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -118,9 +121,6 @@ pub enum Event<'a> {
         candidate: &'a str,
     },
 }
-
-/// The store's phase of held-out workloads scored mid-run for the strategy (the end's are `final`).
-pub const HELD_OUT_PHASE: &str = "held-out";
 
 const MAX_FINAL_CANDIDATES: usize = 3;
 
@@ -372,7 +372,7 @@ impl<'a> Runner<'a> {
         cand: &Candidate,
         hash: &str,
         workloads: &[Workload],
-        phase: &str,
+        phase: Phase,
         opts: EvalOptions<'_>,
     ) -> Result<Vec<WorkloadResult>> {
         // What is left to evaluate has its kernel modules compiled at once first (mlx-cuda).
@@ -407,7 +407,7 @@ impl<'a> Runner<'a> {
             };
             let failed = r.status != Status::Passed;
             out.push(r);
-            if failed && phase == "search" {
+            if failed && phase == Phase::Search {
                 break;
             }
         }
@@ -416,7 +416,7 @@ impl<'a> Runner<'a> {
 
     fn history(&self) -> Result<Vec<Observation>> {
         let mut hist = Vec::new();
-        for a in self.store.attempts(&self.run_id, Some("search"))? {
+        for a in self.store.attempts(&self.run_id, Some(Phase::Search))? {
             if !a.finished {
                 continue;
             }
@@ -429,7 +429,7 @@ impl<'a> Runner<'a> {
                 .workloads(false)
                 .filter_map(|w| {
                     self.store
-                        .evaluation(&self.run_id, "search", &a.candidate, &w.name)
+                        .evaluation(&self.run_id, Phase::Search, &a.candidate, &w.name)
                         .transpose()
                 })
                 .collect::<Result<Vec<_>, _>>()?;
@@ -442,7 +442,7 @@ impl<'a> Runner<'a> {
                 held_out: None,
             });
         }
-        for a in self.store.attempts(&self.run_id, Some(HELD_OUT_PHASE))? {
+        for a in self.store.attempts(&self.run_id, Some(Phase::HeldOut))? {
             let Some(obs) = hist.iter_mut().find(|o| o.hash == a.candidate) else {
                 continue;
             };
@@ -452,7 +452,7 @@ impl<'a> Runner<'a> {
                         .workloads(true)
                         .filter_map(|w| {
                             self.store
-                                .evaluation(&self.run_id, HELD_OUT_PHASE, &a.candidate, &w.name)
+                                .evaluation(&self.run_id, Phase::HeldOut, &a.candidate, &w.name)
                                 .transpose()
                         })
                         .collect::<Result<Vec<_>, _>>()?,
@@ -481,14 +481,14 @@ impl<'a> Runner<'a> {
                     self.run_id
                 )
             })?;
-        let attempts = self.store.attempts(&self.run_id, Some(HELD_OUT_PHASE))?;
+        let attempts = self.store.attempts(&self.run_id, Some(Phase::HeldOut))?;
         let seq = attempts
             .iter()
             .find(|a| a.candidate == hash)
             .map_or(attempts.len() as i64, |a| a.seq);
         self.store.begin_attempt(
             &self.run_id,
-            HELD_OUT_PHASE,
+            Phase::HeldOut,
             seq,
             hash,
             None,
@@ -499,10 +499,10 @@ impl<'a> Runner<'a> {
             incumbent: None,
             retime_baselines: false,
         };
-        let results = self.evaluate(&cand, hash, held_out, HELD_OUT_PHASE, opts)?;
+        let results = self.evaluate(&cand, hash, held_out, Phase::HeldOut, opts)?;
         self.store.finish_attempt(
             &self.run_id,
-            HELD_OUT_PHASE,
+            Phase::HeldOut,
             seq,
             &eval::summarize(&results),
         )?;
@@ -541,8 +541,8 @@ impl<'a> Runner<'a> {
         }
     }
 
-    /// Runs (or resumes) to the end; returns the result object also stored with the run.
-    pub fn execute(&mut self, mut progress: impl FnMut(Event<'_>)) -> Result<Value> {
+    /// Runs (or resumes) to the end; returns the result, also stored with the run.
+    pub fn execute(&mut self, mut progress: impl FnMut(Event<'_>)) -> Result<RunResult> {
         let started = Instant::now();
         let feedback: Vec<Workload> = self.task.workloads(false).cloned().collect();
         let held_out: Vec<Workload> = self.task.workloads(true).cloned().collect();
@@ -617,7 +617,7 @@ impl<'a> Runner<'a> {
             let hash = self.store.put_candidate(&cand)?;
             self.store.begin_attempt(
                 &self.run_id,
-                "search",
+                Phase::Search,
                 seq as i64,
                 &hash,
                 parent.as_deref(),
@@ -627,7 +627,7 @@ impl<'a> Runner<'a> {
                 incumbent: incumbent.as_ref().map(|(h, c)| (h.as_str(), c)),
                 retime_baselines: false,
             };
-            let results = self.evaluate(&cand, &hash, &feedback, "search", opts)?;
+            let results = self.evaluate(&cand, &hash, &feedback, Phase::Search, opts)?;
             let mut summary = eval::summarize(&results);
             if results.len() < feedback.len() {
                 summary.passed = false;
@@ -637,7 +637,7 @@ impl<'a> Runner<'a> {
                 summary.verdict = eval::overall_verdict(&results, &self.evaluator.settings.timing);
             }
             self.store
-                .finish_attempt(&self.run_id, "search", seq as i64, &summary)?;
+                .finish_attempt(&self.run_id, Phase::Search, seq as i64, &summary)?;
             history.push(Observation {
                 hash,
                 origin,
@@ -671,7 +671,7 @@ impl<'a> Runner<'a> {
             });
             self.store.begin_attempt(
                 &self.run_id,
-                "final",
+                Phase::Final,
                 i as i64,
                 &obs.hash,
                 None,
@@ -681,10 +681,11 @@ impl<'a> Runner<'a> {
                 incumbent: None,
                 retime_baselines: true,
             };
-            let results = self.evaluate(&obs.candidate, &obs.hash, &held_out, "final", retime)?;
+            let results =
+                self.evaluate(&obs.candidate, &obs.hash, &held_out, Phase::Final, retime)?;
             let summary = eval::summarize(&results);
             self.store
-                .finish_attempt(&self.run_id, "final", i as i64, &summary)?;
+                .finish_attempt(&self.run_id, Phase::Final, i as i64, &summary)?;
             let passed = summary.passed || held_out.is_empty();
             if chosen.is_none() || passed {
                 chosen = Some((obs, passed, results));
@@ -703,61 +704,15 @@ impl<'a> Runner<'a> {
                     retime_baselines: true,
                 };
                 let (cand, hash) = (obs.candidate.clone(), obs.hash.clone());
-                Some(self.evaluate(&cand, &hash, &feedback, "confirm", retime)?)
+                Some(self.evaluate(&cand, &hash, &feedback, Phase::Confirm, retime)?)
             }
             None => None,
         };
         // None for a run started from the specification: no speedup over a seed is reported.
         let seed_obs = seed_of(&history);
-        let result = json!({
-            "run_id": self.run_id,
-            "task": self.task.name(),
-            "target": self.target.name(),
-            "strategy": self.config.strategy.name(),
-            "budget": self.config.budget,
-            "budget_unit": if spent.rounds { "rounds" } else { "evaluations" },
-            "rounds": spent.rounds.then_some(spent.used),
-            "rounds_without_candidate": spent.rounds.then(|| self.strategy.unmeasured_rounds()),
-            "tuning_evaluations": (spent.tune_total > 0).then_some(spent.tune_used),
-            "tuning_cap": (spent.tune_total > 0).then_some(spent.tune_total),
-            "evaluations": history.len(),
-            // Held-out workloads scored mid-run and shown to the model: they were then a validation set,
-            // not unseen shapes (the world model's `--held-out-evidence cycle`).
-            "held_out_checks": history.iter().filter(|o| o.held_out.is_some()).count(),
-            "status": if cut_short { "stopped" } else if chosen.is_some() { "completed" } else { "failed" },
-            "hardware": self.evaluator.hardware(),
-            "worker_restarts": self.evaluator.worker_restarts(),
-            "stopped": stopped,
-            "llm": self.config.llm.as_ref().map(|l| json!({"spec": l.spec, "exchanges": self.store.exchanges(&self.run_id).map(|e| e.len()).unwrap_or(0)})),
-            "world_model_nodes": self.strategy.tree().and_then(|t| t["nodes"].as_array().map(Vec::len)),
-            "elapsed_s": started.elapsed().as_secs_f64(),
-            "seed": seed_obs.map(|o| json!({"candidate": o.hash, "passed": o.summary.passed, "geomean_s": o.summary.geomean_s, "failure": o.summary.first_failure})),
-            "best": chosen.as_ref().map(|(obs, held_ok, held)| {
-                let vs_seed = seed_obs.and_then(|s| eval::speedup(&s.results, &obs.results));
-                // From the confirmation (candidate and baselines timed together) where it passed throughout.
-                let confirm = confirmed.as_ref().map(|c| eval::summarize(c)).filter(|s| s.passed);
-                let vs_baselines = confirm.as_ref().map_or(&obs.summary.speedup_vs_baseline, |s| &s.speedup_vs_baseline);
-                let primary = self.task.baselines_for(self.target).first().and_then(|b| vs_baselines.get(&b.name).copied());
-                json!({
-                    "candidate": obs.hash,
-                    "name": obs.candidate.plan.name,
-                    "params": obs.candidate.params(),
-                    "geomean_s": obs.summary.geomean_s,
-                    "speedup_vs_seed": vs_seed,
-                    "speedup_vs_baseline": primary,
-                    "speedup_vs_baselines": vs_baselines,
-                    "verdict": obs.summary.verdict,
-                    "noisy": obs.summary.noisy,
-                    "held_out_passed": held_ok,
-                    "held_out": held.iter().map(|r| json!({"workload": r.workload, "status": r.status, "message": r.message})).collect::<Vec<_>>(),
-                    "workloads": obs.results.iter().map(workload_json).collect::<Vec<_>>(),
-                    "confirmed": confirmed.as_ref().map(|c| c.iter().map(workload_json).collect::<Vec<_>>()),
-                })
-            }),
-        });
         let (status, error) = match &chosen {
             _ if cut_short => (
-                "stopped",
+                RunStatus::Stopped,
                 Some(format!(
                     "the search stopped after {} of {} {}: {}",
                     spent.used,
@@ -770,9 +725,9 @@ impl<'a> Runner<'a> {
                     stopped.as_deref().unwrap_or("")
                 )),
             ),
-            Some(_) => ("completed", None),
+            Some(_) => (RunStatus::Completed, None),
             None => (
-                "failed",
+                RunStatus::Failed,
                 Some(
                     match seed_obs.and_then(|o| o.summary.first_failure.clone()) {
                         Some(f) if history.len() == 1 && seed_obs.is_some() => {
@@ -782,6 +737,87 @@ impl<'a> Runner<'a> {
                     },
                 ),
             ),
+        };
+        let result = RunResult {
+            run_id: self.run_id.clone(),
+            task: self.task.name().to_string(),
+            target: self.target.name().to_string(),
+            strategy: self.config.strategy.name().to_string(),
+            status,
+            budget: self.config.budget,
+            budget_unit: if spent.rounds {
+                BudgetUnit::Rounds
+            } else {
+                BudgetUnit::Evaluations
+            },
+            rounds: spent.rounds.then_some(spent.used),
+            rounds_without_candidate: spent.rounds.then(|| self.strategy.unmeasured_rounds()),
+            tuning_evaluations: (spent.tune_total > 0).then_some(spent.tune_used),
+            tuning_cap: (spent.tune_total > 0).then_some(spent.tune_total),
+            evaluations: history.len(),
+            held_out_checks: history.iter().filter(|o| o.held_out.is_some()).count(),
+            hardware: self.evaluator.hardware(),
+            worker_restarts: self.evaluator.worker_restarts(),
+            stopped: stopped.clone(),
+            llm: self.config.llm.as_ref().map(|l| LlmUse {
+                spec: l.spec.clone(),
+                exchanges: self
+                    .store
+                    .exchanges(&self.run_id)
+                    .map(|e| e.len())
+                    .unwrap_or(0),
+            }),
+            world_model_nodes: self
+                .strategy
+                .tree()
+                .and_then(|t| t["nodes"].as_array().map(Vec::len)),
+            elapsed_s: started.elapsed().as_secs_f64(),
+            seed: seed_obs.map(|o| SeedResult {
+                candidate: o.hash.clone(),
+                passed: o.summary.passed,
+                geomean_s: o.summary.geomean_s,
+                failure: o.summary.first_failure.clone(),
+            }),
+            best: chosen.as_ref().map(|(obs, held_ok, held)| {
+                let vs_seed = seed_obs.and_then(|s| eval::speedup(&s.results, &obs.results));
+                // From the confirmation (candidate and baselines timed together) where it passed throughout.
+                let confirm = confirmed
+                    .as_ref()
+                    .map(|c| eval::summarize(c))
+                    .filter(|s| s.passed);
+                let vs_baselines = confirm
+                    .as_ref()
+                    .map_or(&obs.summary.speedup_vs_baseline, |s| &s.speedup_vs_baseline);
+                let primary = self
+                    .task
+                    .baselines_for(self.target)
+                    .first()
+                    .and_then(|b| vs_baselines.get(&b.name).copied());
+                BestResult {
+                    candidate: obs.hash.clone(),
+                    name: obs.candidate.plan.name.clone(),
+                    params: obs.candidate.params(),
+                    geomean_s: obs.summary.geomean_s,
+                    speedup_vs_seed: vs_seed,
+                    speedup_vs_baseline: primary,
+                    speedup_vs_baselines: vs_baselines.clone(),
+                    verdict: obs.summary.verdict.clone(),
+                    noisy: obs.summary.noisy.clone(),
+                    held_out_passed: *held_ok,
+                    held_out: held
+                        .iter()
+                        .map(|r| HeldOutRow {
+                            workload: r.workload.clone(),
+                            status: r.status,
+                            message: r.message.clone(),
+                        })
+                        .collect(),
+                    workloads: obs.results.iter().map(WorkloadRow::from).collect(),
+                    confirmed: confirmed
+                        .as_ref()
+                        .map(|c| c.iter().map(WorkloadRow::from).collect()),
+                }
+            }),
         };
         self.store
             .finish_run(&self.run_id, status, &result, error.as_deref())?;
@@ -827,34 +863,6 @@ pub fn make_llm(store: &Store, spec: &str, cfg: &LlmConfig) -> Result<Llm> {
         return Ok(Llm::replay(exchanges, spec));
     }
     Ok(Llm::from_spec(spec, cfg)?)
-}
-
-pub fn workload_json(r: &WorkloadResult) -> Value {
-    json!({
-        "workload": r.workload,
-        "status": r.status,
-        "median_s": r.median_s(),
-        "iqr_s": r.timing.as_ref().map(|t| t.iqr_s),
-        "min_s": r.timing.as_ref().map(|t| t.min_s),
-        "noisy": r.timing.as_ref().map(|t| t.noisy),
-        "distinct_inputs": r.timing.as_ref().map(|t| t.distinct_inputs),
-        "sampled_checks": r.timing.as_ref().map(|t| t.sampled_checks),
-        "launches_per_eval": r.timing.as_ref().and_then(|t| t.launches_per_eval),
-        "baselines": r.baselines.iter().map(|(k, t)| (k.clone(), t.median_s)).collect::<std::collections::BTreeMap<_, _>>(),
-        "baselines_iqr_s": r.baselines.iter().map(|(k, t)| (k.clone(), t.iqr_s)).collect::<std::collections::BTreeMap<_, _>>(),
-        "baselines_launches_per_eval": r.baselines.iter().filter_map(|(k, t)| t.launches_per_eval.map(|n| (k.clone(), n))).collect::<std::collections::BTreeMap<_, _>>(),
-        "comparison": r.comparison.as_ref().map(|c| json!({"incumbent": c.incumbent, "incumbent_median_s": c.timing.median_s, "verdict": c.verdict.verdict, "speedup": c.verdict.speedup, "rounds": c.verdict.rounds})),
-        "roofline_fraction": r.roofline.as_ref().map(|f| f.fraction),
-        "beats_roofline": r.roofline.as_ref().map(|f| f.beats_roofline),
-        "max_abs": r.max_abs,
-        "max_rel": r.max_rel,
-        "message": r.message,
-        "elapsed_s": r.elapsed_s,
-        "prepare_s": r.prepare_s,
-        "compile_s": r.compile_s,
-        "split": r.split,
-        "overhead_s": r.overhead_s(),
-    })
 }
 
 /// The run's best: the first passing candidate, replaced by each later one that beat it. Where a candidate
