@@ -30,7 +30,8 @@ pub fn expand(src: &str) -> Cow<'_, str> {
     };
     let macros = index_macros(&src);
     let qualifiers = qualifier_macros(&src);
-    if macros.is_empty() && qualifiers.is_empty() {
+    let attributes = attribute_macros(&src);
+    if macros.is_empty() && qualifiers.is_empty() && attributes.is_empty() {
         return src;
     }
     let mut lines: Vec<String> = src.split('\n').map(str::to_string).collect();
@@ -43,6 +44,43 @@ pub fn expand(src: &str) -> Cow<'_, str> {
             this
         })
         .collect();
+    // A use of a function-like attribute macro that spans lines (`DEPRECATED(\n  API double f(int),\n  "why");`)
+    // is read whole: its lines are joined, comments cut, into its first line; the others become blank.
+    for i in 0..lines.len() {
+        if defines[i] {
+            continue;
+        }
+        for m in attributes.iter().filter(|m| !m.params.is_empty()) {
+            let Some(at) = find_word(&lines[i], &m.name) else {
+                continue;
+            };
+            if split_args(
+                lines[i][at + m.name.len()..]
+                    .trim_start()
+                    .trim_start_matches('('),
+            )
+            .is_some()
+            {
+                continue; // on one line: the loop below
+            }
+            let mut joined = cut_comment(&lines[i]).to_string();
+            for k in 1..48 {
+                if i + k >= lines.len() || defines[i + k] {
+                    break;
+                }
+                joined.push(' ');
+                joined.push_str(cut_comment(&lines[i + k]));
+                let whole = without_attribute_macro(&joined, m);
+                if find_word(&whole, &m.name).is_none() {
+                    lines[i] = whole;
+                    for l in &mut lines[i + 1..=i + k] {
+                        l.clear();
+                    }
+                    break;
+                }
+            }
+        }
+    }
     for (line, is_define) in lines.iter_mut().zip(defines) {
         if is_define {
             continue;
@@ -50,6 +88,11 @@ pub fn expand(src: &str) -> Cow<'_, str> {
         for (name, body) in &qualifiers {
             if line.contains(name.as_str()) {
                 *line = replace_word(line, name, body);
+            }
+        }
+        for m in &attributes {
+            if line.contains(m.name.as_str()) {
+                *line = without_attribute_macro(line, m);
             }
         }
         for _ in 0..PASSES {
@@ -122,6 +165,159 @@ fn qualifier_macros(src: &str) -> Vec<(String, String)> {
     }
     out.retain(|(n, _)| seen.get(n) == Some(&1));
     out
+}
+
+/// Macros that stand for attributes and nothing else the parser needs (`#define NORETURN [[noreturn]]`,
+/// `#define PRINTF_LIKE(...) __attribute__((format(printf, __VA_ARGS__)))`, or empty on another compiler;
+/// `#define DEPRECATED(func, hint) func __attribute__((deprecated(hint)))`), and empty ones: attributes
+/// removed, every definition of the name (under `#if`s the tracker could not decide) must leave the same
+/// thing, nothing or one parameter. A library's API is written with them before every declaration, and unknown to the parser
+/// they make each one unreadable, with the types and enums among them (ggml.h: 115 such places).
+/// `body`: empty, or the parameter a use is replaced by.
+/// A macro's parameters and what its body leaves without attributes.
+type Left = (Vec<String>, String);
+
+fn attribute_macros(src: &str) -> Vec<Macro> {
+    static DEF: OnceLock<Regex> = OnceLock::new();
+    let def = DEF.get_or_init(|| {
+        Regex::new(r"^\s*#\s*define\s+([A-Za-z_]\w*)(\(([^)]*)\))?(.*)$").expect("a valid pattern")
+    });
+    if !src.contains("#define") {
+        return Vec::new();
+    }
+    // Each name's definitions, as (params, what is left without attributes); None: not attributes only.
+    let mut defs: std::collections::BTreeMap<String, Vec<Option<Left>>> = Default::default();
+    let mut lines = src.split('\n');
+    while let Some(l) = lines.next() {
+        let Some(c) = def.captures(l) else { continue };
+        let mut body = c.get(4).map_or("", |m| m.as_str()).to_string();
+        while body.trim_end().ends_with('\\') {
+            body = body.trim_end().trim_end_matches('\\').to_string();
+            body.push(' ');
+            body.push_str(lines.next().unwrap_or(""));
+        }
+        let params: Vec<String> = c
+            .get(3)
+            .map(|p| {
+                p.as_str()
+                    .split(',')
+                    .map(|p| p.trim().to_string())
+                    .filter(|p| !p.is_empty())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let left = strip_attributes(&body);
+        let left = left.split_whitespace().collect::<Vec<_>>().join(" ");
+        let usable = (left.is_empty() || params.iter().any(|p| *p == left && p != "..."))
+            && !body.contains('#');
+        defs.entry(c[1].to_string())
+            .or_default()
+            .push(usable.then_some((params, left)));
+    }
+    // Every definition must leave the same: expanded so, the text is what the compiler reads, attributes
+    // aside.
+    defs.into_iter()
+        .filter_map(|(name, ds)| {
+            let first = ds.first().cloned().flatten()?;
+            ds.iter()
+                .all(|d| d.as_ref() == Some(&first))
+                .then_some(Macro {
+                    name,
+                    params: first.0,
+                    body: first.1,
+                })
+        })
+        .collect()
+}
+
+/// `body` without its attributes: `__attribute__((...))`, `__declspec(...)`, `[[...]]`, `_Noreturn`.
+fn strip_attributes(body: &str) -> String {
+    let mut out = String::new();
+    let mut rest = body;
+    loop {
+        let next = ["__attribute__", "__declspec", "[["]
+            .iter()
+            .filter_map(|a| rest.find(a).map(|i| (i, *a)))
+            .min();
+        let Some((i, a)) = next else {
+            out.push_str(rest);
+            break;
+        };
+        out.push_str(&rest[..i]);
+        let after = &rest[i + a.len()..];
+        let (open, close) = if a == "[[" { ('[', ']') } else { ('(', ')') };
+        let mut depth = usize::from(a == "[[") * 2;
+        let mut end = None;
+        for (j, ch) in after.char_indices() {
+            if ch == open {
+                depth += 1;
+            } else if ch == close {
+                depth = depth.saturating_sub(1);
+                if depth == 0 {
+                    end = Some(j + 1);
+                    break;
+                }
+            } else if depth == 0 && !ch.is_whitespace() {
+                break;
+            }
+        }
+        match end {
+            Some(e) => rest = &after[e..],
+            None => {
+                out.push_str(&rest[i..]);
+                break;
+            }
+        }
+    }
+    out.replace("_Noreturn", " ")
+}
+
+/// The line with every use of an attribute macro replaced by what it leaves (nothing, or its argument).
+fn without_attribute_macro(line: &str, m: &Macro) -> String {
+    if m.params.is_empty() && !line.contains(&format!("{}(", m.name)) {
+        return replace_word(line, &m.name, &m.body);
+    }
+    let mut out = line.to_string();
+    for _ in 0..8 {
+        let Some(at) = find_word(&out, &m.name) else {
+            break;
+        };
+        let rest = &out[at + m.name.len()..];
+        let open = rest.len() - rest.trim_start().len();
+        if !rest[open..].starts_with('(') {
+            break;
+        }
+        let Some((args, used)) = split_args(&rest[open + 1..]) else {
+            break;
+        };
+        let with = m
+            .params
+            .iter()
+            .position(|p| *p == m.body)
+            .and_then(|i| args.get(i))
+            .map_or(String::new(), |a| a.trim().to_string());
+        out = format!("{}{with}{}", &out[..at], &rest[open + 1 + used..]);
+    }
+    out
+}
+
+/// A line without its `//` comment (a `//` inside a string literal is taken for one: rare in code a
+/// macro's use spans).
+fn cut_comment(line: &str) -> &str {
+    line.find("//").map_or(line, |i| &line[..i])
+}
+
+/// Where `word` first stands alone in `hay`.
+fn find_word(hay: &str, word: &str) -> Option<usize> {
+    let ident = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '_');
+    let mut from = 0;
+    while let Some(i) = hay[from..].find(word).map(|i| i + from) {
+        if !ident(hay[..i].chars().next_back()) && !ident(hay[i + word.len()..].chars().next()) {
+            return Some(i);
+        }
+        from = i + word.len();
+    }
+    None
 }
 
 fn index_macros(src: &str) -> Vec<Macro> {
@@ -288,6 +484,30 @@ mod tests {
         // A macro with anything else in it is left alone.
         let src = "#define N 128\n#define CONST_N const int n\n__global__ void k(float* y) { y[0] = N; }\n";
         assert!(matches!(expand(src), Cow::Borrowed(_)));
+    }
+
+    /// A library's API macros (ggml.h: an export macro, `NORETURN`, a printf-format attribute, `DEPRECATED`
+    /// wrapping a declaration over several lines), each defined differently per compiler, leave what the
+    /// compiler reads once their attributes go: the declarations and the enum among them parse.
+    #[test]
+    fn attribute_macros_leave_what_they_wrap_over_lines_and_definitions() {
+        let src = "#ifdef __GNUC__\n#define NORETURN __attribute__((noreturn))\n\
+                   #define FMT(...) __attribute__((format(printf, __VA_ARGS__)))\n\
+                   #define DEPRECATED(func, hint) func __attribute__((deprecated(hint)))\n#else\n\
+                   #define NORETURN [[noreturn]]\n#define FMT(...)\n#define DEPRECATED(func, hint) func\n#endif\n\
+                   NORETURN FMT(3, 4) void fail(const char * f, ...);\n\
+                   DEPRECATED(\n    double old_size(int t), // use (new) size\n    \"use size()\");\n\
+                   enum order { ASC, DESC };\n";
+        let out = expand(src);
+        assert_eq!(out.lines().count(), src.lines().count(), "{out}");
+        let code: Vec<&str> = out.lines().skip(9).map(str::trim).collect();
+        assert_eq!(code[0], "void fail(const char * f, ...);", "{out}");
+        assert_eq!(code[1], "double old_size(int t);", "{out}");
+        assert_eq!(&code[2..4], ["", ""], "{out}");
+        assert_eq!(code[4], "enum order { ASC, DESC };");
+        // Definitions that leave different things are the compiler's to choose.
+        let src = "#ifdef A\n#define WRAP(f) f __attribute__((cold))\n#else\n#define WRAP(f) static f\n#endif\nWRAP(int g(void));\n";
+        assert!(expand(src).contains("WRAP(int g(void));"));
     }
 
     #[test]
