@@ -15,9 +15,11 @@ parameters that are pointers to numbers or numbers. Its original runs with the l
 the host code (the grid and block of the plan), so a misread launch is not caught here, only bodies, roles,
 dtypes, scalars and in-place semantics. Integer parameters named in the grid get 1000 (less where the grid
 multiplies several), the others 8 (a count, or a stride in bytes that keeps floats aligned); every buffer
-holds twice the product of the integer parameters and the block count (capped), outputs start at a
-sentinel value on both sides, in-place buffers start as their inputs. A kernel's verdict:
-`match`, `mismatch`, `translate error` (the diagnostic that names why), `mlx error` (MLX/NVRTC refused the
+holds twice the product of the integer parameters and the block count (capped). Every buffer of the
+original starts with data; the translation's outputs start at a sentinel value, and where one stays so the
+original must have left the element unchanged; a buffer the original changes that the translation does
+not write is a difference, whatever roles the translator found. A kernel's verdict:
+`match`, `mismatch`, `nothing written` (neither side wrote anything), `translate error` (the diagnostic that names why), `mlx error` (MLX/NVRTC refused the
 translation), `original error` (nvcc could not build the original here: not counted), `not simple`.
 """
 from __future__ import annotations
@@ -228,24 +230,25 @@ def run_original(entry: dict[str, Any], v: dict[str, Any], data: dict[str, Any],
     if name is None:
         raise LookupError(f"no entry for {entry['kernel']} in the original's cubin")
     fn = cp.RawModule(path=str(cubin)).get_function(name)
+    # Every buffer starts with data, whatever the translation took it for: a buffer the original writes
+    # shows as changed, independently of the roles the translator found.
     args, bufs = [], {}
     for p in entry["params"]:
         dt = elem_dtype(p["elem_type"])
         if p["pointer"]:
-            host = data[p["name"]]
-            if p["role"] == "output":
-                host = np.full(v["elems"], v["init"], dtype=np.float32)
-            arr = to_cupy(cp, host, dt)
-            bufs[p["name"]] = arr
+            arr = to_cupy(cp, data[p["name"]], dt)
+            bufs[p["name"]] = (arr, dt)
             args.append(arr)
         elif p["name"] in v["ints"]:
             args.append(np.dtype(dt).type(v["ints"][p["name"]]))
+        elif dt == "bfloat16":  # passed by value as its 16 bits
+            args.append(np.uint16(np.float32(v["floats"][p["name"]]).view(np.uint32) >> 16))
         else:
-            args.append(np.dtype("float32" if dt != "float64" else "float64").type(v["floats"][p["name"]]))
+            args.append(np.dtype(dt).type(v["floats"][p["name"]]))
     fn(tuple(v["grid"][i] // v["block"][i] for i in range(3)), tuple(v["block"]), tuple(args),
        shared_mem=v["smem"])
     cp.cuda.runtime.deviceSynchronize()
-    return {n: from_cupy(a) for n, a in bufs.items()}
+    return {n: from_cupy(a, dt) for n, (a, dt) in bufs.items()}
 
 
 def to_cupy(cp: Any, host: Any, dt: str) -> Any:
@@ -256,12 +259,12 @@ def to_cupy(cp: Any, host: Any, dt: str) -> Any:
     return cp.asarray(host.astype(dt))
 
 
-def from_cupy(a: Any) -> Any:
+def from_cupy(a: Any, dt: str) -> Any:
     import numpy as np
     h = a.get()
-    if h.dtype == np.uint16:  # bfloat16 bits
+    if dt == "bfloat16":  # its bits, widened
         return (h.astype(np.uint32) << 16).view(np.float32)
-    return h.astype(np.float32) if h.dtype.kind == "f" else h
+    return h.astype(np.float32) if h.dtype.kind == "f" and dt != "float64" else h
 
 
 def run_translation(entry: dict[str, Any], v: dict[str, Any], data: dict[str, Any], folder: Path,
@@ -300,27 +303,38 @@ def run_translation(entry: dict[str, Any], v: dict[str, Any], data: dict[str, An
 
 def compare(entry: dict[str, Any], data: dict[str, Any], orig: dict[str, Any], got: dict[str, Any],
             init: float) -> str | None:
-    """None when the translation's outputs are the original's; else what differs."""
+    """None when the translation's outputs are the original's; else what differs. Every buffer of the
+    original started with data: where the translation left an output at its start value, the original must
+    have left that element unchanged; a buffer the original changed that the translation does not write is
+    a difference; and a launch where neither wrote anything is reported as such, never as a match."""
     import numpy as np
-    roles = {p["name"]: p["role"] for p in entry["params"]}
-    written = [n for n, r in roles.items() if r in ("output", "inout")]
-    if set(got) != set(written):
-        return f"the translation writes {sorted(got)}, the original {sorted(written)}"
-    for n in written:
-        a, b = orig[n], got[n]
+    types = {p["name"]: elem_dtype(p["elem_type"]) for p in entry["params"]}
+    changed_any = False
+    for n, a in orig.items():
+        start = data[n].astype(a.dtype) if a.dtype.kind != "f" else data[n].astype(np.float32)
+        if types[n] == "float64":
+            start = data[n].astype(np.float64)
+        same = (a == start) | (np.isnan(a) & np.isnan(start)) if a.dtype.kind == "f" else a == start
+        changed_any |= not same.all()
+        if n not in got:
+            if not same.all():
+                return f"the original writes {n} ({int((~same).sum())} elements), the translation does not"
+            continue
+        b = got[n]
+        unwritten = b == init
+        expect = np.where(unwritten, start, a)
         if a.dtype.kind == "f":
-            if roles[n] == "inout":  # unwritten in the translation (its start value): the original unchanged
-                b = np.where(b == init, data[n].astype(np.float32), b)
-            tol = 1e-2 if elem_dtype(next(p["elem_type"] for p in entry["params"] if p["name"] == n)) in (
-                "float16", "bfloat16") else 1e-3
-            ok = np.isclose(a, b, rtol=tol, atol=tol * 1e-2, equal_nan=True)
+            tol = {"float16": 1e-2, "bfloat16": 1e-2, "float64": 1e-9}.get(types[n], 1e-4)
+            got_n = np.where(unwritten, start, b)
+            ok = np.isclose(expect, got_n, rtol=tol, atol=tol * 1e-2, equal_nan=True) & (~unwritten | same)
         else:
-            if roles[n] == "inout":
-                b = np.where(b == init, data[n], b)
-            ok = a == b
+            ok = np.where(unwritten, same, a == b)
         if not ok.all():
-            i = int(np.argmin(ok))
-            return f"{n}: {int((~ok).sum())} of {ok.size} elements differ; first at {i}: original {a[i]}, translation {b[i]}"
+            k = int(np.argmin(ok))
+            return (f"{n}: {int((~ok).sum())} of {ok.size} elements differ; first at {k}: original {a[k]}, "
+                    f"translation {'(unwritten)' if unwritten[k] else b[k]}")
+    if not changed_any and all((got[n] == init).all() for n in got):
+        return "nothing written by either"
     return None
 
 
@@ -346,7 +360,8 @@ def one(bundle: Path, index: int, variant: str) -> dict[str, Any]:
     except Exception as e:  # noqa: BLE001 - MLX's or NVRTC's refusal, whole
         return {"verdict": "mlx error", "why": f"{type(e).__name__}: {e}"[:800]}
     diff = compare(entry, data, orig, got, v["init"])
-    return {"verdict": "mismatch" if diff else "match", "why": diff, "seconds": round(time.time() - started, 2),
+    verdict = "nothing written" if diff == "nothing written by either" else "mismatch" if diff else "match"
+    return {"verdict": verdict, "why": diff, "seconds": round(time.time() - started, 2),
             "values": {"ints": v["ints"], "grid": v["grid"], "block": v["block"], "elems": v["elems"]}}
 
 
@@ -412,7 +427,8 @@ def run(args: argparse.Namespace) -> None:
 
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     simple = [r for r in rows if r["not_simple"] is None]
-    ran = [r for r in simple if "original" not in r and r.get("cuda", {}).get("verdict") != "original error"]
+    ran = [r for r in simple if "original" not in r
+           and "original error" not in (r.get("cuda", {}).get("verdict"), r.get("metal-bt", {}).get("verdict"))]
     s: dict[str, Any] = {"kernels": len(rows), "simple_launch": len(simple), "original_builds_and_runs": len(ran)}
     for variant in ("cuda", "metal-bt"):
         verdicts: dict[str, int] = {}

@@ -326,6 +326,11 @@ impl Store {
         }
         conn.execute_batch("PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;")
             .map_err(wrap)?;
+        // A newer store is refused before anything is written into it.
+        let version = schema_version(&conn).map_err(wrap)?;
+        if version > SCHEMA_VERSION {
+            return Err(newer(&path, version));
+        }
         conn.execute_batch(SCHEMA).map_err(wrap)?;
         migrate(&conn, &path)?;
         drop(guard);
@@ -361,14 +366,17 @@ impl Store {
             path,
             holds: None,
         };
-        // Older stores read as they are (their values parse alike); a newer one is refused.
-        if let Some(v) = schema_version(&store.conn)
-            && v > SCHEMA_VERSION
-        {
-            return Err(newer(&store.path, v));
-        }
+        // Older stores read as they are (their values parse alike); a newer one is refused, on whichever
+        // connection reads it.
+        let known = |store: Store| -> Result<Option<Store>> {
+            let v = schema_version(&store.conn).map_err(|e| store.sql(e))?;
+            if v > SCHEMA_VERSION {
+                return Err(newer(&store.path, v));
+            }
+            Ok(Some(store))
+        };
         match store.check_health() {
-            Ok(()) => Ok(Some(store)),
+            Ok(()) => known(store),
             // A WAL database is read through a shared-memory file beside it, which a folder we may not
             // write cannot hold. With no write-ahead log beside it, no writer is at work and every change is
             // in the main file: read it as immutable (no locks, no log).
@@ -394,7 +402,7 @@ impl Store {
                     holds: None,
                 };
                 store.check_health()?;
-                Ok(Some(store))
+                known(store)
             }
             Err(e) => Err(e),
         }
@@ -1037,8 +1045,8 @@ impl Store {
     }
 }
 
-fn schema_version(conn: &Connection) -> Option<i64> {
-    conn.query_row("PRAGMA user_version", [], |r| r.get(0)).ok()
+fn schema_version(conn: &Connection) -> rusqlite::Result<i64> {
+    conn.query_row("PRAGMA user_version", [], |r| r.get(0))
 }
 
 fn newer(path: &Path, v: i64) -> StoreError {
@@ -1058,14 +1066,20 @@ fn migrate(conn: &Connection, path: &Path) -> Result<()> {
         path: path.to_path_buf(),
         source,
     };
-    let v = schema_version(conn).unwrap_or(0);
+    if schema_version(conn).map_err(sql)? == SCHEMA_VERSION {
+        return Ok(());
+    }
+    // Taken for writing at once, and the version read again inside: another process may have migrated it
+    // (or a newer ksearch written it) since.
+    let tx = rusqlite::Transaction::new_unchecked(conn, rusqlite::TransactionBehavior::Immediate)
+        .map_err(sql)?;
+    let v = schema_version(&tx).map_err(sql)?;
     if v > SCHEMA_VERSION {
         return Err(newer(path, v));
     }
     if v == SCHEMA_VERSION {
         return Ok(());
     }
-    let tx = conn.unchecked_transaction().map_err(sql)?;
     if v < 1 {
         // 0 → 1 (stores written before 2026-12-03): run statuses and attempt phases became typed; every
         // stored value must be one this ksearch knows. Candidates are looked up by attempt (gc).
@@ -1207,7 +1221,7 @@ mod tests {
         unpack(dir.path());
         let before = {
             let s = Store::open_read(dir.path()).unwrap().unwrap();
-            assert_eq!(schema_version(&s.conn), Some(0));
+            assert_eq!(schema_version(&s.conn).unwrap(), 0);
             contents(&s)
         };
         assert_eq!(
@@ -1222,7 +1236,7 @@ mod tests {
             );
         }
         let s = Store::open(dir.path()).unwrap();
-        assert_eq!(schema_version(&s.conn), Some(SCHEMA_VERSION));
+        assert_eq!(schema_version(&s.conn).unwrap(), SCHEMA_VERSION);
         assert_eq!(contents(&s), before);
         drop(s);
         // Opened again: nothing left to do.
@@ -1238,7 +1252,7 @@ mod tests {
         let err = Store::open(bad.path()).err().expect("refused").to_string();
         assert!(err.contains("runs.status holds [\"paused\"]"), "{err}");
         let c = Connection::open(bad.path().join("ksearch.db")).unwrap();
-        assert_eq!(schema_version(&c), Some(0));
+        assert_eq!(schema_version(&c).unwrap(), 0);
         assert!(
             c.prepare("SELECT name FROM sqlite_master WHERE name='attempts_by_candidate'")
                 .unwrap()

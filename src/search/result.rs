@@ -58,7 +58,7 @@ pub struct RunResult {
     pub llm: Option<LlmUse>,
     #[serde(default)]
     pub world_model_nodes: Option<usize>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient")]
     pub elapsed_s: f64,
     /// None for a run started from the specification.
     #[serde(default)]
@@ -99,9 +99,9 @@ pub struct BestResult {
     /// Over the task's first baseline on this target; all of them in `speedup_vs_baselines`.
     #[serde(default)]
     pub speedup_vs_baseline: Option<f64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient")]
     pub speedup_vs_baselines: BTreeMap<String, f64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient")]
     pub verdict: Option<OverallVerdict>,
     /// The workloads whose timing was noisy.
     #[serde(default)]
@@ -140,7 +140,9 @@ pub struct WorkloadRow {
     pub sampled_checks: Option<u64>,
     pub launches_per_eval: Option<u64>,
     /// Each baseline's median, its spread, and its calls per timed evaluation.
+    #[serde(deserialize_with = "lenient")]
     pub baselines: BTreeMap<String, f64>,
+    #[serde(deserialize_with = "lenient")]
     pub baselines_iqr_s: BTreeMap<String, f64>,
     pub baselines_launches_per_eval: BTreeMap<String, u64>,
     pub comparison: Option<ComparisonRow>,
@@ -149,10 +151,15 @@ pub struct WorkloadRow {
     pub max_abs: Option<f64>,
     pub max_rel: Option<f64>,
     pub message: String,
+    #[serde(deserialize_with = "lenient")]
     pub elapsed_s: f64,
+    #[serde(deserialize_with = "lenient")]
     pub prepare_s: f64,
+    #[serde(deserialize_with = "lenient")]
     pub compile_s: f64,
+    #[serde(deserialize_with = "lenient")]
     pub split: Split,
+    #[serde(deserialize_with = "lenient")]
     pub overhead_s: f64,
 }
 
@@ -160,8 +167,10 @@ pub struct WorkloadRow {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ComparisonRow {
     pub incumbent: String,
+    #[serde(default, deserialize_with = "lenient")]
     pub incumbent_median_s: f64,
     pub verdict: Verdict,
+    #[serde(default, deserialize_with = "lenient")]
     pub speedup: f64,
     #[serde(default)]
     pub rounds: u64,
@@ -216,6 +225,17 @@ impl From<&WorkloadResult> for WorkloadRow {
     }
 }
 
+/// A field that does not read (a float serde wrote as `null` for being NaN or infinite, in it or inside it)
+/// reads as its default instead of costing the whole result.
+fn lenient<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::de::DeserializeOwned + Default,
+{
+    let v = Value::deserialize(d)?;
+    Ok(serde_json::from_value(v).unwrap_or_default())
+}
+
 impl RunResult {
     /// A stored result, read leniently: None where it is absent or not a result (a run in progress).
     pub fn from_stored(v: &Value) -> Option<RunResult> {
@@ -225,5 +245,32 @@ impl RunResult {
         serde_json::from_value(v.clone())
             .map_err(|e| tracing::warn!("a stored run result does not read: {e}"))
             .ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// A float serde wrote as `null` (NaN or infinite) costs that field, not the result; a result of
+    /// before `held_out_checks` and `budget_unit` reads with them empty.
+    #[test]
+    fn a_stored_result_with_null_floats_or_missing_fields_still_reads() {
+        let v = json!({
+            "run_id": "r", "task": "t", "target": "cpu", "strategy": "tune", "status": "completed",
+            "elapsed_s": null,
+            "best": {"candidate": "h", "speedup_vs_baselines": {"numpy": null},
+                     "workloads": [{"workload": "w", "status": "passed", "elapsed_s": null, "median_s": null,
+                                    "baselines": {"numpy": null}, "split": {"kernel_s": null}}]},
+        });
+        let r = RunResult::from_stored(&v).expect("reads");
+        assert_eq!(r.held_out_checks, 0);
+        assert_eq!(r.budget_unit, BudgetUnit::Evaluations);
+        let best = r.best.unwrap();
+        assert_eq!(best.workloads[0].workload, "w");
+        assert_eq!(best.workloads[0].elapsed_s, 0.0);
+        assert!(best.workloads[0].baselines.is_empty());
+        assert!(RunResult::from_stored(&json!({"run_id": "r"})).is_none());
     }
 }

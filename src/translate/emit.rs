@@ -1030,6 +1030,21 @@ fn device_constant(t: &str) -> Option<String> {
     Some(rest.join(" "))
 }
 
+/// Namespaces of CUDA's and C++'s libraries: a file that adds to them (a specialization in `std`) does not
+/// make their qualifiers go.
+const LIBRARY_NAMESPACES: &[&str] = &[
+    "std",
+    "cuda",
+    "cub",
+    "thrust",
+    "cooperative_groups",
+    "cg",
+    "nvcuda",
+    "wmma",
+    "cute",
+    "cutlass",
+];
+
 /// `code` with the qualifiers of the flattened `namespaces` removed (`ns::f` → `f`) and their using
 /// declarations dropped, token by token (strings and comments untouched).
 fn unqualify(code: &str, namespaces: &BTreeSet<String>) -> String {
@@ -1309,7 +1324,10 @@ pub(crate) fn translate_tree(
     let mut namespaces: BTreeSet<String> = BTreeSet::new();
     while let Some(c) = pending.pop() {
         if c.kind() == "namespace_definition" {
-            if let Some(n) = c.child_by_field_name("name") {
+            // A library's namespace (`namespace std { template<> struct ... }`) keeps its qualifiers.
+            if let Some(n) = c.child_by_field_name("name")
+                && !LIBRARY_NAMESPACES.contains(&text(n, src))
+            {
                 namespaces.insert(text(n, src).to_string());
             }
             if let Some(b) = c.child_by_field_name("body") {

@@ -66,10 +66,10 @@ impl Flat {
         (s.header.then_some(s.file.as_str()), at)
     }
 }
-/// Predefined where CUDA device code is compiled (nvcc's device pass; NVRTC defines all but `__NVCC__`),
-/// and the marks of other vendors' compilers, never defined there: a header's `#ifdef __CUDACC__` or
+/// Predefined where CUDA device code is compiled (nvcc's device pass and NVRTC alike; `__NVCC__` is nvcc's
+/// only, so it stays undecided), and the marks of other vendors' compilers, never defined there: a header's `#ifdef __CUDACC__` or
 /// `#ifdef __cplusplus` (around `extern "C" {`) is decided as CUDA decides it.
-const CUDA_DEFINED: &[&str] = &["__cplusplus", "__CUDACC__", "__CUDA_ARCH__", "__NVCC__"];
+const CUDA_DEFINED: &[&str] = &["__cplusplus", "__CUDACC__", "__CUDA_ARCH__"];
 const CUDA_UNDEFINED: &[&str] = &[
     "__HIPCC__",
     "__HIP__",
@@ -220,25 +220,25 @@ impl Conditions {
     }
 }
 
-/// Whether the `#if` chain opened at `line` (if one is) has an `#elif` of its own.
-fn chain_has_elif(directives: &std::collections::BTreeMap<usize, String>, line: usize) -> bool {
-    let Some(first) = directives.get(&line) else {
-        return false;
-    };
-    if !matches!(split_directive(first).0, "if" | "ifdef" | "ifndef") {
-        return false;
-    }
-    let mut depth = 0usize;
-    for (_, d) in directives.range(line + 1..) {
+/// The lines of the `#if`s whose chain has an `#elif` of its own, in one pass over a file's directives.
+fn chains_with_elif(directives: &std::collections::BTreeMap<usize, String>) -> BTreeSet<usize> {
+    let mut open: Vec<usize> = Vec::new();
+    let mut out = BTreeSet::new();
+    for (line, d) in directives {
         match split_directive(d).0 {
-            "if" | "ifdef" | "ifndef" => depth += 1,
-            "endif" if depth == 0 => return false,
-            "endif" => depth -= 1,
-            "elif" | "elifdef" | "elifndef" if depth == 0 => return true,
+            "if" | "ifdef" | "ifndef" => open.push(*line),
+            "elif" | "elifdef" | "elifndef" => {
+                if let Some(l) = open.last() {
+                    out.insert(*l);
+                }
+            }
+            "endif" => {
+                open.pop();
+            }
             _ => {}
         }
     }
-    false
+    out
 }
 
 /// A `#define`'s name and what follows it (`#define N (4 * 8)` → `("N", " (4 * 8)")`; a function-like
@@ -267,6 +267,8 @@ struct Open {
     lines: Vec<String>,
     next: usize,
     directives: std::collections::BTreeMap<usize, String>,
+    /// The lines of its `#if`s whose chain has an `#elif`.
+    elif_chains: BTreeSet<usize>,
     dir: PathBuf,
     shown: String,
     header: bool,
@@ -279,10 +281,12 @@ impl Open {
         if text.ends_with('\n') {
             lines.pop();
         }
+        let directives = directives.into_iter().collect();
         Open {
             lines,
             next: 0,
-            directives: directives.into_iter().collect(),
+            elif_chains: chains_with_elif(&directives),
+            directives,
             dir,
             shown,
             header,
@@ -376,7 +380,7 @@ pub fn flatten(
                     .range(i + 2..)
                     .next()
                     .map(|(_, n)| n.as_str());
-                conditions.step(d, next, chain_has_elif(&top.directives, i + 1))
+                conditions.step(d, next, top.elif_chains.contains(&(i + 1)))
             }
             None => conditions.active(),
         };

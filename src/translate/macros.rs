@@ -19,6 +19,8 @@ struct Macro {
 }
 
 const PASSES: usize = 3;
+/// Lines a use of an attribute macro may span (ggml's `DEPRECATED(...)` around a long prototype: 17).
+const MAX_JOINED: usize = 48;
 
 /// `src` with every use of an index macro expanded (unchanged, and not copied, when it has none), and
 /// CUDA's `__align__(n)` written as C++'s `alignas(n)` (which the parser, NVRTC and Metal all read).
@@ -51,25 +53,26 @@ pub fn expand(src: &str) -> Cow<'_, str> {
             continue;
         }
         for m in attributes.iter().filter(|m| !m.params.is_empty()) {
-            let Some(at) = find_word(&lines[i], &m.name) else {
+            let code = cut_comment(&lines[i]);
+            let Some(at) = find_word(code, &m.name) else {
                 continue;
             };
-            if split_args(
-                lines[i][at + m.name.len()..]
-                    .trim_start()
-                    .trim_start_matches('('),
-            )
-            .is_some()
-            {
-                continue; // on one line: the loop below
+            let call = code[at + m.name.len()..].trim_start();
+            if !call.starts_with('(') || split_args(&call[1..]).is_some() {
+                continue; // not a use, or one on one line: the loop below
             }
-            let mut joined = cut_comment(&lines[i]).to_string();
-            for k in 1..48 {
+            let mut joined = code.to_string();
+            for k in 1..MAX_JOINED {
                 if i + k >= lines.len() || defines[i + k] {
                     break;
                 }
+                let next = cut_comment(&lines[i + k]);
+                // A use's arguments hold no block nor a statement's end: past one, this is no use to join.
+                if next.contains('{') || (next.contains(';') && !next.contains(')')) {
+                    break;
+                }
                 joined.push(' ');
-                joined.push_str(cut_comment(&lines[i + k]));
+                joined.push_str(next);
                 let whole = without_attribute_macro(&joined, m);
                 if find_word(&whole, &m.name).is_none() {
                     lines[i] = whole;
@@ -206,17 +209,22 @@ fn attribute_macros(src: &str) -> Vec<Macro> {
                     .collect()
             })
             .unwrap_or_default();
-        let left = strip_attributes(&body);
-        let left = left.split_whitespace().collect::<Vec<_>>().join(" ");
-        let usable = (left.is_empty() || params.iter().any(|p| *p == left && p != "..."))
-            && !body.contains('#');
+        let left =
+            strip_attributes(&body).map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "));
+        let usable = left.as_ref().is_some_and(|left| {
+            (left.is_empty() || params.iter().any(|p| p == left && p != "..."))
+                && !body.contains('#')
+        });
+        let left = left.unwrap_or_default();
         defs.entry(c[1].to_string())
             .or_default()
             .push(usable.then_some((params, left)));
     }
     // Every definition must leave the same: expanded so, the text is what the compiler reads, attributes
-    // aside.
+    // aside. Never the compiler's own names (`#define __syncthreads()` in another vendor's branch must not
+    // take the barrier away) nor the qualifiers.
     defs.into_iter()
+        .filter(|(name, _)| !name.starts_with("__") && !QUALIFIERS.contains(&name.as_str()))
         .filter_map(|(name, ds)| {
             let first = ds.first().cloned().flatten()?;
             ds.iter()
@@ -230,8 +238,36 @@ fn attribute_macros(src: &str) -> Vec<Macro> {
         .collect()
 }
 
-/// `body` without its attributes: `__attribute__((...))`, `__declspec(...)`, `[[...]]`, `_Noreturn`.
-fn strip_attributes(body: &str) -> String {
+/// Attributes that change no layout, value or code the translation keeps: what a library's API macros are
+/// made of. `aligned`, `packed`, `vector_size`, `align(n)` and the rest are not among them.
+const HARMLESS_ATTRIBUTES: &[&str] = &[
+    "deprecated",
+    "format",
+    "noreturn",
+    "visibility",
+    "unused",
+    "maybe_unused",
+    "used",
+    "always_inline",
+    "noinline",
+    "cold",
+    "hot",
+    "nonnull",
+    "dllexport",
+    "dllimport",
+    "warn_unused_result",
+    "nodiscard",
+    "pure",
+    "const",
+    "malloc",
+    "returns_nonnull",
+    "nothrow",
+    "leaf",
+];
+
+/// `body` without its attributes (`__attribute__((...))`, `__declspec(...)`, `[[...]]`, `_Noreturn`), or
+/// None where one of them is not harmless (`HARMLESS_ATTRIBUTES`) or does not close.
+fn strip_attributes(body: &str) -> Option<String> {
     let mut out = String::new();
     let mut rest = body;
     loop {
@@ -246,8 +282,11 @@ fn strip_attributes(body: &str) -> String {
         out.push_str(&rest[..i]);
         let after = &rest[i + a.len()..];
         let (open, close) = if a == "[[" { ('[', ']') } else { ('(', ')') };
-        let mut depth = usize::from(a == "[[") * 2;
+        // Depth of the attribute list itself: inside `__attribute__((`, `__declspec(` or `[[`.
+        let list = if a == "__declspec" { 1 } else { 2 };
+        let mut depth: usize = if a == "[[" { 2 } else { 0 };
         let mut end = None;
+        let mut names = vec![String::new()];
         for (j, ch) in after.char_indices() {
             if ch == open {
                 depth += 1;
@@ -259,17 +298,23 @@ fn strip_attributes(body: &str) -> String {
                 }
             } else if depth == 0 && !ch.is_whitespace() {
                 break;
+            } else if depth == list && ch == ',' {
+                names.push(String::new());
+            } else if depth == list && (ch.is_alphanumeric() || ch == '_' || ch == ':') {
+                names.last_mut()?.push(ch);
             }
         }
-        match end {
-            Some(e) => rest = &after[e..],
-            None => {
-                out.push_str(&rest[i..]);
-                break;
+        let e = end?;
+        // Each attribute named (`format(printf, 1, 2), nonnull`, `gnu::cold`) must be harmless.
+        for n in names.iter().filter(|n| !n.is_empty()) {
+            let n = n.rsplit("::").next().unwrap_or(n).trim_matches('_');
+            if !HARMLESS_ATTRIBUTES.contains(&n) {
+                return None;
             }
         }
+        rest = &after[e..];
     }
-    out.replace("_Noreturn", " ")
+    Some(out.replace("_Noreturn", " "))
 }
 
 /// The line with every use of an attribute macro replaced by what it leaves (nothing, or its argument).
@@ -505,6 +550,13 @@ mod tests {
         assert_eq!(code[1], "double old_size(int t);", "{out}");
         assert_eq!(&code[2..4], ["", ""], "{out}");
         assert_eq!(code[4], "enum order { ASC, DESC };");
+        // Never the compiler's own names, nor attributes that change a layout; a name in a comment is no use.
+        let src = "#ifdef OTHER_VENDOR\n#define __syncthreads()\n#define __shared__\n\
+                   #define ALIGN(n) __declspec(align(n))\n#else\n#define ALIGN(n) __attribute__((aligned(n)))\n#endif\n\
+                   struct ALIGN(16) v3 { float x, y, z; };\n__shared__ float t[4]; __syncthreads();\n";
+        assert!(matches!(expand(src), Cow::Borrowed(_)), "{}", expand(src));
+        let src = "#define DEPRECATED(f, h) f __attribute__((deprecated(h)))\nint x = 1; // was DEPRECATED(\nint y = 2;\n";
+        assert_eq!(expand(src).lines().nth(2), Some("int y = 2;"));
         // Definitions that leave different things are the compiler's to choose.
         let src = "#ifdef A\n#define WRAP(f) f __attribute__((cold))\n#else\n#define WRAP(f) static f\n#endif\nWRAP(int g(void));\n";
         assert!(expand(src).contains("WRAP(int g(void));"));
