@@ -1322,6 +1322,21 @@ fn cuda_library_idioms_translate_as_the_compiler_reads_them() {
         !body.contains("interp::") && !body.contains("using interp"),
         "{body}"
     );
+    // A name declared in two scopes keeps its qualifier: stripped, the call would bind to the other one.
+    let two = dir.path().join("two.cu");
+    std::fs::write(
+        &two,
+        "namespace q {\n__device__ float deq(int v) { return v * 0.5f; }\n}\n\
+         __device__ float deq(float v) { return v; }\n\
+         __global__ void k2(const int* x, float* y, int n) {\n    int i = blockIdx.x * blockDim.x + threadIdx.x;\n\
+         \x20   if (i < n) y[i] = q::deq(x[i]) + deq(1.0f);\n}\n\
+         void host(const int* x, float* y, int n) { k2<<<(n + 127) / 128, 128>>>(x, y, n); }\n",
+    )
+    .unwrap();
+    let t2 = translate::translate_file_with(&two, Target::MlxCuda, &[]).unwrap();
+    let c2 = t2.candidate.as_ref().unwrap();
+    let k2 = &c2.files["k2.cu"];
+    assert!(k2.contains("q::deq(x[i])"), "{k2}");
     // On Metal the constant is a program-scope constant, not a TODO.
     let m = translate::translate_file_with(&file, Target::MlxMetal, &[]).unwrap();
     assert!(

@@ -1046,8 +1046,9 @@ const LIBRARY_NAMESPACES: &[&str] = &[
 ];
 
 /// `code` with the qualifiers of the flattened `namespaces` removed (`ns::f` → `f`) and their using
-/// declarations dropped, token by token (strings and comments untouched).
-fn unqualify(code: &str, namespaces: &BTreeSet<String>) -> String {
+/// declarations dropped, token by token (strings and comments untouched); a name in `ambiguous` keeps its
+/// qualifier.
+fn unqualify(code: &str, namespaces: &BTreeSet<String>, ambiguous: &BTreeSet<String>) -> String {
     if namespaces.is_empty() {
         return code.to_string();
     }
@@ -1055,7 +1056,8 @@ fn unqualify(code: &str, namespaces: &BTreeSet<String>) -> String {
         regex::Regex::new(r"(?m)^[ \t]*using[ \t]+(namespace[ \t]+)?(\w+)(::\w+)*[ \t]*;[ \t]*\n?")
             .expect("a valid pattern");
     let code = re.replace_all(code, |c: &regex::Captures| {
-        if namespaces.contains(&c[2]) {
+        let last = c.get(3).map(|m| m.as_str().trim_start_matches("::"));
+        if namespaces.contains(&c[2]) && !last.is_some_and(|l| ambiguous.contains(l)) {
             String::new()
         } else {
             c[0].to_string()
@@ -1071,13 +1073,20 @@ fn unqualify(code: &str, namespaces: &BTreeSet<String>) -> String {
     while i < toks.len() {
         let t = &toks[i];
         if t.kind == crate::cpplex::Kind::Ident && namespaces.contains(&t.text) {
-            // `::` as one token or two.
-            if punct(i + 1, "::") {
-                i += 2;
-                continue;
-            }
-            if punct(i + 1, ":") && punct(i + 2, ":") {
-                i += 3;
+            // `::` as one token or two; then the name it qualifies.
+            let skip = if punct(i + 1, "::") {
+                2
+            } else if punct(i + 1, ":") && punct(i + 2, ":") {
+                3
+            } else {
+                0
+            };
+            let named = toks[i + skip..]
+                .iter()
+                .find(|t| t.kind != crate::cpplex::Kind::Space)
+                .filter(|t| t.kind == crate::cpplex::Kind::Ident);
+            if skip > 0 && !named.is_some_and(|n| ambiguous.contains(&n.text)) {
+                i += skip;
                 continue;
             }
         }
@@ -1318,35 +1327,62 @@ pub(crate) fn translate_tree(
     let mut top: Vec<Node> = Vec::new();
     // File-scope items, with those of `extern "C" { }` blocks and namespaces flattened (one level deep
     // at a time, so nested namespaces work too).
-    let mut pending: Vec<Node> = children(root);
+    let mut pending: Vec<(Node, String)> = children(root)
+        .into_iter()
+        .map(|c| (c, String::new()))
+        .collect();
     pending.reverse();
     // Names of the namespaces flattened: `ns::f` and `using ns::f;` in what is written name the flattened `f`.
     let mut namespaces: BTreeSet<String> = BTreeSet::new();
-    while let Some(c) = pending.pop() {
+    // The scopes (namespaces, "" for the file's) each flattened name was declared in.
+    let mut scopes: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    while let Some((c, scope)) = pending.pop() {
         if c.kind() == "namespace_definition" {
+            let name = c
+                .child_by_field_name("name")
+                .map(|n| text(n, src).to_string())
+                .unwrap_or_default();
             // A library's namespace (`namespace std { template<> struct ... }`) keeps its qualifiers.
-            if let Some(n) = c.child_by_field_name("name")
-                && !LIBRARY_NAMESPACES.contains(&text(n, src))
-            {
-                namespaces.insert(text(n, src).to_string());
+            if !name.is_empty() && !LIBRARY_NAMESPACES.contains(&name.as_str()) {
+                namespaces.insert(name.clone());
             }
             if let Some(b) = c.child_by_field_name("body") {
-                let mut inner = children(b);
+                let inner_scope = format!("{scope}::{name}");
+                let mut inner: Vec<(Node, String)> = children(b)
+                    .into_iter()
+                    .map(|c| (c, inner_scope.clone()))
+                    .collect();
                 inner.reverse();
                 pending.extend(inner);
             }
         } else if c.kind() == "linkage_specification" {
             if let Some(b) = c.child_by_field_name("body") {
-                if b.kind() == "declaration_list" {
-                    top.extend(children(b));
+                let items = if b.kind() == "declaration_list" {
+                    children(b)
                 } else {
-                    top.push(b);
+                    vec![b]
+                };
+                for item in items {
+                    for n in declared_names(item, src) {
+                        scopes.entry(n).or_default().insert(scope.clone());
+                    }
+                    top.push(item);
                 }
             }
         } else {
+            for n in declared_names(c, src) {
+                scopes.entry(n).or_default().insert(scope.clone());
+            }
             top.push(c);
         }
     }
+    // A name declared in two scopes (`q::deq(int)` and a global `deq(float)`) keeps its qualifier: without
+    // it a call could bind to the other one and compute something else; with it, the compiler says so.
+    let ambiguous: BTreeSet<String> = scopes
+        .into_iter()
+        .filter(|(_, s)| s.len() > 1)
+        .map(|(n, _)| n)
+        .collect();
     // What came from a header is carried only when the kernels use it (headers hold host code too).
     let from_header = |n: Node| flat.is_some_and(|f| f.from_header(n.start_position().row));
     let macros_of_headers = match flat {
@@ -1794,7 +1830,10 @@ pub(crate) fn translate_tree(
             diags.push(kd("T004", k.line, format!("kernel `{}`", k.name)));
         }
         let source = format!("{}.{ext}", k.name);
-        files.insert(source.clone(), unqualify(&rendered, &namespaces));
+        files.insert(
+            source.clone(),
+            unqualify(&rendered, &namespaces, &ambiguous),
+        );
 
         // The launch.
         let inputs: Vec<String> = k
@@ -1929,7 +1968,7 @@ pub(crate) fn translate_tree(
     }
     let header_name = format!("header.{}", if metal { "metal" } else { "cuh" });
     if !header.trim().is_empty() {
-        let header = unqualify(&header, &namespaces);
+        let header = unqualify(&header, &namespaces, &ambiguous);
         files.insert(header_name.clone(), header.trim_end().to_string() + "\n");
         for k in kernels_decl.iter_mut() {
             k.header = Some(header_name.clone());
