@@ -631,3 +631,85 @@ fn threadgroup_sizes_count_products_and_not_the_sum_of_instantiations() {
         "36 KB in the first"
     );
 }
+
+/// Idioms of large Metal libraries (MLX's kernels use each) that Apple's compiler builds: overloads on the
+/// address space of `this` or of a pointer, specializations per pointer space, function constants declared
+/// through a macro, `uniform<T>`, `metal::array`, a macro that spells `constant`, `sizeof(bfloat)` and
+/// bfloat arithmetic braced into a bfloat. None may give an error; what Metal refuses still does.
+#[test]
+fn library_idioms_that_apple_compiles_pass_and_real_faults_still_fail() {
+    let good = r#"#include <metal_stdlib>
+using namespace metal;
+#define LIB_CONST static constant constexpr const
+LIB_CONST int LANES = 32;
+LIB_CONST bool use_mask [[function_constant(4)]];
+template <typename T> struct pair_t {
+  T a; T b;
+  constexpr pair_t() thread : a(0), b(0) {}
+  constexpr pair_t() threadgroup : a(0), b(0) {}
+  constexpr pair_t() device : a(0), b(0) {}
+  constexpr pair_t(T x, T y) thread : a(x), b(y) {}
+  constexpr pair_t(T x, T y) device : a(x), b(y) {}
+  constexpr T sum() const thread { return a + b; }
+  constexpr T sum() const device { return a + b; }
+};
+template <typename T> constexpr pair_t<T> operator*(pair_t<T> p, pair_t<T> q) { return {p.a * q.a, p.b * q.b}; }
+static_assert((pair_t<float>(1.0f, 2.0f) * pair_t<float>(3.0f, 4.0f)).sum() == 11.0f, "product");
+static_assert(sizeof(bfloat) == 2, "Metal's bfloat is two bytes");
+template <typename P> struct elem;
+template <typename T> struct elem<device T*> { using type = T; };
+template <typename T> struct elem<threadgroup T*> { using type = T; };
+template <typename T> struct elem<thread T*> { using type = T; };
+template <typename T> struct elem<constant T*> { using type = T; };
+inline float first(device const float* x) { return x[0]; }
+inline float first(threadgroup const float* x) { return x[0]; }
+template <typename T> constexpr constant bool is_wide = _disjunction<is_same<T, float>, is_same<T, uint>>::value;
+struct two { float lo; float hi; };
+inline two simd_shuffle_down(two v, ushort d) { return two{simd_shuffle_down(v.lo, d), simd_shuffle_down(v.hi, d)}; }
+[[kernel]] void publish(volatile coherent(system) device uint* flag [[buffer(0)]], constant uint& v [[buffer(1)]]) {
+  flag[0] = v;
+  metal::atomic_thread_fence(metal::mem_flags::mem_device, metal::memory_order_seq_cst, metal::thread_scope::thread_scope_device);
+}
+[[kernel]] void k(device const float* x [[buffer(0)]], device float* y [[buffer(1)]],
+                  device const bfloat* z [[buffer(2)]], uint i [[thread_position_in_grid]]) {
+  typename elem<device const float*>::type v = first(x) + x[i];
+  const uniform<int> n = make_uniform(LANES);
+  metal::array<float, 2> w = {v, v};
+  pair_t<bfloat> p = {z[i] * z[0], z[i]};
+  simdgroup_matrix<float, 8, 8> a(1.0f), b(2.0f);
+  simdgroup_matrix<float, 8, 8> c = a * b;
+  two t = simd_shuffle_down(two{v, v}, 1);
+  y[i] = use_mask && is_wide<float> ? w[0] * float(int(n)) + t.lo : float(p.sum()) + c.thread_elements()[0];
+}
+"#;
+    let findings = check::check_source(good, "lib.metal").unwrap();
+    assert!(
+        errors(&findings).is_empty(),
+        "{}",
+        check::render_text(&findings)
+    );
+    // The same overload written twice is a redefinition on a Mac too, and a macro that does not say
+    // `constant` leaves a mutable program-scope variable.
+    let bad = good
+        .replace(
+            "inline float first(threadgroup const float* x) { return x[0]; }",
+            "inline float first(device const float* x) { return x[0]; }",
+        )
+        .replace(
+            "#define LIB_CONST static constant constexpr const",
+            "#define LIB_CONST static\n#define LIB_VAR",
+        )
+        .replace(
+            "LIB_CONST int LANES = 32;",
+            "LIB_VAR int counter = 0;\nLIB_CONST constant int LANES = 32;",
+        );
+    let findings = check::check_source(&bad, "lib.metal").unwrap();
+    let codes: Vec<&str> = errors(&findings).iter().map(|f| f.code.as_str()).collect();
+    assert!(codes.contains(&"M024"), "{findings:#?}");
+    assert!(
+        errors(&findings)
+            .iter()
+            .any(|f| f.code == "M001" && f.message.contains("redefinition")),
+        "{findings:#?}"
+    );
+}

@@ -5,10 +5,10 @@
 //!   defines or instantiates a kernel and that no other one includes is a complete source; at most 5% of
 //!   them may get an error finding (a false rejection).
 //! - MLX's Metal kernel headers (the `mlx-metal` wheel): a header is not a complete source, so each is
-//!   checked as MLX's own kernel files use them, after `utils.h`. They are not yet clean (the shim lacks
-//!   overloads on the address space of `this`, among others: docs/check.md); the test holds the count of
-//!   error findings at or under what it was when the corpus came in, so a change to the shim or the rules
-//!   can only lower it.
+//!   checked after `utils.h`. Most of those with errors need more than `utils.h` before them (MLX's kernel
+//!   files include them after others, which the wheel does not ship), so the test holds bars instead of a
+//!   share: the count of error findings only comes down and the count of clean headers only goes up.
+//!   MLX's complete `.metal` sources are measured by `bench/check_mlx_sources.sh` from a source checkout.
 //!
 //! Each file's verdict is printed, so a failure shows which files and findings moved.
 
@@ -20,8 +20,11 @@ use std::path::{Path, PathBuf};
 /// The share of complete sources that may get an error finding.
 const MAX_REJECTED: f64 = 0.05;
 /// Error findings on MLX's 98 kernel headers (mlx-metal 0.32.4, each after utils.h, M002 aside) with
-/// Clang (982 when the corpus came in); the bar only comes down.
-const MLX_MAX_ERRORS: usize = 951;
+/// Clang (982 when the corpus came in, 951 before overloads on address spaces were reduced to one); the
+/// bar only comes down.
+const MLX_MAX_ERRORS: usize = 626;
+/// Headers with no error finding (0 of 98 before that change); the bar only goes up.
+const MLX_MIN_CLEAN: usize = 61;
 
 /// `ksearch check FILE -I ...` as JSON: the error findings (code, file, line, message).
 fn errors(file: &Path, includes: &[&Path]) -> Result<Vec<Value>, String> {
@@ -203,8 +206,12 @@ fn mlx_kernel_headers_do_not_get_more_false_errors() {
         println!("{:4} {}", e.len(), h.display());
     }
     println!(
-        "MLX kernel headers: {clean} of {} with no error; {total} error findings in all (bar {MLX_MAX_ERRORS})",
+        "MLX kernel headers: {clean} of {} with no error (bar {MLX_MIN_CLEAN}); {total} error findings in all (bar {MLX_MAX_ERRORS})",
         headers.len()
+    );
+    assert!(
+        clean >= MLX_MIN_CLEAN,
+        "{clean} of MLX's headers with no error, fewer than the {MLX_MIN_CLEAN} before"
     );
     assert!(
         total <= MLX_MAX_ERRORS,

@@ -20,6 +20,8 @@
 #define object_data
 #define kernel
 #define METAL_FUNC inline __attribute__((always_inline))
+// Metal 3.2's coherence qualifier on a pointer (`volatile coherent(system) device uint* p`).
+#define coherent(scope)
 // What Metal's compiler predefines: the language version (3.1, the first with bfloat; MLX needs macOS 14)
 // and the math modes its builtins take.
 #define __METAL_VERSION__ 310
@@ -74,8 +76,10 @@
 // as in Metal; `bfloat` needs another distinct floating type, and only its name shows in messages.
 typedef _Float16 half;
 #ifdef __clang__
-// Clang checks for AArch64 (src/check/compile.rs), where long double is a 128-bit type of its own.
-typedef long double bfloat;
+// Clang checks for AArch64 (src/check/compile.rs), where __fp16 is a 2-byte floating type of its own
+// (its arithmetic is float's, and a float converts back implicitly): `sizeof(bfloat)` is Metal's, which
+// MLX asserts on.
+typedef __fp16 bfloat;
 #else
 typedef __float128 bfloat;
 #endif
@@ -664,7 +668,7 @@ bool quad_any(bool b);
 bool quad_is_first();
 
 // ---- atomics -----------------------------------------------------------------------------------------
-enum memory_order { memory_order_relaxed };
+enum memory_order { memory_order_relaxed, memory_order_seq_cst };
 template <typename T> struct atomic {
   static_assert(is_same_v<T, int> || is_same_v<T, uint> || is_same_v<T, float> || is_same_v<T, bool> ||
                     is_same_v<T, ulong>,
@@ -722,11 +726,41 @@ void simdgroup_multiply_accumulate(thread simdgroup_matrix<T, K, M>& d, const th
                                    const thread simdgroup_matrix<V, K, N>& b,
                                    const thread simdgroup_matrix<W, K, M>& c);
 
+// Metal's internal traits (behind `#pragma METAL internals : enable`, which MLX's atomics use).
+template <typename... B> struct _disjunction { static constexpr bool value = (B::value || ... || false); };
+template <typename... B> struct _conjunction { static constexpr bool value = (B::value && ... && true); };
+// A product of simdgroup matrices (A is M rows by K columns, B is K by N).
+template <typename T, int K, int M, int N>
+simdgroup_matrix<T, N, M> operator*(const simdgroup_matrix<T, K, M>& a, const simdgroup_matrix<T, N, K>& b);
+
+// ---- uniform values and arrays ------------------------------------------------------------------------
+// A value the compiler may assume equal across the threads; it reads as its value type.
+template <typename T> struct uniform {
+  T value_;
+  uniform() = default;
+  constexpr uniform(T v) : value_(v) {}
+  constexpr operator T() const { return value_; }
+};
+template <typename T> constexpr uniform<T> make_uniform(T v) { return uniform<T>(v); }
+template <typename T, size_t N> struct array {
+  T elems_[N];
+  constexpr size_t size() const { return N; }
+  T& operator[](size_t i);
+  constexpr const T& operator[](size_t i) const { return elems_[i]; }
+};
+
 }  // namespace metal
 
 typedef metal::simdgroup_matrix<float, 8, 8> simdgroup_float8x8;
 typedef metal::simdgroup_matrix<half, 8, 8> simdgroup_half8x8;
 typedef metal::simdgroup_matrix<bfloat, 8, 8> simdgroup_bfloat8x8;
+
+// A function constant (`constant bool HAS_MASK [[function_constant(0)]];`) is set when the pipeline is
+// made; shim_dialect gives it this initializer, which converts to any type, so the declaration is a
+// definition (even `constexpr`, as MLX's `STEEL_CONST` writes it). Its value, 1, divides.
+struct ks_function_constant {
+  template <typename T> constexpr operator T() const { return T(1); }
+};
 
 // For `ksearch check`: naming a member this struct lacks makes the compiler print a threadgroup variable's
 // size, after template substitution, in its message.

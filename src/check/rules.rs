@@ -176,7 +176,15 @@ pub struct Function {
 
 /// Program-scope structure of a header or a full source: functions, and program-scope variables that are
 /// not in the `constant` address space (M024).
-pub fn program_scope(file: &str, toks: &[Tok], out: &mut Vec<Finding>) -> Vec<Function> {
+///
+/// `constant_macros` are object-like macros that spell the address space (`#define MLX_MTL_CONST static
+/// constant constexpr const`): a variable declared with one is in it.
+pub fn program_scope(
+    file: &str,
+    toks: &[Tok],
+    constant_macros: &[String],
+    out: &mut Vec<Finding>,
+) -> Vec<Function> {
     let mut fns = Vec::new();
     let mut stmt: Vec<usize> = Vec::new();
     let mut i = 0;
@@ -241,7 +249,7 @@ pub fn program_scope(file: &str, toks: &[Tok], out: &mut Vec<Finding>) -> Vec<Fu
             continue;
         }
         if t.is(";") {
-            program_variable(file, toks, &stmt, out);
+            program_variable(file, toks, &stmt, constant_macros, out);
             stmt.clear();
             i += 1;
             continue;
@@ -301,7 +309,35 @@ fn parameter_list(toks: &[Tok], stmt: &[usize]) -> Option<usize> {
     None
 }
 
-fn program_variable(file: &str, toks: &[Tok], stmt: &[usize], out: &mut Vec<Finding>) {
+/// The object-like macros among `#define`s whose text says `constant` or `constexpr`.
+pub fn constant_macros(directives: &[(usize, String)]) -> Vec<String> {
+    directives
+        .iter()
+        .filter_map(|(_, d)| {
+            let toks = crate::check::lex::tokens(d.trim_start().strip_prefix('#')?);
+            let name = toks
+                .get(1)
+                .filter(|_| toks.first().is_some_and(|t| t.is("define")))?;
+            // A function-like macro's parenthesis follows its name with no space.
+            let function_like = toks
+                .get(2)
+                .is_some_and(|t| t.is("(") && t.pos == name.pos + name.text.len());
+            (!function_like
+                && toks[2..]
+                    .iter()
+                    .any(|t| t.is("constant") || t.is("constexpr")))
+            .then(|| name.text.clone())
+        })
+        .collect()
+}
+
+fn program_variable(
+    file: &str,
+    toks: &[Tok],
+    stmt: &[usize],
+    constant_macros: &[String],
+    out: &mut Vec<Finding>,
+) {
     let words: Vec<&str> = stmt.iter().map(|&s| toks[s].text.as_str()).collect();
     let Some(first) = words.first() else { return };
     let skip = [
@@ -320,6 +356,7 @@ fn program_variable(file: &str, toks: &[Tok], stmt: &[usize], out: &mut Vec<Find
     if skip.contains(first)
         || words.contains(&"constant")
         || words.contains(&"constexpr")
+        || words.iter().any(|w| constant_macros.iter().any(|m| m == w))
         || words.contains(&"(") && !words.contains(&"=")
         || words.len() < 2
     {
@@ -382,14 +419,16 @@ pub fn constant_names(toks: &[Tok]) -> Vec<String> {
 
 /// Recursion among the functions of a file (Metal has no call stack for it).
 pub fn recursion(file: &str, toks: &[Tok], fns: &[Function], out: &mut Vec<Finding>) {
-    // An overloaded name may call another overload; only names defined once are followed.
+    // An overloaded name may call another overload; only names defined once are followed, and a function
+    // named as one of Metal's library (MLX's `simd_shuffle_down` for a struct) overloads it.
     let mut count: BTreeMap<&str, usize> = BTreeMap::new();
     for f in fns {
         *count.entry(f.name.as_str()).or_default() += 1;
     }
+    let library = super::compile::library_functions();
     let names: BTreeSet<&str> = count
         .iter()
-        .filter(|(_, n)| **n == 1)
+        .filter(|(k, n)| **n == 1 && !library.contains(**k))
         .map(|(k, _)| *k)
         .collect();
     let mut calls: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
