@@ -475,6 +475,102 @@ pub fn recursion(file: &str, toks: &[Tok], fns: &[Function], out: &mut Vec<Findi
     }
 }
 
+/// Of the threadgroup declarations `by_line` (line -> bytes), those that can be live at once: the two arms
+/// of an `if`/`else` never run together (`if (share_kv) { threadgroup T Ks[..]; } else { threadgroup T
+/// Ks[..]; threadgroup T Vs[..]; }` needs the larger arm, not both), so each `if` counts its larger arm.
+/// A line is counted once, where its first token stands.
+pub fn threadgroup_live(toks: &[Tok], by_line: &BTreeMap<usize, u64>) -> BTreeMap<usize, u64> {
+    let mut seen = BTreeSet::new();
+    let mut live = BTreeMap::new();
+    let mut i = 0;
+    while i < toks.len() {
+        i = statement(toks, i, toks.len(), 0, by_line, &mut seen, &mut live);
+    }
+    live
+}
+
+/// One statement from `i` (a block, an `if` with its arms, or tokens up to `;`), adding the lines it
+/// declares to `live`; returns where the next statement starts.
+fn statement(
+    toks: &[Tok],
+    i: usize,
+    end: usize,
+    depth: usize,
+    by_line: &BTreeMap<usize, u64>,
+    seen: &mut BTreeSet<usize>,
+    live: &mut BTreeMap<usize, u64>,
+) -> usize {
+    let take = |t: &Tok, seen: &mut BTreeSet<usize>, live: &mut BTreeMap<usize, u64>| {
+        if let Some(b) = by_line.get(&t.line)
+            && seen.insert(t.line)
+        {
+            live.insert(t.line, *b);
+        }
+    };
+    if depth > super::MAX_NESTING {
+        // Deeper than any compiler goes: everything left counts.
+        for t in &toks[i..end] {
+            take(t, seen, live);
+        }
+        return end;
+    }
+    let depth = depth + 1;
+    if toks[i].is("{") {
+        let close = matching(toks, i).min(end.saturating_sub(1)).max(i);
+        let mut j = i + 1;
+        while j < close {
+            j = statement(toks, j, close, depth, by_line, seen, live);
+        }
+        return close + 1;
+    }
+    if toks[i].is("if") {
+        let mut j = i + 1;
+        if toks.get(j).is_some_and(|t| t.is("constexpr")) {
+            j += 1;
+        }
+        if toks.get(j).is_some_and(|t| t.is("(")) {
+            j = matching(toks, j) + 1;
+        }
+        if j >= end {
+            return end;
+        }
+        let mut then_live = BTreeMap::new();
+        j = statement(toks, j, end, depth, by_line, seen, &mut then_live);
+        let mut else_live = BTreeMap::new();
+        if j < end && toks[j].is("else") && j + 1 < end {
+            j = statement(toks, j + 1, end, depth, by_line, seen, &mut else_live);
+        }
+        let bytes = |m: &BTreeMap<usize, u64>| m.values().sum::<u64>();
+        live.extend(if bytes(&else_live) > bytes(&then_live) {
+            else_live
+        } else {
+            then_live
+        });
+        return j;
+    }
+    // Anything else runs to its `;` or into a block (`for (...) {`, a function's body).
+    let mut j = i;
+    while j < end {
+        let t = &toks[j];
+        if t.is("{") {
+            return statement(toks, j, end, depth, by_line, seen, live);
+        }
+        if t.is("(") || t.is("[") {
+            for t in &toks[j..=matching(toks, j).min(end - 1)] {
+                take(t, seen, live);
+            }
+            j = matching(toks, j) + 1;
+            continue;
+        }
+        take(t, seen, live);
+        j += 1;
+        if t.is(";") || t.is("}") {
+            break;
+        }
+    }
+    j.max(i + 1)
+}
+
 /// Threadgroup variables declared inside a function that is not a kernel (M023).
 pub fn threadgroup_outside_kernel(
     file: &str,
