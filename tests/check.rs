@@ -625,31 +625,6 @@ fn threadgroup_sizes_count_products_and_not_the_sum_of_instantiations() {
         )
     };
     assert_eq!(m020(&traded((6000, 10), (10, 6000))), 0);
-    // The two arms of an `if`/`else` are never live together: the larger arm counts, and what stands
-    // outside the `if` adds to it.
-    let arms = |shared: i32, then_arm: i32, else_arm: i32| {
-        format!(
-            "#include <metal_stdlib>\nusing namespace metal;\nconstant bool SHARE = true;\n\
-            kernel void k(device float* y [[buffer(0)]], uint t [[thread_position_in_threadgroup]]) {{\n\
-            threadgroup float q[{shared}];\n  q[t] = y[t];\n\
-            if (SHARE) {{\n    threadgroup float kv[{then_arm}];\n    kv[t] = q[t];\n\
-            threadgroup_barrier(mem_flags::mem_threadgroup);\n    y[t] = kv[t ^ 1];\n  }} else if (t > 9999) {{\n\
-            y[t] = 0.0f;\n  }} else {{\n    threadgroup float k2[{else_arm}];\n    threadgroup float v2[{else_arm}];\n\
-            k2[t] = q[t];\n    v2[t] = q[t];\n    threadgroup_barrier(mem_flags::mem_threadgroup);\n\
-            y[t] = k2[t ^ 1] + v2[t ^ 1];\n  }}\n}}\n"
-        )
-    };
-    assert_eq!(
-        m020(&arms(2000, 6000, 3000)),
-        0,
-        "8 + 24 KB, or 8 + 24 KB: never 56"
-    );
-    assert_eq!(
-        m020(&arms(2000, 6000, 3500)),
-        1,
-        "the else arm: 8 + 28 + 28 KB"
-    );
-    assert_eq!(m020(&arms(3000, 6000, 10)), 1, "the then arm: 12 + 24 KB");
     assert_eq!(
         m020(&traded((6000, 3000), (10, 6000))),
         1,

@@ -406,7 +406,7 @@ pub fn check_body_with(
             message,
         ));
     }
-    threadgroup_total(body_file, body, &outcome.threadgroup, &targs, &mut out);
+    threadgroup_total(body_file, &outcome.threadgroup, &targs, &mut out);
     Ok(finish(out))
 }
 
@@ -507,7 +507,6 @@ fn with_probes(src: &str, decls: &[(usize, String, usize)]) -> String {
 /// declarations are probed once per instantiation; each instantiation is a kernel of its own).
 fn threadgroup_total(
     file: &str,
-    text: &str,
     probes: &[(String, usize, u64, usize)],
     targs: &[String],
     out: &mut Vec<Finding>,
@@ -522,11 +521,8 @@ fn threadgroup_total(
                 .or_default() += bytes;
         }
     }
-    // What can be live at once: the larger arm of each `if`/`else`, per instantiation.
-    let toks = lex::tokens(&lex::clean(text).0);
     let Some(by_line) = instances
         .into_values()
-        .map(|lines| rules::threadgroup_live(&toks, &lines))
         .max_by_key(|lines| lines.values().sum::<u64>())
     else {
         return;
@@ -835,13 +831,6 @@ fn check_source_with(
         .iter()
         .map(|(f, l, b, i)| (shown(f), *l, *b, *i))
         .collect();
-    let texts_by_name: Vec<(String, &str)> = std::iter::once((file.to_string(), src))
-        .chain(
-            local
-                .into_iter()
-                .flat_map(|l| l.headers.iter().map(|h| (h.shown.clone(), h.text.as_str()))),
-        )
-        .collect();
     for (f, lines) in &kernels {
         for (_, first, last) in lines {
             let mine: Vec<(String, usize, u64, usize)> = probes
@@ -849,11 +838,7 @@ fn check_source_with(
                 .filter(|(pf, l, _, _)| pf == f && l >= first && l <= last)
                 .cloned()
                 .collect();
-            let text = texts_by_name
-                .iter()
-                .find(|(n, _)| n == f)
-                .map_or("", |(_, t)| *t);
-            threadgroup_total(f, text, &mine, &[], &mut out);
+            threadgroup_total(f, &mine, &[], &mut out);
         }
     }
     Ok(finish(complete_source_hazards(out)))
