@@ -388,7 +388,8 @@ fn rate_limit_honours_retry_after() {
         waited >= Duration::from_millis(950),
         "waited only {waited:?}"
     );
-    assert!(waited < Duration::from_secs(5), "waited {waited:?}");
+    // Bounded generously: a loaded machine is slow, a client that ignored the header is not this slow.
+    assert!(waited < Duration::from_secs(30), "waited {waited:?}");
 }
 
 #[test]
@@ -442,7 +443,7 @@ fn dropped_connection_then_success() {
 fn slow_reply_times_out_then_success() {
     init();
     let server = Server::start(vec![
-        Step::ok(&chat_reply("too late", 1, 1)).delay(Duration::from_secs(3)),
+        Step::ok(&chat_reply("too late", 1, 1)).delay(Duration::from_secs(30)),
         Step::ok(&chat_reply("in time", 1, 1)),
     ]);
     let mut c = cfg(&server.url());
@@ -451,15 +452,17 @@ fn slow_reply_times_out_then_success() {
     let t0 = Instant::now();
     let r = llm.complete(ask("x")).unwrap();
     assert_eq!((r.text.as_str(), r.attempts), ("in time", 2));
+    // The late reply comes after 30 s: well before it, the 1 s timeout was honoured (with room for a
+    // loaded machine).
     assert!(
-        t0.elapsed() < Duration::from_millis(2900),
+        t0.elapsed() < Duration::from_secs(20),
         "{:?}",
         t0.elapsed()
     );
 
     // With no retries the timeout is the answer.
     let server = Server::start(vec![
-        Step::ok(&chat_reply("too late", 1, 1)).delay(Duration::from_secs(3)),
+        Step::ok(&chat_reply("too late", 1, 1)).delay(Duration::from_secs(30)),
     ]);
     c = cfg(&server.url());
     c.timeout_s = 1.0;
@@ -957,7 +960,8 @@ fn hanging_command_is_killed_at_its_timeout() {
     let t0 = Instant::now();
     let e = llm.complete(ask("x")).unwrap_err();
     assert!(matches!(e, LlmError::Timeout { .. }), "{e:?}");
-    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+    // `sleep 30` would end by itself: killed at the 1 s timeout, with room for a loaded machine.
+    assert!(t0.elapsed() < Duration::from_secs(20), "{:?}", t0.elapsed());
     // The whole process group went, the background sleep included.
     let pid = std::fs::read_to_string(&pidfile)
         .unwrap()
