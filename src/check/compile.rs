@@ -57,12 +57,10 @@ pub struct Cxx {
     pub clang: bool,
 }
 
-/// The compiler: `KSEARCH_CXX`, else `CXX`, else the first of `clang++`, `clang++-N` (the newest of
-/// Debian's versioned names), `c++`, `g++` that runs.
 /// The functions the shim declares, Metal's library (`simd_shuffle_down`, `exp`, ...): a kernel's own
-/// function of one of these names overloads it. Names followed by `(`, and the names the shim's
-/// declaring macros take (`KS_F1(exp)`, `KS_S2(shuffle_down)` as `simd_shuffle_down`); a few more than
-/// Metal has (`quad_` forms of every `KS_S` name) only spare such a function the recursion rule.
+/// function of one of these names overloads it. The names the shim's declaring macros take (`KS_F1(exp)`,
+/// `KS_S2(shuffle_down)` as `simd_shuffle_down`) and its `simd_`/`quad_` functions; a few more than Metal
+/// has (`quad_` forms of every `KS_S` name) only spare such a function the recursion rule.
 pub fn library_functions() -> &'static std::collections::BTreeSet<String> {
     static NAMES: std::sync::OnceLock<std::collections::BTreeSet<String>> =
         std::sync::OnceLock::new();
@@ -70,7 +68,12 @@ pub fn library_functions() -> &'static std::collections::BTreeSet<String> {
         let toks = super::lex::tokens(&super::lex::clean(SHIM).0);
         let mut names = std::collections::BTreeSet::new();
         for w in toks.windows(3) {
-            if w[0].is_ident() && w[1].is("(") {
+            // The simd and quad functions the shim declares outright (`simd_shuffle_and_fill_down(`); not
+            // every `name(` of it, which would take in `length`, `select`, `size`, ...
+            if w[0].is_ident()
+                && w[1].is("(")
+                && (w[0].text.starts_with("simd_") || w[0].text.starts_with("quad_"))
+            {
                 names.insert(w[0].text.clone());
             }
             if w[0].text.starts_with("KS_") && w[1].is("(") && w[2].is_ident() {
@@ -84,6 +87,8 @@ pub fn library_functions() -> &'static std::collections::BTreeSet<String> {
     })
 }
 
+/// The compiler: `KSEARCH_CXX`, else `CXX`, else the first of `clang++`, `clang++-N` (the newest of
+/// Debian's versioned names), `c++`, `g++` that runs.
 pub fn compiler() -> Result<&'static Cxx, CheckError> {
     static FOUND: OnceLock<Option<Cxx>> = OnceLock::new();
     let found = FOUND.get_or_init(|| {

@@ -855,8 +855,11 @@ fn complete_source_hazards(mut out: Vec<Finding>) -> Vec<Finding> {
     {
         if f.severity == Severity::Error {
             f.severity = Severity::Warning;
-            f.message
-                .push_str(" (a warning in a complete source: its launch is decided by host code not seen here)");
+            f.message.push_str(if f.code == "M031" {
+                " (a warning in a complete source: whether threads past the data exist is decided by host code not seen here)"
+            } else {
+                " (a warning in a complete source: Apple's compiler accepts the initializer, but nothing says every thread sees it done; MLX's layer norm ships one)"
+            });
         }
     }
     out

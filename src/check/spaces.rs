@@ -52,19 +52,27 @@ pub fn variants_dropped(unit: &str) -> String {
 /// namespace bodies are scopes of their own.
 fn scope(toks: &[lex::Tok], from: usize, to: usize, pp: &[usize], drop: &mut Vec<(usize, usize)>) {
     let items = split(toks, from, to, pp, drop);
-    // Keyed by the signature with its address spaces erased; the first of a group is the candidate kept.
-    let mut groups: Vec<(String, Vec<usize>)> = Vec::new();
+    // Keyed by the whole item with its address spaces erased (the body too: a member dropped has the body
+    // of the one kept, so no error of its own goes unseen); the first of a group is the candidate kept.
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    let mut index: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
     for (k, it) in items.iter().enumerate() {
-        if !it.variant {
+        // A kernel is a function MLX or the host looks up by name: never one of several.
+        if !it.variant || toks[it.first..it.head_end].iter().any(|t| t.is("kernel")) {
             continue;
         }
-        let key = erased(&toks[it.first..it.head_end]);
-        match groups.iter_mut().find(|(g, _)| *g == key) {
-            Some((_, members)) => members.push(k),
-            None => groups.push((key, vec![k])),
-        }
+        let key = format!(
+            "{}\u{0}{}",
+            erased(&toks[it.first..it.head_end]),
+            erased(&toks[it.head_end..=it.last])
+        );
+        let g = *index.entry(key).or_insert_with(|| {
+            groups.push(Vec::new());
+            groups.len() - 1
+        });
+        groups[g].push(k);
     }
-    for (_, members) in groups.iter().filter(|(_, m)| m.len() > 1) {
+    for members in groups.iter().filter(|m| m.len() > 1) {
         let words = |k: usize| {
             let it = &items[k];
             toks[it.first..it.head_end]
@@ -73,20 +81,52 @@ fn scope(toks: &[lex::Tok], from: usize, to: usize, pp: &[usize], drop: &mut Vec
                 .count()
         };
         let keep = *members.iter().min_by_key(|k| words(**k)).expect("a group");
-        let raw = |k: usize| {
+        let metal = |k: usize| {
             let it = &items[k];
-            spelled(&toks[it.first..it.head_end])
+            metal_signature(&toks[it.first..it.head_end])
         };
         for &k in members.iter().filter(|k| **k != keep) {
-            // Written twice alike is a real redefinition (Metal refuses it too): the compiler says so.
-            // Between two branches of an `#if` only one is compiled: both stay.
+            // The same signature to Metal (`const constant` is `constant`, `thread` is implied) is a real
+            // redefinition, refused on a Mac too: both stay and the compiler says so. Between two branches
+            // of an `#if` only one is compiled: both stay.
             let (a, b) = (items[k.min(keep)].last, items[k.max(keep)].first);
-            let split_by_pp = pp.iter().any(|l| *l >= toks[a].line && *l <= toks[b].line);
-            if raw(k) != raw(keep) && !split_by_pp {
+            let first_pp = pp.partition_point(|l| *l < toks[a].line);
+            let split_by_pp = pp.get(first_pp).is_some_and(|l| *l <= toks[b].line);
+            if metal(k) != metal(keep) && !split_by_pp {
                 drop.push((items[k].first, items[k].last));
             }
         }
     }
+}
+
+/// A signature as Metal reads it: `thread` implied, `const` beside `constant` implied, the order of
+/// qualifiers in a run (`const device` or `device const`) ignored.
+fn metal_signature(toks: &[lex::Tok]) -> String {
+    const QUALIFIERS: [&str; 5] = ["const", "volatile", "device", "constant", "threadgroup"];
+    let mut out: Vec<String> = Vec::new();
+    let mut run: Vec<&str> = Vec::new();
+    let flush = |run: &mut Vec<&str>, out: &mut Vec<String>| {
+        if run.contains(&"constant") {
+            run.retain(|w| *w != "const");
+        }
+        run.sort_unstable();
+        run.dedup();
+        out.extend(run.drain(..).map(str::to_string));
+    };
+    for t in toks {
+        let w = t.text.as_str();
+        if w == "thread" {
+            continue;
+        }
+        if QUALIFIERS.contains(&w) {
+            run.push(w);
+        } else {
+            flush(&mut run, &mut out);
+            out.push(w.to_string());
+        }
+    }
+    flush(&mut run, &mut out);
+    out.join(" ")
 }
 
 /// Splits a scope into items; recurses into class and namespace bodies.
@@ -223,14 +263,6 @@ fn split(
     items
 }
 
-/// The signature as written, tokens joined by one space.
-fn spelled(toks: &[lex::Tok]) -> String {
-    toks.iter()
-        .map(|t| t.text.as_str())
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
 /// The signature as the shim reads it: address spaces erased, `constant` read as `const` (but as nothing
 /// where it qualifies `this`, after the parameters), a `const` written twice in a row once.
 fn erased(toks: &[lex::Tok]) -> String {
@@ -262,24 +294,36 @@ mod tests {
 
     #[test]
     fn member_variants_by_address_space_keep_the_plain_one() {
-        let src = "template <typename T> struct C {\n  T r;\n  constexpr C() threadgroup : r(0) {}\n  constexpr C() : r{0} {}\n  constexpr C() device : r(0) {}\n  operator float() const device { return r; }\n  operator float() const { return r; }\n};\n";
+        let src = "template <typename T> struct C {\n  T r;\n  constexpr C() threadgroup : r(0) {}\n  constexpr C() : r(0) {}\n  constexpr C() device : r(0) {}\n  operator float() const device { return r; }\n  operator float() const { return r; }\n};\n";
         let out = kept(src);
         assert_eq!(
             out,
-            "template <typename T> struct C { T r; constexpr C() : r{0} {} operator float() const { return r; } };"
+            "template <typename T> struct C { T r; constexpr C() : r(0) {} operator float() const { return r; } };"
         );
     }
 
     #[test]
     fn overloads_on_parameter_spaces_keep_one_and_real_redefinitions_stay() {
-        let src = "void f(device float* x) { x[0] = 1; }\nvoid f(threadgroup float* x) { x[0] = 2; }\nvoid g(const constant float* a);\nvoid g(const device float* a);\nint h(int a) { return a; }\nint h(int a) { return a; }\n";
+        let src = "void f(device float* x) { x[0] = 1; }\nvoid f(threadgroup float* x) { x[0] = 1; }\nvoid g(const constant float* a);\nvoid g(const device float* a);\nint h(int a) { return a; }\nint h(int a) { return a; }\n";
         let out = kept(src);
-        assert!(
-            out.contains("x[0] = 1") && !out.contains("x[0] = 2"),
-            "{out}"
-        );
+        assert_eq!(out.matches("void f").count(), 1, "{out}");
         assert_eq!(out.matches("void g").count(), 1, "{out}");
         assert_eq!(out.matches("int h").count(), 2, "{out}");
+        // Bodies that differ both stay: an error in either is the compiler's to see.
+        let differ = "float f(threadgroup float* x) { return x[1]; }\nfloat f(device float* x) { return x[0] + nope; }\n";
+        assert_eq!(variants_dropped(differ), differ);
+        // The same to Metal however spelled: a real redefinition, both stay.
+        for same in [
+            "float g(constant float* x) { return 1; }\nfloat g(const constant float* x) { return 1; }\n",
+            "float h(device const float* x) { return 1; }\nfloat h(const device float* x) { return 1; }\n",
+            "float f(float* x) { return 1; }\nfloat f(thread float* x) { return 1; }\n",
+        ] {
+            assert_eq!(variants_dropped(same), same);
+        }
+        // Kernels are never reduced.
+        let kernels =
+            "kernel void k(device const float* x) { }\nkernel void k(constant float* x) { }\n";
+        assert_eq!(variants_dropped(kernels), kernels);
     }
 
     #[test]
