@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
@@ -199,9 +199,6 @@ pub struct Evaluator {
     last_compile_s: f64,
     /// Seconds the last `precompile` took, charged to the candidate's next workload evaluation.
     precompile_s: f64,
-    /// Until when the modules the last `precompile` started may still be compiling: a run that needs one
-    /// waits for it in the worker, so its deadline grows by what is left of this window.
-    compiling_until: Option<Instant>,
 }
 
 /// What one kernel module's compile may add to a GPU run's deadline (see `Evaluator::compile_allowance`):
@@ -264,7 +261,6 @@ impl Evaluator {
             prepared: BTreeSet::new(),
             last_compile_s: 0.0,
             precompile_s: 0.0,
-            compiling_until: None,
         })
     }
 
@@ -485,14 +481,11 @@ impl Evaluator {
         }
     }
 
-    /// Has the worker start compiling, all at once, every kernel module `cand` will launch on `workloads`
-    /// (mlx-cuda: each in the jail, in parallel; elsewhere nothing to do). The worker answers once they are
-    /// started, and each run waits for its own modules only: a workload whose modules are ready runs while
-    /// a slower module still compiles. Best effort: a failure here is met again, and reported, by the
-    /// workload's own evaluation.
+    /// Has the worker compile, all at once, every kernel module `cand` will launch on `workloads` (mlx-cuda:
+    /// each in the jail, in parallel, before the first check; elsewhere nothing to do). Best effort: a
+    /// failure here is met again, and reported, by the workload's own evaluation.
     pub fn precompile(&mut self, cand: &Candidate, workloads: &[&Workload]) {
         self.precompile_s = 0.0;
-        self.compiling_until = None;
         if self.target != Target::MlxCuda {
             return;
         }
@@ -527,15 +520,16 @@ impl Evaluator {
         // The worker gives each module's compile 100 s (nvrtc.py, COMPILE_TIMEOUT_S) and reports one that
         // runs longer as the candidate's compile error: the request ends before this deadline.
         let deadline = Duration::from_secs_f64(self.settings.compile_timeout_s.max(100.0) + 30.0);
-        self.compiling_until = Some(started + deadline);
         match self.worker.request("precompile", body, deadline) {
             Ok(Reply::Ok(r)) => {
                 let got: PrecompileReply = serde_json::from_value(r).unwrap_or_default();
                 tracing::info!(
-                    "precompile {}: {} modules, {} started{}",
+                    "precompile {}: {} modules, {} compiled in {:.2} s (longest {:.2} s){}",
                     cand.hash(),
                     got.modules,
-                    got.started,
+                    got.compiled,
+                    got.seconds,
+                    got.longest_s,
                     if got.in_worker {
                         "; MLX compiles inside the worker"
                     } else {
@@ -667,12 +661,8 @@ impl Evaluator {
                 Ok(k) => k,
                 Err(e) => return fail(result, e),
             };
-            // A module the precompile started may still be compiling: the run waits for it.
-            let compiling = self.compiling_until.map_or(0.0, |u| {
-                u.saturating_duration_since(Instant::now()).as_secs_f64()
-            });
             let deadline = Duration::from_secs_f64(
-                self.settings.timeout_s + self.compile_allowance(&key, &plan, &rw).max(compiling),
+                self.settings.timeout_s + self.compile_allowance(&key, &plan, &rw),
             );
             let incumbent_key = match &incumbent {
                 Some((_, c, _)) => match self.compile(c, &rw) {

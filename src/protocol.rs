@@ -47,8 +47,6 @@ pub struct PrecompileReply {
     #[serde(default)]
     pub compiled: u32,
     #[serde(default)]
-    pub started: u32,
-    #[serde(default)]
     pub seconds: f64,
     #[serde(default)]
     pub longest_s: f64,

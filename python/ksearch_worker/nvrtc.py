@@ -39,7 +39,6 @@ import struct
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -269,11 +268,6 @@ class Compiler:
         self.why: str | None = None
         self.proven = False
         self._scratch = Path(tempfile.mkdtemp(prefix="ksearch-nvrtc-"))
-        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
-        # The children running now, and how many times `cancel` ran (a child started after it is not killed).
-        self._lock = threading.Lock()
-        self._children: set[subprocess.Popen[bytes]] = set()
-        self._cancelled = 0
         self.library = _mapped("libmlx.so") or str(Path(mlx.__file__).resolve().parent / "lib" / "libmlx.so")
         self.nvrtc = _mapped("libnvrtc.so") or _load_mapped("libnvrtc.so", ("libnvrtc.so.13", "libnvrtc.so.12"))
         self.headers = embedded_headers(self.library)
@@ -301,37 +295,20 @@ class Compiler:
 
     def compile(self, jobs: Sequence[Job]) -> dict[str, Compiled]:
         """Each job in a jailed child, at most one per core at once; successes are written to the cache."""
-        started = self.start(jobs)
-        return {module: future.result() for module, future in started.items()}
-
-    def start(self, jobs: Sequence[Job]) -> dict[str, concurrent.futures.Future[Compiled]]:
-        """Starts each job in a jailed child (at most one per core at once) and returns at once; a success is
-        in the cache when its future is done. `cancel` ends what is still running."""
-        if self._pool is None:
-            cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-            self._pool = concurrent.futures.ThreadPoolExecutor(max(1, cores), thread_name_prefix="nvrtc")
-        return {job.module: self._pool.submit(self._written, job) for job in jobs}
-
-    def cancel(self) -> None:
-        """Ends every compile still running or waiting (a candidate's that was left: no child of it outlives
-        its evaluation). Their futures end as cancelled, or with an infrastructure failure."""
-        with self._lock:
-            self._cancelled += 1
-            children = list(self._children)
-        for child in children:
-            try:
-                child.kill()
-            except OSError:
-                pass
-
-    def _written(self, job: Job) -> Compiled:
-        done = self._one(job)
-        if done.code is not None:
-            try:
-                write_module(self.cache, job.module, done.code, [(job.kernel, done.lowered)])
-            except OSError as exc:  # a full disk is no fault of the candidate's: MLX compiles it
-                done = Compiled(None, "", f"cannot write the module: {exc}", done.seconds, True)
-        return done
+        out: dict[str, Compiled] = {}
+        if not jobs:
+            return out
+        workers = max(1, min(len(jobs), len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                                 else os.cpu_count() or 1))
+        with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+            for job, done in zip(jobs, pool.map(self._one, jobs)):
+                if done.code is not None:
+                    try:
+                        write_module(self.cache, job.module, done.code, [(job.kernel, done.lowered)])
+                    except OSError as exc:  # a full disk is no fault of the candidate's: MLX compiles it
+                        done = Compiled(None, "", f"cannot write the module: {exc}", done.seconds, True)
+                out[job.module] = done
+        return out
 
     def ready(self, make_probe: Callable[[str], tuple[Any, dict[str, Any]]]) -> bool:
         """Proves once that MLX loads modules from the cache: the probe's module holds the code of a body that
@@ -376,34 +353,21 @@ class Compiler:
                              "read": [*self.include, os.path.dirname(self.nvrtc or "")],
                              "limits": {"fsize": 0, "as": _CHILD_ADDRESS_SPACE}}, separators=(",", ":"))
         start = time.perf_counter()
-        with self._lock:
-            generation = self._cancelled
         try:
-            proc = subprocess.Popen([sys.executable, "-m", "ksearch_worker.jail", config, "--nvrtc"],
-                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    cwd=self._scratch, env=self._env())
-        except OSError as exc:
-            return Compiled(None, "", f"cannot start the jailed compiler: {exc}", time.perf_counter() - start, True)
-        with self._lock:
-            self._children.add(proc)
-            if generation != self._cancelled:  # cancelled while it started
-                proc.kill()
-        try:
-            out, err_bytes = proc.communicate(self._request(job), timeout=COMPILE_TIMEOUT_S)
+            proc = subprocess.run([sys.executable, "-m", "ksearch_worker.jail", config, "--nvrtc"],
+                                  input=self._request(job), capture_output=True, timeout=COMPILE_TIMEOUT_S,
+                                  cwd=self._scratch, env=self._env())
         except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate()
             return Compiled(None, "", f"NVRTC did not finish within {COMPILE_TIMEOUT_S:.0f} s",
                             time.perf_counter() - start, True)
-        finally:
-            with self._lock:
-                self._children.discard(proc)
+        except OSError as exc:
+            return Compiled(None, "", f"cannot start the jailed compiler: {exc}", time.perf_counter() - start, True)
         seconds = time.perf_counter() - start
-        err = err_bytes.decode(errors="replace")
+        err = proc.stderr.decode(errors="replace")
         if proc.returncode == 127 and "ksearch jail:" in err:
             return Compiled(None, "", err, seconds, True, jail_broken=True)
         try:
-            reply = json.loads(out)
+            reply = json.loads(proc.stdout)
         except ValueError:
             how = f"exit status {proc.returncode}" if proc.returncode >= 0 else f"signal {-proc.returncode}"
             return Compiled(None, "", f"NVRTC ended without a result ({how}): {err[-4000:]}", seconds, True)

@@ -76,7 +76,6 @@ class PrecompileRequest(TypedDict):
 class PrecompileResult(TypedDict, total=False):
     modules: int
     compiled: int
-    started: int
     seconds: float
     longest_s: float
     in_worker: bool

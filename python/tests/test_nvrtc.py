@@ -9,8 +9,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
-import threading
 from pathlib import Path
 
 import pytest
@@ -115,7 +113,6 @@ def _compiler(cache: Path, include: list[str], headers: list[tuple[str, str]]) -
     c = object.__new__(nvrtc.Compiler)
     c.cache, c._env, c.why, c.proven = cache, jail.env, None, False
     c._scratch = Path(tempfile.mkdtemp(prefix="ksearch-nvrtc-test-"))
-    c._pool, c._lock, c._children, c._cancelled = None, threading.Lock(), set(), 0
     c.nvrtc, c.headers, c.arch, c.include = _libnvrtc(), headers, (9, 0), include
     return c
 
@@ -171,26 +168,3 @@ def test_an_nvrtc_failure_that_is_not_the_programs_is_not_the_candidates(tmp_pat
     job = nvrtc.Job(nvrtc.module_name("custom_kernel_ok", source), "mlx::core::cu::custom_kernel_ok", source, {})
     done = c.compile([job])[job.module]
     assert done.code is None and done.infrastructure and not done.jail_broken, done
-
-
-def test_started_compiles_return_at_once_and_cancel_ends_them(tmp_path: Path,
-                                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    c = _compiler(tmp_path / "cache", [], [])
-    # Each child a compiler that never answers.
-    hang = tmp_path / "hang.sh"
-    hang.write_text("#!/bin/sh\nexec sleep 60\n")
-    hang.chmod(0o755)
-    monkeypatch.setattr(nvrtc.sys, "executable", str(hang))
-    jobs = [nvrtc.Job(f"custom_kernel_{n}_0", f"mlx::core::cu::custom_kernel_{n}", b"", {}) for n in "ab"]
-    begun = time.perf_counter()
-    started = c.start(jobs)
-    assert time.perf_counter() - begun < 0.5, "start does not wait for the compiles"
-    time.sleep(0.3)
-    assert not any(f.done() for f in started.values())
-    c.cancel()
-    for job in jobs:
-        ended = started[job.module].result(timeout=10)
-        assert ended.code is None and ended.infrastructure, ended
-        assert not c.cached(job.module)
-    assert time.perf_counter() - begun < 10, "cancel ended the children at once"
-    assert not c._children, "no child is left running"

@@ -8,7 +8,6 @@ and several launches per evaluation when a launch takes microseconds.
 
 from __future__ import annotations
 
-import concurrent.futures
 import hashlib
 import math
 import os
@@ -83,8 +82,6 @@ class MlxTarget:
         self._failed: dict[str, str] = {}  # module -> NVRTC's log, for candidates that do not compile
         self._sources: dict[str, str] = {}  # module -> SHA-256 of its source: one source per name, ever
         self._left: set[str] = set()  # modules the jailed NVRTC failed on otherwise: MLX compiles them
-        # Modules `precompile` started and no run has waited for yet (module -> its compile).
-        self._pending: dict[str, concurrent.futures.Future[nvrtc.Compiled]] = {}
         if name == "mlx-cuda":
             os.environ["MLX_PTX_CACHE_DIR"] = tempfile.mkdtemp(prefix="ksearch-mlx-modules-")
 
@@ -334,12 +331,10 @@ class MlxTarget:
             for spec in self._builds[key].kernels.values():
                 spec["included"] = header_file.by_include(spec["header"])
 
-    def ensure_modules(self, calls: Sequence[tuple[str, Any, dict[str, Any]]], wait: bool = True) -> dict[str, Any]:
+    def ensure_modules(self, calls: Sequence[tuple[str, Any, dict[str, Any]]]) -> dict[str, Any]:
         """Compiles in the jail, all at once, the modules of these kernel calls (build key, kernel, the call's
         arguments) that MLX's cache lacks. A module that does not compile is the candidate's compile error;
-        without a usable compiler nothing happens here and MLX compiles at the first launch. Without `wait`
-        the compiles are only started (`precompile`): a later call that needs one of them waits for it, so a
-        workload whose modules are ready runs while a slower module still compiles."""
+        without a usable compiler nothing happens here and MLX compiles at the first launch."""
         compiler = self.compiler()
         if compiler is None:
             return {"modules": 0, "compiled": 0, "in_worker": True}
@@ -360,8 +355,7 @@ class MlxTarget:
                 raise CandidateFailure("invalid", f"kernel module {module} names two different sources in this "
                                                   "worker (a hash collision); the kernel is not run")
             needed.append(module)
-            if (module in jobs or module in self._failed or module in self._left or module in self._pending
-                    or compiler.cached(module)):
+            if module in jobs or module in self._failed or module in self._left or compiler.cached(module):
                 continue
             if key not in files:
                 files[key] = {header_file.header_path(spec["header"]) or "": spec["header"]
@@ -369,15 +363,7 @@ class MlxTarget:
                               if spec["header"] and spec.get("included") != spec["header"]}
             jobs[module] = nvrtc.Job(module, f"mlx::core::cu::{name}", source, files[key])
         start = time.perf_counter()
-        self._pending.update(compiler.start(list(jobs.values())))
-        if not wait:
-            return {"modules": len(set(needed)), "compiled": 0, "started": len(jobs), "seconds": 0.0,
-                    "longest_s": 0.0}
-        done: dict[str, nvrtc.Compiled] = {}
-        for module in dict.fromkeys(needed):
-            future = self._pending.pop(module, None)
-            if future is not None:
-                done[module] = future.result()
+        done = compiler.compile(list(jobs.values()))
         broken = [d.log for d in done.values() if d.jail_broken]
         if broken:  # the jail, not the candidate
             return self._in_worker(f"the jailed NVRTC could not start: {broken[0].strip()[-2000:]}")
@@ -396,22 +382,12 @@ class MlxTarget:
         return {"modules": len(set(needed)), "compiled": len(done), "seconds": time.perf_counter() - start,
                 "longest_s": max((d.seconds for d in done.values()), default=0.0)}
 
-    def forget_pending(self) -> None:
-        """Ends the compiles an earlier candidate started and no run waited for."""
-        for future in self._pending.values():
-            future.cancel()  # one not started yet never starts
-        if self._pending and self._compiler is not None:
-            self._compiler.cancel()
-        self._pending.clear()
-
     def precompile(self, key: str, builds: Sequence[Any]) -> dict[str, Any]:
-        """Starts compiling, in the jail and at once, every module a candidate will launch on these workloads
-        (one build each), and returns before they are done: each run waits for its own modules only. The
-        calls are built on stand-in arrays of the right dtypes and ranks, and never evaluated. What an
-        earlier candidate left compiling is ended first. A compile error is met by the run that needs it."""
+        """Every module a candidate will launch on these workloads (one build each), compiled in the jail at
+        once, before its first check. The calls are built on stand-in arrays of the right dtypes and ranks,
+        and never evaluated. A compile error is kept for the run that meets it."""
         if key not in self._builds:
             raise WorkerError("not_compiled", f"key {key} has not been compiled by this worker")
-        self.forget_pending()
         if self.compiler() is None:  # nothing to build the calls for
             return {"modules": 0, "compiled": 0, "in_worker": True}
         self._include_headers(key)
@@ -419,7 +395,7 @@ class MlxTarget:
         try:
             for b in builds:
                 calls += self.stand_in_calls(key, b)
-            return self.ensure_modules(calls, wait=False)
+            return self.ensure_modules(calls)
         except CandidateFailure as exc:
             return {"modules": len(calls), "compiled": 0, "compile_error": exc.message[-4000:]}
 
