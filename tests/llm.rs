@@ -454,11 +454,7 @@ fn slow_reply_times_out_then_success() {
     assert_eq!((r.text.as_str(), r.attempts), ("in time", 2));
     // The late reply comes after 30 s: well before it, the 1 s timeout was honoured (with room for a
     // loaded machine).
-    assert!(
-        t0.elapsed() < Duration::from_secs(20),
-        "{:?}",
-        t0.elapsed()
-    );
+    assert!(t0.elapsed() < Duration::from_secs(20), "{:?}", t0.elapsed());
 
     // With no retries the timeout is the answer.
     let server = Server::start(vec![
