@@ -585,28 +585,35 @@ pub fn check_file(path: &Path, include_dirs: &[PathBuf]) -> Result<Vec<Finding>,
     check_source_with(&src, &shown, Some(&local))
 }
 
+/// A file's tokens and its preprocessor lines (`lex::clean`).
+type Lexed = (Vec<lex::Tok>, Vec<(usize, String)>);
+
 /// A file's kernels as (name, first line, last line), and its threadgroup declarations to probe.
 type FileKernels = (Vec<(String, usize, usize)>, Vec<(usize, String, usize)>);
 
 /// The rules that read one file of a complete source: its text, its functions, each kernel's flow.
 ///
 /// `macros` are the `constant` macros of the whole source (`rules::constant_macros`).
-fn file_rules(file: &str, src: &str, macros: &[String], out: &mut Vec<Finding>) -> FileKernels {
-    let (clean, directives) = lex::clean(src);
-    let toks = lex::tokens(&clean);
-    rules::text_rules(file, &toks, &directives, out);
-    let fns = rules::program_scope(file, &toks, macros, out);
-    rules::recursion(file, &toks, &fns, out);
-    rules::threadgroup_outside_kernel(file, &toks, &fns, out);
+fn file_rules(
+    file: &str,
+    toks: &[lex::Tok],
+    directives: &[(usize, String)],
+    macros: &[String],
+    out: &mut Vec<Finding>,
+) -> FileKernels {
+    rules::text_rules(file, toks, directives, out);
+    let fns = rules::program_scope(file, toks, macros, out);
+    rules::recursion(file, toks, &fns, out);
+    rules::threadgroup_outside_kernel(file, toks, &fns, out);
     let kernels: Vec<&rules::Function> = fns.iter().filter(|f| f.kernel).collect();
     let helpers = rules::helper_map(&fns);
     let mut decls = Vec::new();
     let mut kernel_lines = Vec::new();
     for k in &kernels {
         rules::kernel_signature(file, k, out);
-        let mut flow = rules::Flow::new(file, &toks);
+        let mut flow = rules::Flow::new(file, toks);
         flow.helpers = helpers.clone();
-        for n in rules::constant_names(&toks) {
+        for n in rules::constant_names(toks) {
             flow.spaces.insert(n, "constant".into());
         }
         for p in &k.params {
@@ -716,30 +723,38 @@ fn check_source_with(
     local: Option<&includes::Local>,
 ) -> Result<Vec<Finding>, CheckError> {
     let mut out = Vec::new();
-    let mut deep: Vec<Finding> = too_deep(file, &lex::tokens(&lex::clean(src).0))
-        .into_iter()
+    // Each file (the source, then its local headers) lexed once: the nesting check, the macros, the rules
+    // and the search for macro-made kernels all read it.
+    let headers_in = local.map(|l| l.headers.as_slice()).unwrap_or_default();
+    let lexed: Vec<Lexed> = std::iter::once(src)
+        .chain(headers_in.iter().map(|h| h.text.as_str()))
+        .map(|t| {
+            let (clean, directives) = lex::clean(t);
+            (lex::tokens(&clean), directives)
+        })
         .collect();
-    for h in local.map(|l| l.headers.as_slice()).unwrap_or_default() {
-        deep.extend(too_deep(&h.shown, &lex::tokens(&lex::clean(&h.text).0)));
-    }
+    let shown: Vec<&str> = std::iter::once(file)
+        .chain(headers_in.iter().map(|h| h.shown.as_str()))
+        .collect();
+    let deep: Vec<Finding> = shown
+        .iter()
+        .zip(&lexed)
+        .filter_map(|(f, (toks, _))| too_deep(f, toks))
+        .collect();
     if !deep.is_empty() {
         return Ok(deep);
     }
     // A macro defined in one header is used in another: they are gathered from every file.
-    let macros: Vec<String> = std::iter::once(src)
-        .chain(
-            local
-                .into_iter()
-                .flat_map(|l| l.headers.iter().map(|h| h.text.as_str())),
-        )
-        .flat_map(|t| rules::constant_macros(&lex::clean(t).1))
+    let macros: Vec<String> = lexed
+        .iter()
+        .flat_map(|(_, d)| rules::constant_macros(d))
         .collect();
-    let (kernel_lines, decls) = file_rules(file, src, &macros, &mut out);
+    let (kernel_lines, decls) = file_rules(file, &lexed[0].0, &lexed[0].1, &macros, &mut out);
     let mut kernels = vec![(file.to_string(), kernel_lines)];
     let mut headers: Vec<(String, String)> = Vec::new();
     if let Some(local) = local {
-        for h in &local.headers {
-            let (k, d) = file_rules(&h.shown, &h.text, &macros, &mut out);
+        for (h, (toks, directives)) in local.headers.iter().zip(&lexed[1..]) {
+            let (k, d) = file_rules(&h.shown, toks, directives, &macros, &mut out);
             kernels.push((h.shown.clone(), k));
             headers.push((h.scratch.clone(), with_probes(&h.text, &d)));
         }
@@ -749,18 +764,12 @@ fn check_source_with(
     }
     // Kernels a macro makes (`#define UNARY(name) kernel void name(...)`) are not seen by the rules, which
     // read the text unexpanded: a file whose macros hold a kernel is not said to have none.
-    let in_macros = std::iter::once(src)
-        .chain(
-            local
-                .into_iter()
-                .flat_map(|l| l.headers.iter().map(|h| h.text.as_str())),
-        )
-        .any(|t| {
-            lex::clean(t).1.iter().any(|(_, d)| {
-                d.trim_start_matches('#').trim_start().starts_with("define")
-                    && lex::tokens(d).iter().any(|t| t.is("kernel"))
-            })
-        });
+    let in_macros = lexed.iter().any(|(_, directives)| {
+        directives.iter().any(|(_, d)| {
+            d.trim_start_matches('#').trim_start().starts_with("define")
+                && lex::tokens(d).iter().any(|t| t.is("kernel"))
+        })
+    });
     if kernels.iter().all(|(_, k)| k.is_empty()) && !in_macros {
         out.push(rules::finding(
             "M002",
@@ -771,7 +780,7 @@ fn check_source_with(
         ));
     }
     let probed = with_probes(src, &decls);
-    let (_, directives) = lex::clean(src);
+    let directives = &lexed[0].1;
     let includes_metal = directives
         .iter()
         .any(|(_, d)| d.contains("include") && d.contains("metal_"));
