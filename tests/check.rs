@@ -713,3 +713,67 @@ inline two simd_shuffle_down(two v, ushort d) { return two{simd_shuffle_down(v.l
         "{findings:#?}"
     );
 }
+
+/// A Mac has Apple's SDK frameworks (`<MetalPerformancePrimitives/...>`); this machine does not. A
+/// complete source that includes one (here through a local header) is not rejected for it: the compile
+/// step stops there with a warning naming the header (M005), and the rules still read every file. A
+/// missing quoted header (the user's own file) and a missing non-framework system header stay errors.
+#[test]
+fn a_missing_apple_framework_header_skips_the_compile_but_not_the_rules() {
+    let d = tempfile::tempdir().unwrap();
+    let write = |p: &str, t: &str| {
+        let p = d.path().join(p);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, t).unwrap();
+    };
+    write(
+        "lib/ops.h",
+        "#pragma once\n#include <metal_stdlib>\n#include <SomeKit/SomeKit.h>\nusing namespace metal;\ninline float twice(float v) { return somekit::scale(v, 2); }\n",
+    );
+    let kernel = "#include \"lib/ops.h\"\n[[kernel]] void k(device const float* x [[buffer(0)]], device float* y [[buffer(1)]],\n                  uint i [[thread_position_in_grid]], uint t [[thread_index_in_threadgroup]]) {\n  threadgroup float s[64];\n  s[t] = twice(x[i]);\n  BARRIER_SPOT\n  y[i] = s[63 - t];\n}\n";
+    let good = kernel.replace(
+        "BARRIER_SPOT",
+        "threadgroup_barrier(mem_flags::mem_threadgroup);",
+    );
+    write("k.metal", &good);
+    let findings = check::check_file(&d.path().join("k.metal"), &[]).unwrap();
+    assert!(
+        errors(&findings).is_empty(),
+        "{}",
+        check::render_text(&findings)
+    );
+    let skipped: Vec<&Finding> = findings.iter().filter(|f| f.code == "M005").collect();
+    assert_eq!(skipped.len(), 1, "{findings:#?}");
+    assert_eq!(skipped[0].severity, Severity::Warning);
+    assert!(skipped[0].file.ends_with("lib/ops.h") && skipped[0].line == 3);
+    assert!(skipped[0].message.contains("<SomeKit/SomeKit.h>"));
+    // The rules still run: a barrier under a thread-dependent branch is caught.
+    let racy = kernel.replace(
+        "BARRIER_SPOT",
+        "if (t < 32) { threadgroup_barrier(mem_flags::mem_threadgroup); }",
+    );
+    write("k.metal", &racy);
+    let findings = check::check_file(&d.path().join("k.metal"), &[]).unwrap();
+    assert!(
+        errors(&findings).iter().any(|f| f.code == "M030"),
+        "{findings:#?}"
+    );
+    // A quoted include found nowhere is the user's missing file; `<cuda_fp16.h>` is no Apple framework.
+    for include in ["\"SomeKit/SomeKit.h\"", "<cuda_fp16.h>"] {
+        write(
+            "lib/ops.h",
+            &format!(
+                "#pragma once\n#include <metal_stdlib>\n#include {include}\nusing namespace metal;\ninline float twice(float v) {{ return v * 2; }}\n"
+            ),
+        );
+        write("k.metal", &good);
+        let findings = check::check_file(&d.path().join("k.metal"), &[]).unwrap();
+        assert!(
+            errors(&findings)
+                .iter()
+                .any(|f| f.code == "M001" && f.message.contains("file not found")),
+            "{include}: {findings:#?}"
+        );
+        assert!(!findings.iter().any(|f| f.code == "M005"), "{findings:#?}");
+    }
+}

@@ -814,7 +814,31 @@ fn check_source_with(
                 .map(|h| (h.scratch.as_str(), h.text.as_str())),
         );
     }
-    for d in outcome.errors {
+    // An Apple SDK framework header (`<MetalPerformancePrimitives/MetalPerformancePrimitives.h>`) that the
+    // compiler cannot find stops it there: the Mac has it, this machine does not, so what follows is not
+    // compiled here. That is a warning naming the header; errors the compiler gave before it stand, and the
+    // rules above have read every file.
+    let stopped = outcome.errors.iter().position(|d| {
+        // Included as a system header (`<...>`): a quoted one is the user's file.
+        framework_missing(&d.message)
+            .is_some_and(|name| texts.iter().any(|(_, t)| t.contains(&format!("<{name}>"))))
+    });
+    let mut errors = outcome.errors;
+    if let Some(at) = stopped {
+        let d = errors.remove(at);
+        errors.truncate(at);
+        let name = framework_missing(&d.message).unwrap_or_default();
+        out.push(rules::finding(
+            "M005",
+            Severity::Warning,
+            &shown(&d.file),
+            d.line,
+            format!(
+                "`<{name}>` is an Apple SDK framework header this machine does not have: the compile step was skipped from this include on (syntax, types and threadgroup sizes after it are not checked); the checker's own rules still ran on every file"
+            ),
+        ));
+    }
+    for d in errors {
         if address_space_overload(&d, &texts) {
             continue;
         }
@@ -851,6 +875,28 @@ fn check_source_with(
         }
     }
     Ok(finish(complete_source_hazards(out)))
+}
+
+/// The header named by a compiler's "file not found" message when it is an Apple SDK framework header:
+/// `Framework/Header.h`, the framework's name capitalised (`MetalPerformancePrimitives/...`,
+/// `Metal/Metal.h`). Other missing headers (`cuda_fp16.h`, `common.h`) stay errors: a Mac has no such
+/// header either, or it is one of the user's.
+fn framework_missing(message: &str) -> Option<String> {
+    let rest = message.strip_prefix('\'')?;
+    let (name, tail) = rest.split_once('\'')?;
+    if !tail.trim_start().starts_with("file not found") {
+        return None;
+    }
+    let (framework, header) = name.split_once('/')?;
+    let framework_like = framework
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_uppercase())
+        && framework
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && header.ends_with(".h");
+    framework_like.then(|| name.to_string())
 }
 
 /// In a complete source, a barrier after an early `return` (M031) and an initialised threadgroup array
