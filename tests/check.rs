@@ -777,3 +777,50 @@ fn a_missing_apple_framework_header_skips_the_compile_but_not_the_rules() {
         assert!(!findings.iter().any(|f| f.code == "M005"), "{findings:#?}");
     }
 }
+
+/// Metal's vector constructors take scalars and smaller vectors whose components total the width; a braced
+/// list of fewer scalars fills the rest with zero (`uint4 v = {a, b, c};`). A call with too few components
+/// (`uint4(a, b, c)`), or a scalar standing where a vector part goes (`float4(v.xy, 1.0f)`), is refused.
+#[test]
+fn vector_construction_follows_metal_component_counts() {
+    let good = r#"#include <metal_stdlib>
+using namespace metal;
+static constexpr constant int3 SHIFTS = {13, 19, 12};
+[[kernel]] void k(device const uint2* x [[buffer(0)]], device float4* y [[buffer(1)]],
+                  uint i [[thread_position_in_grid]]) {
+  uint2 key = x[i] << uint(SHIFTS.y);
+  uint4 seeds = {key.x, key.y, key.x ^ key.y};
+  float4 a = float4(float2(1.0f), 2.0f, 3.0f);
+  float4 b = {a.xy, a.zw};
+  float4 c = float4(a.xyz, 1.0f);
+  float3 d = float3(1.0f, a.yz);
+  y[i] = a + b + c + float4(d, 0.0f) + float4(seeds);
+}
+"#;
+    let findings = check::check_source(good, "vec.metal").unwrap();
+    assert!(
+        errors(&findings).is_empty(),
+        "{}",
+        check::render_text(&findings)
+    );
+    for (from, to) in [
+        (
+            "uint4 seeds = {key.x, key.y, key.x ^ key.y};",
+            "uint4 seeds = uint4(key.x, key.y, key.x ^ key.y);",
+        ),
+        (
+            "float4 c = float4(a.xyz, 1.0f);",
+            "float4 c = float4(a.xy, 1.0f);",
+        ),
+    ] {
+        let bad = good.replace(from, to);
+        let findings = check::check_source(&bad, "vec.metal").unwrap();
+        assert!(
+            errors(&findings)
+                .iter()
+                .any(|f| f.code == "M001"
+                    && f.line == if from.starts_with("uint4") { 7 } else { 10 }),
+            "{to}: {findings:#?}"
+        );
+    }
+}

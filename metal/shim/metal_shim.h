@@ -105,6 +105,21 @@ typedef long ptrdiff_t;
 typedef long intptr_t;
 typedef unsigned long uintptr_t;
 
+// What the compiler builds a braced list into (`uint4 v = {a, b, c};`); no other part of C++'s library.
+namespace std {
+template <typename E> class initializer_list {
+  const E* _M_array;
+  size_t _M_len;
+  constexpr initializer_list(const E* a, size_t n) : _M_array(a), _M_len(n) {}
+
+ public:
+  constexpr initializer_list() : _M_array(0), _M_len(0) {}
+  constexpr size_t size() const { return _M_len; }
+  constexpr const E* begin() const { return _M_array; }
+  constexpr const E* end() const { return _M_array + _M_len; }
+};
+}  // namespace std
+
 namespace metal {
 
 template <bool B, typename T = void> struct enable_if {};
@@ -276,10 +291,17 @@ template <typename T> struct is_vector { static constexpr bool value = false; };
 template <typename T, int N> struct is_vector<vec<T, N>> { static constexpr bool value = true; };
 template <typename T> constexpr bool is_vector_v = is_vector<T>::value;
 
+// A vector part of a constructor (`float4(v.xy, 0, 1)`): a vector, swizzle or packed vector of exactly that
+// element type and width. A scalar does not broadcast into a part: `float4(v.xy, 1.0f)` has 3 components,
+// which Metal refuses.
+template <typename A, typename T, int K>
+using ks_part_t = enable_if_t<is_same_v<typename ks_vof<decay_t<A>>::type, vec<T, K>>>;
+
 // What every vector type shares: element access, constructors and conversions.
 #define KS_VEC_COMMON(N)                                                                        \
   typedef T value_type;                                                                         \
   vec() = default;                                                                              \
+  static constexpr T ks_at(std::initializer_list<T> l, size_t i) { return i < l.size() ? l.begin()[i] : T(0); } \
   /* a scalar broadcasts to every component (implicitly, as in Metal) */                        \
   vec(T s);                                                                                     \
   /* another element type converts only explicitly: float4(int4(...)) */                        \
@@ -311,6 +333,9 @@ template <typename T> struct alignas(sizeof(T) * 2) vec<T, 2> {
     KS_ALL3_2
   };
   KS_VEC_COMMON(2)
+  // A braced list of scalars, as in C: `uint4 v = {a, b, c};` leaves the rest zero. Only braces:
+  // `uint4(a, b, c)` is refused (the components of a call must total the width).
+  constexpr vec(std::initializer_list<T> l) : x(ks_at(l, 0)), y(ks_at(l, 1)) {}
   constexpr vec(T a, T b) : x(a), y(b) {}
 };
 template <typename T> struct alignas(sizeof(T) * 4) vec<T, 3> {
@@ -321,9 +346,12 @@ template <typename T> struct alignas(sizeof(T) * 4) vec<T, 3> {
     KS_ALL3_3
   };
   KS_VEC_COMMON(3)
+  // A braced list of scalars, as in C: `uint4 v = {a, b, c};` leaves the rest zero. Only braces:
+  // `uint4(a, b, c)` is refused (the components of a call must total the width).
+  constexpr vec(std::initializer_list<T> l) : x(ks_at(l, 0)), y(ks_at(l, 1)), z(ks_at(l, 2)) {}
   constexpr vec(T a, T b, T c) : x(a), y(b), z(c) {}
-  vec(const vec<T, 2>& a, T b);
-  vec(T a, const vec<T, 2>& b);
+  template <typename A, typename = ks_part_t<A, T, 2>> vec(const A& a, T b);
+  template <typename B, typename = ks_part_t<B, T, 2>> vec(T a, const B& b);
 };
 template <typename T> struct alignas(sizeof(T) * 4) vec<T, 4> {
   union {
@@ -334,13 +362,17 @@ template <typename T> struct alignas(sizeof(T) * 4) vec<T, 4> {
     KS_ALL4_4
   };
   KS_VEC_COMMON(4)
+  // A braced list of scalars, as in C: `uint4 v = {a, b, c};` leaves the rest zero. Only braces:
+  // `uint4(a, b, c)` is refused (the components of a call must total the width).
+  constexpr vec(std::initializer_list<T> l) : x(ks_at(l, 0)), y(ks_at(l, 1)), z(ks_at(l, 2)), w(ks_at(l, 3)) {}
   constexpr vec(T a, T b, T c, T d) : x(a), y(b), z(c), w(d) {}
-  vec(const vec<T, 2>& a, T b, T c);
-  vec(T a, const vec<T, 2>& b, T c);
-  vec(T a, T b, const vec<T, 2>& c);
-  vec(const vec<T, 2>& a, const vec<T, 2>& b);
-  vec(const vec<T, 3>& a, T b);
-  vec(T a, const vec<T, 3>& b);
+  template <typename A, typename = ks_part_t<A, T, 2>> vec(const A& a, T b, T c);
+  template <typename B, typename = ks_part_t<B, T, 2>> vec(T a, const B& b, T c);
+  template <typename C, typename = ks_part_t<C, T, 2>> vec(T a, T b, const C& c);
+  template <typename A, typename B, typename = ks_part_t<A, T, 2>, typename = ks_part_t<B, T, 2>>
+  vec(const A& a, const B& b);
+  template <typename A, typename = ks_part_t<A, T, 3>> vec(const A& a, T b);
+  template <typename B, typename = ks_part_t<B, T, 3>> vec(T a, const B& b);
 };
 
 // Packed vectors: no swizzles, no padding; they convert to and from the ordinary vector of the same shape.
