@@ -824,3 +824,50 @@ static constexpr constant int3 SHIFTS = {13, 19, 12};
         );
     }
 }
+
+/// M032 (a threadgroup read after other threads' writes with no barrier) does not fire when the write's
+/// index is kept below a bound (`min(t, n - 1)`) and the read's index is that bound plus more (`n + j`):
+/// the two touch different parts of the array (an FFT keeps partial sums below `n` while it still reads
+/// the data stored from `n` on). A read below the bound, or a write bounded by `n` itself, still races.
+#[test]
+fn a_read_above_the_bound_of_a_bounded_write_is_no_race() {
+    let good = r#"#include <metal_stdlib>
+using namespace metal;
+[[kernel]] void k(device const float* x [[buffer(0)]], device float* y [[buffer(1)]],
+                  constant int& n [[buffer(2)]],
+                  uint t [[thread_index_in_threadgroup]], uint i [[thread_position_in_grid]]) {
+  threadgroup float s[512];
+  s[t] = x[i];
+  s[n + t] = x[i] * 2.0f;
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  int slot = metal::min(int(t), n - 1);
+  s[slot] = s[n + slot * 2];
+  int j = int(t) * 3;
+  float v = s[n + j];
+  y[i] = v + s[slot];
+}
+"#;
+    let findings = check::check_source(good, "bound.metal").unwrap();
+    assert!(
+        errors(&findings).is_empty(),
+        "{}",
+        check::render_text(&findings)
+    );
+    for (from, to) in [
+        ("float v = s[n + j];", "float v = s[j];"),
+        ("float v = s[n + j];", "float v = s[n - j];"),
+        (
+            "int slot = metal::min(int(t), n - 1);",
+            "int slot = metal::min(int(t), n);",
+        ),
+    ] {
+        let bad = good.replace(from, to);
+        let findings = check::check_source(&bad, "bound.metal").unwrap();
+        assert!(
+            errors(&findings)
+                .iter()
+                .any(|f| f.code == "M032" && f.line == 13),
+            "{to}: {findings:#?}"
+        );
+    }
+}

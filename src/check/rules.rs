@@ -563,6 +563,61 @@ pub fn threadgroup_decls(toks: &[Tok]) -> Vec<(usize, String, usize)> {
 
 /// The tokens of `r` that name variables: not a member after `.` or `->` (`tgpig.x` reads `tgpig`, never
 /// a local called `x`).
+/// `min(a, n - 1)` (or `metal::min`, either argument order, in parentheses or not): `n`, the name the
+/// value stays below.
+fn min_below(r: &[Tok]) -> Option<String> {
+    let mut r = r;
+    while r.len() > 2 && r[0].is("(") && matching(r, 0) == r.len() - 1 {
+        r = &r[1..r.len() - 1];
+    }
+    let r = match r {
+        [ns, colons, rest @ ..] if ns.is("metal") && colons.is("::") => rest,
+        _ => r,
+    };
+    let [f, open, args @ .., close] = r else {
+        return None;
+    };
+    if !f.is("min") || !open.is("(") || !close.is(")") || matching(r, 1) != r.len() - 1 {
+        return None;
+    }
+    let mut depth = 0i32;
+    let comma = args.iter().position(|t| {
+        match t.text.as_str() {
+            "(" | "[" => depth += 1,
+            ")" | "]" => depth -= 1,
+            _ => {}
+        }
+        depth == 0 && t.is(",")
+    })?;
+    [&args[..comma], &args[comma + 1..]]
+        .into_iter()
+        .find_map(|a| match a {
+            [n, minus, one] if n.is_ident() && minus.is("-") && one.is("1") => Some(n.text.clone()),
+            _ => None,
+        })
+}
+
+/// An index (`[ n + j ]`, tokens joined by spaces) that is `n`, or `n` plus terms with no subtraction: `n`,
+/// the name it is at or above (indices are taken as non-negative).
+fn at_or_above(idx: &str) -> Option<String> {
+    let words: Vec<&str> = idx.split(' ').collect();
+    let [open, n, rest @ .., close] = words.as_slice() else {
+        return None;
+    };
+    let ident = n
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_alphabetic() || c == '_')
+        && n.chars().all(|c| c.is_alphanumeric() || c == '_');
+    let tail_adds = match rest {
+        [] => true,
+        [plus, tail @ ..] => {
+            *plus == "+" && !tail.is_empty() && !tail.iter().any(|w| *w == "-" || *w == "--")
+        }
+    };
+    (*open == "[" && *close == "]" && ident && tail_adds).then(|| n.to_string())
+}
+
 fn names(r: &[Tok]) -> impl Iterator<Item = &Tok> {
     r.iter()
         .enumerate()
@@ -600,8 +655,11 @@ pub struct Flow<'a> {
     pub guarded: bool,
     final_pass: bool,
     divergent_return: Div,
-    /// Threadgroup elements written at thread-dependent indices since the last barrier: name -> (index, line).
-    tg_written: HashMap<String, Vec<(String, usize)>>,
+    /// Threadgroup elements written at thread-dependent indices since the last barrier: name -> (index,
+    /// line, the name the index stays below when it is known to: see `below`).
+    tg_written: HashMap<String, Vec<(String, usize, Option<String>)>>,
+    /// Names whose value is known to be less than another name's (`i = min(x, n - 1)`): name -> that name.
+    below: HashMap<String, String>,
     /// Names declared as pointers (their address space is in `spaces`).
     pointers: BTreeSet<String>,
     /// The declaration being read is `auto` (its address space is not written down).
@@ -625,6 +683,7 @@ impl<'a> Flow<'a> {
             final_pass: false,
             divergent_return: None,
             tg_written: HashMap::new(),
+            below: HashMap::new(),
             pointers: BTreeSet::new(),
             decl_auto: false,
         }
@@ -935,7 +994,14 @@ impl<'a> Flow<'a> {
                 "=" | "+=" | "-=" | "*=" | "/=" | "%=" | "&=" | "|=" | "^=" | "<<=" | ">>="
             );
             if assign {
-                writes.push((t.text.clone(), idx.clone(), self.varies(idx_toks), t.line));
+                let bound = self.index_below(&idx_toks[1..idx_toks.len() - 1]);
+                writes.push((
+                    t.text.clone(),
+                    idx.clone(),
+                    self.varies(idx_toks),
+                    t.line,
+                    bound,
+                ));
             }
             if !assign || next != "=" {
                 reads.push((t.text.clone(), idx, t.line));
@@ -946,10 +1012,16 @@ impl<'a> Flow<'a> {
             let Some(ws) = self.tg_written.get(&name) else {
                 continue;
             };
-            if ws.iter().any(|(w, _)| *w == idx) {
+            if ws.iter().any(|(w, _, _)| *w == idx) {
                 continue;
             }
-            if let Some((w, wline)) = ws.first() {
+            // A write kept below `n` (`s[min(t, n - 1)]`) and a read at `n` or above (`s[n + j]`) touch
+            // different elements.
+            let from = at_or_above(&idx);
+            let overlapping = ws
+                .iter()
+                .find(|(_, _, bound)| from.is_none() || *bound != from);
+            if let Some((w, wline, _)) = overlapping {
                 self.findings.push(err(
                     "M032",
                     self.file,
@@ -963,11 +1035,25 @@ impl<'a> Flow<'a> {
                 self.tg_written.remove(&name);
             }
         }
-        for (name, idx, varying, line) in writes {
+        for (name, idx, varying, line, bound) in writes {
             if varying {
-                self.tg_written.entry(name).or_default().push((idx, line));
+                self.tg_written
+                    .entry(name)
+                    .or_default()
+                    .push((idx, line, bound));
             }
         }
+    }
+
+    /// The name an index expression is known to stay below: a name bounded by `below`, or `min(a, n - 1)`
+    /// written in place (`metal::min`, either argument order).
+    fn index_below(&self, r: &[Tok]) -> Option<String> {
+        if let [name] = r
+            && let Some(b) = self.below.get(&name.text)
+        {
+            return Some(b.clone());
+        }
+        min_below(r)
     }
 
     /// `a = expr` (also compound) and declarations: the target varies when the value does.
@@ -1026,11 +1112,20 @@ impl<'a> Flow<'a> {
                 self.varying.remove(&target.text);
                 self.within_simdgroup.remove(&target.text);
             }
-            // What the target is offset by: kept through `+= uniform`, set by `=`, lost otherwise.
+            // What the target is offset by: kept through `+= uniform`, set by `=`, lost otherwise; and
+            // what it stays below, set by `= min(a, n - 1)`, lost by any other assignment.
             if let Some(target) = target
                 && lhs.len() <= 3
                 && !lhs.iter().any(|t| t.is("["))
             {
+                match p[eq].is("=").then(|| min_below(&p[eq + 1..])).flatten() {
+                    Some(b) => {
+                        self.below.insert(target.text.clone(), b);
+                    }
+                    None => {
+                        self.below.remove(&target.text);
+                    }
+                }
                 let rhs = &p[eq + 1..];
                 let keeps = p[eq].is("+=") && !self.varies(rhs);
                 if !keeps {
