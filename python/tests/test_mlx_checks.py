@@ -526,7 +526,7 @@ def test_kernels_are_named_by_their_code_so_candidates_share_the_modules_they_sh
     change to its code or its launch's signature is another name, and a module with variables of its own is
     never shared between candidates."""
     spec = {"source": "out[0] = x[0];", "header": "#define T 4", "header_name": "header"}
-    sig = (("x",), ("out",), 0, False, None)
+    sig = repr((("x",), ("out",), 0, False, None))
     name = MlxTarget._mlx_name("key1", "scan", spec, sig)
     assert name == MlxTarget._mlx_name("key2", "scan", dict(spec), sig)
     assert name.startswith("k") and name.endswith("_scan") and len(name) == len("k") + 16 + len("_scan")
@@ -535,7 +535,7 @@ def test_kernels_are_named_by_their_code_so_candidates_share_the_modules_they_sh
     assert MlxTarget._mlx_name("key1", "scan2", spec, sig) != name
     for other_sig in ((("y",), ("out",), 0, False, None), (("x",), ("out",), 1024, False, None),
                       (("x",), ("out",), 0, True, None), (("x",), ("out",), 0, False, [2, 1, 1])):
-        assert MlxTarget._mlx_name("key1", "scan", spec, other_sig) != name
+        assert MlxTarget._mlx_name("key1", "scan", spec, repr(other_sig)) != name
     # The digest frames each part, so moving text from the body into the header is another kernel.
     moved = {**spec, "source": spec["source"] + "#define T 4", "header": ""}
     assert MlxTarget._mlx_name("key1", "scan", moved, sig) != name

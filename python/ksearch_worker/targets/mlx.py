@@ -62,6 +62,8 @@ class _Build:
     objects: dict[tuple[Any, ...], Any] = field(default_factory=dict)
     # Cluster kernels whose declaration was compared with the signature MLX generates.
     verified: set[tuple[Any, ...]] = field(default_factory=set)
+    # MLX names by (kernel, launch signature): hashing the source at every call cost more than the calls.
+    names: dict[tuple[str, str], str] = field(default_factory=dict)
 
 
 class MlxTarget:
@@ -187,8 +189,11 @@ class MlxTarget:
         spec = build.kernels[name]
         inputs = tuple(launch["inputs"]) + tuple(launch.get("scalar_names") or [])
         outputs = tuple(launch["outputs"])
-        mlx_name = self._mlx_name(key, name, spec, (inputs, outputs, launch.get("shared_memory") or 0,
-                                                     bool(launch.get("atomic_outputs")), launch.get("cluster")))
+        signature = repr((inputs, outputs, launch.get("shared_memory") or 0, bool(launch.get("atomic_outputs")),
+                          launch.get("cluster")))
+        mlx_name = build.names.get((name, signature))
+        if mlx_name is None:
+            mlx_name = build.names[(name, signature)] = self._mlx_name(key, name, spec, signature)
         # On CUDA the header is a file MLX's source includes (set by _evaluate; header_file.py): MLX hashes the
         # source at every call.
         header = spec.get("included", spec["header"]) if self.name == "mlx-cuda" else spec["header"]
@@ -215,7 +220,7 @@ class MlxTarget:
     _MODULE_STATE = re.compile(r"\b(__managed__|__device__\b[^;{}()]*[;=\[])")
 
     @classmethod
-    def _mlx_name(cls, key: str, name: str, spec: Mapping[str, str], signature: Any) -> str:
+    def _mlx_name(cls, key: str, name: str, spec: Mapping[str, str], signature: str) -> str:
         """The name MLX compiles a kernel under: a digest of what its generated code is made of (name, body,
         header, the launch's inputs, outputs, shared memory, atomics and cluster), first and at a fixed width,
         then the plan's name. MLX appends the template values to the name, so a name that ended in the digest
@@ -224,7 +229,7 @@ class MlxTarget:
         worker rather than once per candidate; a module with variables of its own is not shared (the build's
         key goes in too): what one candidate left there must not reach another whose plan differs."""
         h = hashlib.sha256()
-        parts = [name, spec["source"], spec["header"], spec.get("header_name", ""), repr(signature)]
+        parts = [name, spec["source"], spec["header"], spec.get("header_name", ""), signature]
         if cls._MODULE_STATE.search(spec["source"]) or cls._MODULE_STATE.search(spec["header"]):
             parts.append(key)
         for part in parts:
