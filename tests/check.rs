@@ -871,3 +871,64 @@ using namespace metal;
         );
     }
 }
+
+/// Metal converts `half` to `float` in preference to `bfloat`: a library's `f(float)` / `f(bfloat)` pair
+/// called with a half picks `f(float)`, and a struct converting to both `float` and `bfloat` converts to
+/// `half` through `float`. A struct converting to `bool` (a mask) converts on to bfloat, and `c ? b : 0.5f`
+/// mixes bfloat and float. None of this may be an error; a float vector given for a bfloat vector, a
+/// pointer to float given for a pointer to bfloat, and a call no overload takes still are.
+#[test]
+fn half_prefers_float_to_bfloat_as_in_metal() {
+    let good = r#"#include <metal_stdlib>
+using namespace metal;
+inline float soft(float x) { return x / (1.0f + metal::abs(x)); }
+inline bfloat soft(bfloat x) { return bfloat(float(x) / (1.0f + metal::abs(float(x)))); }
+struct scale8 {
+  uchar bits;
+  operator float() const { return float(bits) / 16.0f; }
+  operator bfloat() const { return bfloat(float(bits) / 16.0f); }
+};
+struct all_on {
+  operator bool() const { return true; }
+};
+inline bfloat pick(bool c, bfloat b) { return bfloat(c ? b : 0.5f); }
+[[kernel]] void k(device const half* x [[buffer(0)]], device const uchar* s [[buffer(1)]],
+                  device bfloat* y [[buffer(2)]], uint i [[thread_position_in_grid]]) {
+  half h = soft(x[i]);
+  scale8 q = {s[i]};
+  half scaled = half(q) * h;
+  all_on m;
+  bfloat w = m;
+  bfloat4 v = bfloat4(w, w, w, pick(i > 3, w));
+  y[i] = bfloat(scaled) * w + v.y * 2 - bfloat(1.0f);
+}
+"#;
+    let findings = check::check_source(good, "bf.metal").unwrap();
+    assert!(
+        errors(&findings).is_empty(),
+        "{}",
+        check::render_text(&findings)
+    );
+    for (from, to, line) in [
+        (
+            "bfloat4 v = bfloat4(w, w, w, pick(i > 3, w));",
+            "bfloat4 v = float4(1.0f);",
+            21,
+        ),
+        (
+            "all_on m;",
+            "all_on m; device float* p = nullptr; device bfloat* r = p;",
+            19,
+        ),
+        ("half h = soft(x[i]);", "half h = soft(float2(x[i]));", 16),
+    ] {
+        let bad = good.replace(from, to);
+        let findings = check::check_source(&bad, "bf.metal").unwrap();
+        assert!(
+            errors(&findings)
+                .iter()
+                .any(|f| f.code == "M001" && f.line == line),
+            "{to}: {findings:#?}"
+        );
+    }
+}

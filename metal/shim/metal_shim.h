@@ -72,17 +72,12 @@
 #define LONG_MIN (-9223372036854775807l - 1)
 #define ULONG_MAX 18446744073709551615ul
 
-// Scalars. `half` is a real 16-bit float type in g++ (_Float16), so mixed arithmetic and `?:` type-check
-// as in Metal; `bfloat` needs another distinct floating type, and only its name shows in messages.
+// Scalars. `half` is a real 16-bit float type (_Float16), so mixed arithmetic and `?:` type-check as in
+// Metal. `bfloat` is a class (defined below, after the traits it needs), so that a conversion into it ranks
+// below a conversion between C++'s own floating types: Metal converts `half` to `float` rather than to
+// `bfloat` when both overloads exist.
 typedef _Float16 half;
-#ifdef __clang__
-// Clang checks for AArch64 (src/check/compile.rs), where __fp16 is a 2-byte floating type of its own
-// (its arithmetic is float's, and a float converts back implicitly): `sizeof(bfloat)` is Metal's, which
-// MLX asserts on.
-typedef __fp16 bfloat;
-#else
-typedef __float128 bfloat;
-#endif
+struct bfloat;
 // Metal's half literals: 1.0h, 2h.
 constexpr half operator""h(long double v) { return (half)v; }
 constexpr half operator""h(unsigned long long v) { return (half)v; }
@@ -197,6 +192,72 @@ template <typename T> struct is_unsigned { static constexpr bool value = !is_sig
 template <typename T> constexpr bool is_unsigned_v = is_unsigned<T>::value;
 template <typename T> struct is_arithmetic { static constexpr bool value = is_scalar_v<T>; };
 template <typename T> constexpr bool is_arithmetic_v = is_arithmetic<T>::value;
+// A scalar type of C++ itself (every scalar but bfloat).
+template <typename T> constexpr bool ks_builtin_v = is_scalar_v<T> && !is_same_v<remove_cv_t<T>, bfloat>;
+
+}  // namespace metal
+
+// Metal's 16-bit brain float: 2 bytes (its bits are a float's upper half), converting implicitly from and to
+// every scalar type. Every conversion into it is a user-defined one, so an overload on `float` wins over
+// one on `bfloat` for a `half` argument, and a struct converting to both `float` and `bfloat` converts to
+// `half` through `float`, as on a Mac. Arithmetic follows Metal's usual conversions: bfloat with bfloat or
+// an integer stays bfloat; with float (or half) it is float.
+struct bfloat {
+  unsigned short ks_bits_;
+  bfloat() = default;
+  template <typename S, typename = metal::enable_if_t<metal::ks_builtin_v<S>>>
+  constexpr bfloat(S v) : ks_bits_((unsigned short)(__builtin_bit_cast(unsigned int, float(v)) >> 16)) {}
+  // A struct that converts to a scalar (a mask's `operator bool()`) converts on to bfloat, as it would to
+  // a built-in floating type.
+  template <typename S, typename = metal::enable_if_t<!metal::is_scalar_v<metal::decay_t<S>> &&
+                                                      metal::is_convertible_v<S&&, float>>,
+            typename = void>
+  constexpr bfloat(S&& v) : bfloat(float(v)) {}
+  constexpr operator float() const { return __builtin_bit_cast(float, (unsigned int)ks_bits_ << 16); }
+  constexpr bfloat operator-() const { return bfloat(-float(*this)); }
+  constexpr bfloat operator+() const { return *this; }
+  template <typename S> constexpr bfloat& operator+=(S s) { return *this = bfloat(float(*this) + float(s)); }
+  template <typename S> constexpr bfloat& operator-=(S s) { return *this = bfloat(float(*this) - float(s)); }
+  template <typename S> constexpr bfloat& operator*=(S s) { return *this = bfloat(float(*this) * float(s)); }
+  template <typename S> constexpr bfloat& operator/=(S s) { return *this = bfloat(float(*this) / float(s)); }
+  constexpr bfloat& operator++() { return *this += 1; }
+  constexpr bfloat& operator--() { return *this -= 1; }
+  constexpr bfloat operator++(int) { bfloat o = *this; *this += 1; return o; }
+  constexpr bfloat operator--(int) { bfloat o = *this; *this -= 1; return o; }
+};
+// The type of `a op b` when one side is bfloat and the other bfloat or a C++ scalar.
+template <typename A, typename B, typename = void> struct ks_bf_res {};
+template <> struct ks_bf_res<bfloat, bfloat> { typedef bfloat type; };
+template <typename S> struct ks_bf_res<bfloat, S, metal::enable_if_t<metal::ks_builtin_v<S>>> {
+  typedef metal::conditional_t<metal::is_integral_v<S>, bfloat, float> type;
+};
+template <typename S> struct ks_bf_res<S, bfloat, metal::enable_if_t<metal::ks_builtin_v<S>>> {
+  typedef metal::conditional_t<metal::is_integral_v<S>, bfloat, float> type;
+};
+template <typename A, typename B>
+using ks_bf_t = typename ks_bf_res<metal::decay_t<A>, metal::decay_t<B>>::type;
+#define KS_BF_OP(op)                                                          \
+  template <typename A, typename B> constexpr ks_bf_t<A, B> operator op(A a, B b) { \
+    return ks_bf_t<A, B>(float(a) op float(b));                               \
+  }
+KS_BF_OP(+)
+KS_BF_OP(-)
+KS_BF_OP(*)
+KS_BF_OP(/)
+#undef KS_BF_OP
+#define KS_BF_CMP(op)                                                               \
+  template <typename A, typename B, typename = ks_bf_t<A, B>> constexpr bool operator op(A a, B b) { \
+    return float(a) op float(b);                                                     \
+  }
+KS_BF_CMP(==)
+KS_BF_CMP(!=)
+KS_BF_CMP(<)
+KS_BF_CMP(>)
+KS_BF_CMP(<=)
+KS_BF_CMP(>=)
+#undef KS_BF_CMP
+
+namespace metal {
 
 // Defined (with stand-in values) so that `constexpr T lo = numeric_limits<T>::min();` is a constant.
 // Metal's numeric_limits is built on _numeric_limits_impl, which libraries specialize for their own types.
@@ -643,8 +704,7 @@ template <typename A, typename V = typename ks_vof<decay_t<A>>::type> V normaliz
 
 // Reinterpretation: the sizes must agree.
 template <typename To, typename From> To as_type(From f) {
-  static_assert(sizeof(To) == sizeof(From) || is_same_v<To, bfloat> || is_same_v<From, bfloat> ||
-                    is_vector_v<To> || is_vector_v<From>,
+  static_assert(sizeof(To) == sizeof(From) || is_vector_v<To> || is_vector_v<From>,
                 "as_type: source and destination must have the same size");
   return To();
 }
@@ -797,7 +857,7 @@ struct ks_function_constant {
 // For `ksearch check`: naming a member this struct lacks makes the compiler print a threadgroup variable's
 // size, after template substitution, in its message.
 template <int Line, unsigned long Bytes> struct ks_tg_probe {};
-// Bytes as Metal lays them out: `bfloat` stands in as a 16-byte type here but takes 2 bytes on a Mac.
+// Bytes as Metal lays them out (the shim's `bfloat` has Metal's 2 bytes; its vectors are counted here too).
 template <typename T> struct ks_sizeof { static constexpr unsigned long value = sizeof(T); };
 template <> struct ks_sizeof<bfloat> { static constexpr unsigned long value = 2; };
 template <typename T> struct ks_sizeof<const T> : ks_sizeof<T> {};
