@@ -760,7 +760,10 @@ bool quad_any(bool b);
 bool quad_is_first();
 
 // ---- atomics -----------------------------------------------------------------------------------------
-enum memory_order { memory_order_relaxed, memory_order_seq_cst };
+// The atomic functions take memory_order_relaxed only; Metal 3.2's memory_order_seq_cst orders a fence
+// (atomic_thread_fence takes either), so it is a type of its own that no atomic function takes.
+enum memory_order { memory_order_relaxed };
+enum ks_fence_order { memory_order_seq_cst = 5 };
 template <typename T> struct atomic {
   static_assert(is_same_v<T, int> || is_same_v<T, uint> || is_same_v<T, float> || is_same_v<T, bool> ||
                     is_same_v<T, ulong>,
