@@ -20,11 +20,12 @@ use std::path::{Path, PathBuf};
 /// The share of complete sources that may get an error finding.
 const MAX_REJECTED: f64 = 0.05;
 /// Error findings on MLX's 98 kernel headers (mlx-metal 0.32.4, each after utils.h, M002 aside) with
-/// Clang (982 when the corpus came in, 951 before overloads on address spaces were reduced to one); the
-/// bar only comes down.
-const MLX_MAX_ERRORS: usize = 626;
-/// Headers with no error finding (0 of 98 before that change); the bar only goes up.
-const MLX_MIN_CLEAN: usize = 61;
+/// Clang (982 when the corpus came in, 951 before overloads on address spaces were reduced to one, 626
+/// before braced vector lists and bounded threadgroup indices); the bar only comes down.
+const MLX_MAX_ERRORS: usize = 618;
+/// Headers with no error finding (0 of 98 before the overload change, 61 before the vector and index
+/// changes); the bar only goes up.
+const MLX_MIN_CLEAN: usize = 68;
 
 /// `ksearch check FILE -I ...` as JSON: the error findings (code, file, line, message).
 fn errors(file: &Path, includes: &[&Path]) -> Result<Vec<Value>, String> {
