@@ -67,7 +67,9 @@ if has cost; then
       --budget "${COST_BUDGET:-4}" --limit "${COST_LIMIT:-420}" --checks 1 --python python3 --bin "$bin" \
       "${pins[@]}" --out "$out/eval-cost-$task.json" >> "$log" 2>&1
     grep -h "precompile\|compile inside the worker" "$out/eval-cost-$task.log" >> "$log"
-    echo "== cost $task: $(tail -n 1 "$log")" >> "$log"
+    summary=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(json.dumps({k: d.get(k) for k in ("later_candidates", "later_passed", "per_candidate_median", "per_candidate_max_wall_s")}))' \
+      "$out/eval-cost-$task.json" 2>/dev/null || echo "no result file")
+    echo "== cost $task: $summary" >> "$log"
   done
 fi
 if has adversarial; then

@@ -5,7 +5,7 @@ Needs libnvrtc (pip: nvidia-cuda-nvrtc, as python/requirements-test.txt installs
 for cuda_fp16.h / cuda_bf16.h (pip: nvidia-cuda-runtime, given with --include).
 
 Usage: python3 bench/nvrtc_prefill_compile.py --include DIR [--dtype float|__half|__nv_bfloat16]
-       [--seed tasks/attention/seeds/mlx-cuda/expert] [--arch 90] [-- EXTRA NVRTC OPTIONS...]
+       [--seed tasks/attention/seeds/mlx-cuda/expert] [--arch 90] [--nvrtc LIBNVRTC] [-- EXTRA NVRTC OPTIONS...]
 Prints one JSON object: seconds, cubin bytes, and ptxas's report of registers and stack frame.
 """
 
@@ -37,9 +37,10 @@ def main() -> None:
     ap.add_argument("--dtype", default="float")
     ap.add_argument("--seed", default="tasks/attention/seeds/mlx-cuda/expert")
     ap.add_argument("--arch", default="90")
+    ap.add_argument("--nvrtc", help="libnvrtc to load (default: the pip package's)")
     ap.add_argument("extra", nargs="*")
     args = ap.parse_args()
-    lib = nvrtc_library()
+    lib = ctypes.CDLL(args.nvrtc) if args.nvrtc else nvrtc_library()
     header = open(os.path.join(args.seed, "attn.cuh")).read()
     # The launch of tasks/attention's prefill_causal_f32 workload shape, with the seed's default tunables.
     source = f"""#include <cuda_fp16.h>

@@ -27,6 +27,7 @@ from .pool import Layout, Pool, ReferenceSet
 from .targets import CandidateFailure, CheckRun, Target, TimedPlan, TimedRunWrong
 from .task import Task, tail
 from .timing import TimingConfig
+from .timing import account as timing_account
 
 Arrays = dict[str, np.ndarray]
 
@@ -354,6 +355,7 @@ def _candidate(r: RunRequest, task: Task, target: Target, state: RunState, layou
                 if incumbent is not None:
                     incumbent.close()
             split.parts["kernel_s"] += measurement.sampled_s
+            timing_account(measurement, r.workload)
         timing = measurement.stats[0]
         timing["sampled_checks"] = tally.get("candidate", 0)
         extra: dict[str, Any] = {}

@@ -15,6 +15,7 @@ from __future__ import annotations
 import gc
 import math
 import random
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -159,6 +160,9 @@ class Measurement:
     samples: list[list[float]]
     verdict: dict[str, Any] | None = None
     sampled_s: float = 0.0  # seconds the clock ran (every entry's samples), for the evaluation's time split
+    # Where the measurement's wall time went: warm-up, `before` and `after` hooks, the clock, growing the
+    # inputs, the untimed calls after sampling (a debug line; see `account`).
+    parts: dict[str, float] = field(default_factory=dict)
 
 
 def measure(entries: Sequence[Batches | Sequence[Callable[[], object]]], cfg: TimingConfig,
@@ -181,7 +185,9 @@ def measure(entries: Sequence[Batches | Sequence[Callable[[], object]]], cfg: Ti
     gc_was_enabled = gc.isenabled()
     gc.disable()  # a collection inside a sample would be charged to whichever entry it hit
     try:
+        parts = dict.fromkeys(("warmup_s", "grow_s", "before_s", "clock_s", "after_s", "tail_s", "rounds"), 0.0)
         warm = [(b.reps, 0, 0.0) if b.reps else reps_for(b, cfg) for b in batches]
+        parts["warmup_s"] = time.perf_counter() - start
         reps = [r for r, _, _ in warm]
         if paired:
             reps[0] = reps[1] = max(reps[0], reps[1])
@@ -189,7 +195,9 @@ def measure(entries: Sequence[Batches | Sequence[Callable[[], object]]], cfg: Ti
         # Rounds the budget allows, judged from the warm-up's raw times (hooks not counted).
         round_s = sum(r * raw for r, (_, _, raw) in zip(reps, warm, strict=True)) or 1e-9
         expected = max(cfg.min_samples, min(cfg.max_samples, int(cfg.budget_s / round_s)), 1)
+        t_grow = time.perf_counter()
         must_reach = grow(first, max(reps) * expected) if grow is not None else None
+        parts["grow_s"] = time.perf_counter() - t_grow
         samples: list[list[float]] = [[] for _ in batches]
         cursors = [first] * len(batches)
         order = list(range(len(batches)))
@@ -201,13 +209,16 @@ def measure(entries: Sequence[Batches | Sequence[Callable[[], object]]], cfg: Ti
         def call(e: int) -> float:
             """Entry `e`'s next batch of calls (hooks around it); the seconds the batch itself took."""
             b, n, c = batches[e], reps[e], cursors[e]
+            t_before = time.perf_counter()
             b.before(c, n)
             t0 = time.perf_counter()
             b.run(c, n)
-            dt = time.perf_counter() - t0
+            t1 = time.perf_counter()
             b.after(c, n)
+            parts["before_s"] += t0 - t_before
+            parts["after_s"] += time.perf_counter() - t1
             cursors[e] = c + n
-            return dt
+            return t1 - t0
 
         while True:
             elapsed = time.perf_counter() - start
@@ -233,16 +244,29 @@ def measure(entries: Sequence[Batches | Sequence[Callable[[], object]]], cfg: Ti
             # A loaded machine stopped sampling before the last checked call: make the calls still ahead,
             # untimed but indistinguishable from timed ones, so every checked call is compared however slow
             # the machine (they are few: the calls the budget was expected to allow).
+            t_tail = time.perf_counter()
             for e in range(len(batches)):
                 while cursors[e] <= must_reach:
                     call(e)
+            parts["tail_s"] = time.perf_counter() - t_tail
     finally:
         if gc_was_enabled:
             gc.enable()
     if paired:
         verdict = paired_verdict(samples[0], samples[1], cfg.verdict_z, cfg.min_effect)
+    parts.update(clock_s=sampled, rounds=rounds, total_s=time.perf_counter() - start)
     return Measurement([stats(s, r, b.sets, cfg.noisy_iqr) for s, r, b in zip(samples, reps, batches, strict=True)],
-                       samples, verdict, sampled)
+                       samples, verdict, sampled, parts)
+
+
+def account(m: Measurement, workload: str) -> None:
+    """Where a measurement's wall time went, as a debug line on stderr (kept in `-vv` logs): the clock is
+    what samples cost; the rest is the evaluator's (warm-up, building and checking calls, the tail)."""
+    text = " ".join(f"{k}={v:.3f}" if k != "rounds" else f"rounds={int(v)}" for k, v in m.parts.items())
+    try:
+        print(f"ksearch-worker: timing {workload} {text}", file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
 
 
 # -- MLX: calls per evaluation ---------------------------------------------------------------------------

@@ -381,6 +381,10 @@ class MlxTarget:
                 self._left.add(module)
             elif d.code is None:
                 self._failed[module] = d.log
+        if done:
+            # Each module's own seconds, slowest first (a debug line: which module bounds the precompile).
+            each = " ".join(f"{d.seconds:.2f}" for d in sorted(done.values(), key=lambda d: -d.seconds))
+            print(f"ksearch-worker: modules compiled in {each} s", file=sys.stderr, flush=True)
         for module in needed:
             if module in self._failed:
                 raise CandidateFailure("compile_error", f"Failed to compile kernel: {self._failed[module]}.")
@@ -571,6 +575,9 @@ class MlxTarget:
         if changed:
             raise TimedRunWrong(f"a timed call changed its input sets while timed ({len(changed)} of {len(dev)} "
                                 "sets no longer match their fingerprint)")
+        for e in entries:
+            for part, seconds in e.spent.items():
+                m.parts[f"after_{part}"] = m.parts.get(f"after_{part}", 0.0) + seconds
         null_median = {k: m.stats[len(entries) + i]["median_s"] for i, k in enumerate(nulls)}
         out = per_call(m, ks, null_median, cfg, len(entries), len(dev))
         if cfg.throughput:
@@ -824,6 +831,8 @@ class Chain:
         # Device copies of the checked sets' references, by (set, output): shared by the chains of one
         # timing (candidate and incumbent screen against the same copies).
         self.expected = expected if expected is not None else {}
+        # Seconds `after` spent comparing and screening, and giving outputs back poisoned (the debug split).
+        self.spent = {"checks_s": 0.0, "release_s": 0.0}
 
     def before(self, start: int, count: int) -> None:
         self.graphs = []
@@ -852,6 +861,7 @@ class Chain:
             self.runner.last_sets = [self.graphs[-1][-1][1], self.graphs[-1][0][1]]
 
     def after(self, start: int, count: int) -> None:
+        t0 = time.perf_counter()
         try:
             if self.plan is not None:
                 screened: list[tuple[int, dict[str, Any], Any]] = []
@@ -872,9 +882,12 @@ class Chain:
                             self.verify(index, self.runner.host_outputs(produced), self.who)
             self.runner.check_scalars()
         finally:
+            t1 = time.perf_counter()
             self.runner.release([a for calls in self.graphs for _, _, produced in calls
                                  for a in produced.values()])
             self.graphs = []
+            self.spent["checks_s"] += t1 - t0
+            self.spent["release_s"] += time.perf_counter() - t1
 
 
     def screen(self, index: int, produced: Mapping[str, Any]) -> Any:
@@ -938,7 +951,7 @@ def per_call(m: Measurement, ks: Sequence[int], null_median: Mapping[int, float]
         st["distinct_inputs"] = min(st["calls"], sets)
         stats_.append(st)
     verdict = paired_verdict(samples[0], samples[1], cfg.verdict_z, cfg.min_effect) if m.verdict is not None else None
-    return Measurement(stats_, samples, verdict, m.sampled_s)
+    return Measurement(stats_, samples, verdict, m.sampled_s, m.parts)
 
 
 def throughput(runner: Any, sets: list[dict[str, Any]], k: int, evals: int = 15,
