@@ -391,6 +391,7 @@ def run(args: argparse.Namespace) -> None:
     manifest = json.loads((bundle / "manifest.json").read_text())
     started = time.time()
     failed_builds = build_originals(bundle, manifest)
+    env = environment()
     rows = []
     for i, m in enumerate(manifest):
         row = {"file": m["file"], "kernel": m["kernel"], "not_simple": m["not_simple"]}
@@ -411,8 +412,16 @@ def run(args: argparse.Namespace) -> None:
                     r["back_translate"] = said["back_translate"]
                 row[variant] = r
         rows.append(row)
-        print(json.dumps(row)[:400], flush=True)
-    summary = summarize(rows)
+        # One short line per kernel (both verdicts whole), and the result file rewritten, so a run cut off by
+        # its time limit still leaves every verdict it reached.
+        verdicts = {v: row[v].get("verdict") for v in ("cuda", "metal-bt") if isinstance(row.get(v), dict)}
+        print(f"{m['file']} {m['kernel']}: {json.dumps(verdicts) if verdicts else row.get('original') or 'not simple'}",
+              flush=True)
+        write_result(args.out, rows, started, done=i + 1 == len(manifest), total=len(manifest), env=env)
+    print(json.dumps(summarize(rows), indent=1))
+
+
+def environment() -> dict[str, Any]:
     machine = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
                              capture_output=True, text=True).stdout.strip()
     nvcc = subprocess.run(["nvcc", "--version"], capture_output=True, text=True).stdout.strip().splitlines()[-1:]
@@ -421,10 +430,16 @@ def run(args: argparse.Namespace) -> None:
         mlx = mx.__version__
     except ImportError:
         mlx = None
-    out = {"script": "python3 bench/differential.py run BUNDLE (after `prepare`)", "machine": machine,
-           "nvcc": nvcc, "mlx": mlx, "wall_s": round(time.time() - started, 1), "summary": summary, "kernels": rows}
-    Path(args.out).write_text(json.dumps(out, indent=1))
-    print(json.dumps(summary, indent=1))
+    return {"machine": machine, "nvcc": nvcc, "mlx": mlx}
+
+
+def write_result(path: str, rows: list[dict[str, Any]], started: float, done: bool, total: int,
+                 env: dict[str, Any]) -> None:
+    out = {"script": "python3 bench/differential.py run BUNDLE (after `prepare`)", **env,
+           "wall_s": round(time.time() - started, 1),
+           "complete": done, "kernels_reached": len(rows), "kernels_total": total,
+           "summary": summarize(rows), "kernels": rows}
+    Path(path).write_text(json.dumps(out, indent=1))
 
 
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:

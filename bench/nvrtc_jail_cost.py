@@ -5,7 +5,7 @@ compiled (1) in this process, (2) by the worker's jailed child (`python -m ksear
 the request as nvrtc.py sends it), alone, and (3) by N jailed children at once, as a precompile of N modules
 does. No GPU needed; run from the repository root.
 
-Usage: python3 bench/nvrtc_jail_cost.py --nvrtc LIBNVRTC --include CUDA_INCLUDE [--dtype float] [--arch 90a]
+Usage: python3 bench/nvrtc_jail_cost.py [--nvrtc LIBNVRTC] --include CUDA_INCLUDE [--dtype float] [--arch 90a]
        [--parallel 11] [--out FILE]
 Prints one JSON object (also written to --out).
 """
@@ -59,7 +59,7 @@ def jailed(args: argparse.Namespace, header: str, scratch: str) -> dict[str, obj
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--nvrtc", required=True)
+    ap.add_argument("--nvrtc", help="libnvrtc (default: the pip package's, nvidia-cuda-nvrtc)")
     ap.add_argument("--include", required=True)
     ap.add_argument("--dtype", default="float")
     ap.add_argument("--arch", default="90a")
@@ -67,6 +67,11 @@ def main() -> None:
     ap.add_argument("--seed", default=os.path.join(ROOT, "tasks/attention/seeds/mlx-cuda/expert"))
     ap.add_argument("--out")
     args = ap.parse_args()
+    if not args.nvrtc:
+        sys.path.insert(0, HERE)
+        from nvrtc_prefill_compile import nvrtc_path
+
+        args.nvrtc = nvrtc_path()
     header = open(os.path.join(args.seed, "attn.cuh")).read()
     direct = subprocess.run([sys.executable, os.path.join(HERE, "nvrtc_prefill_compile.py"), "--nvrtc", args.nvrtc,
                              "--include", args.include, "--dtype", args.dtype, "--arch", args.arch,

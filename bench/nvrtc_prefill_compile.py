@@ -20,15 +20,22 @@ import sys
 import time
 
 
-def nvrtc_library() -> ctypes.CDLL:
-    import nvidia  # the pip package's namespace
-
+def nvrtc_path() -> str:
+    """The pip package's libnvrtc (nvidia-cuda-nvrtc)."""
+    try:
+        import nvidia  # the pip package's namespace
+    except ImportError:
+        sys.exit("libnvrtc not found: pip install nvidia-cuda-nvrtc, or give --nvrtc PATH")
     for root in nvidia.__path__:
         found = sorted(glob.glob(os.path.join(root, "cu*", "lib", "libnvrtc.so.*")))
         found = [f for f in found if "builtins" not in f]
         if found:
-            return ctypes.CDLL(found[0])
-    sys.exit("libnvrtc not found: pip install nvidia-cuda-nvrtc")
+            return found[0]
+    sys.exit("libnvrtc not found: pip install nvidia-cuda-nvrtc, or give --nvrtc PATH")
+
+
+def nvrtc_library() -> ctypes.CDLL:
+    return ctypes.CDLL(nvrtc_path())
 
 
 def main() -> None:

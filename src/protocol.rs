@@ -149,7 +149,10 @@ impl TimingSettings {
         if gpu {
             TimingSettings {
                 enabled: true,
-                warmup_s: 0.05,
+                // The candidate's calls ran in its checks just before (modules loaded, memory touched): the
+                // warm-up only sizes the samples. 50 ms of it, for each of three entries, was a fifth of a
+                // workload's timing on the H200.
+                warmup_s: 0.02,
                 min_samples: 5,
                 max_samples: 25,
                 budget_s: 0.3,
