@@ -833,10 +833,10 @@ const UNSUPPORTED_CALLS: &[&str] = &[
 
 /// Metal scalar and vector types with a different CUDA name.
 fn type_map(name: &str) -> Option<&'static str> {
+    if let Some(cuda) = crate::dialect::cuda_of(name) {
+        return Some(cuda);
+    }
     Some(match name {
-        "half" | "float16_t" => "__half",
-        "half2" => "__half2",
-        "bfloat" | "bfloat16_t" => "__nv_bfloat16",
         "atomic_int" => "int",
         "atomic_uint" => "uint",
         "atomic_float" => "float",

@@ -8,6 +8,7 @@ pub mod check;
 pub mod cli;
 pub mod cpplex;
 pub mod defaults;
+pub mod dialect;
 pub mod dtype;
 pub mod eval;
 pub mod export;

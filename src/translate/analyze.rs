@@ -284,10 +284,9 @@ pub(crate) fn type_size(t: &str) -> Option<u64> {
         .trim();
     Some(match t {
         "char" | "bool" | "int8_t" | "uint8_t" | "unsigned char" | "signed char" => 1,
-        "short" | "int16_t" | "uint16_t" | "half" | "__half" | "__nv_bfloat16" | "nv_bfloat16"
-        | "bfloat16" | "unsigned short" => 2,
-        "int" | "unsigned" | "unsigned int" | "uint" | "float" | "int32_t" | "uint32_t"
-        | "half2" | "__half2" | "__nv_bfloat162" => 4,
+        t if crate::dialect::bytes_of(t).is_some() => crate::dialect::bytes_of(t)? as u64,
+        "short" | "int16_t" | "uint16_t" | "bfloat16" | "unsigned short" => 2,
+        "int" | "unsigned" | "unsigned int" | "uint" | "float" | "int32_t" | "uint32_t" => 4,
         "double" | "long" | "long long" | "unsigned long long" | "int64_t" | "uint64_t"
         | "size_t" | "float2" | "int2" | "uint2" | "half4" => 8,
         "float3" | "int3" | "uint3" => 12,
@@ -993,8 +992,12 @@ fn analyze_kernel(
                 _ => {}
             },
             "type_identifier" | "primitive_type" => match text(n, src) {
-                "half" | "__half" | "half2" | "__half2" => bump("half"),
-                "__nv_bfloat16" | "nv_bfloat16" | "__nv_bfloat162" => bump("bfloat16"),
+                t if crate::dialect::half_family(t).is_some() => {
+                    bump(match crate::dialect::half_family(t) {
+                        Some(crate::dtype::Dtype::Bfloat16) => "bfloat16",
+                        _ => "half",
+                    })
+                }
                 "double" => bump("double"),
                 "cudaTextureObject_t" | "cudaSurfaceObject_t" => bump("texture"),
                 t if VECTOR_TYPES.contains(&t) => bump("vector_type"),

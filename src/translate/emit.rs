@@ -267,10 +267,8 @@ impl<'a> Rw<'a> {
                     )
                 } else if is_atomic(&name) {
                     let (ty, shared) = self.atomic_target_type(args.first().copied());
-                    let float = matches!(
-                        ty.as_str(),
-                        "float" | "double" | "half" | "__half" | "__nv_bfloat16"
-                    );
+                    let float = matches!(ty.as_str(), "float" | "double")
+                        || crate::dialect::dtype_of(&ty).is_some();
                     if !matches!(
                         name.as_str(),
                         "atomicAdd"
@@ -486,10 +484,9 @@ impl<'a> Rw<'a> {
             }
             "type_identifier" | "primitive_type" | "sized_type_specifier" if self.metal() => {
                 let r = match t {
-                    "__half" => "half",
-                    "__half2" => "half2",
-                    "__nv_bfloat16" | "nv_bfloat16" => "bfloat",
-                    "__nv_bfloat162" => "bfloat2",
+                    t if crate::dialect::metal_of(t).is_some_and(|m| m != t) => {
+                        crate::dialect::metal_of(t).unwrap_or(t)
+                    }
                     "double" => {
                         self.note("T020", line(n), String::new());
                         "float"
@@ -820,9 +817,7 @@ impl<'a> Rw<'a> {
     }
 
     fn metal_type(&self, t: &str) -> String {
-        t.replace("__nv_bfloat16", "bfloat")
-            .replace("__half", "half")
-            .replace("__restrict__", "")
+        crate::dialect::metal_text(t).replace("__restrict__", "")
     }
 
     fn metal_declaration(&mut self, n: Node) -> Option<String> {

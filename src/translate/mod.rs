@@ -418,10 +418,12 @@ pub fn dtype_of(elem: &str) -> Option<crate::dtype::Dtype> {
         .replace("const", "")
         .replace("volatile", "")
         .replace("__restrict__", "");
+    if let Some(d) = crate::dialect::dtype_of(t.trim()) {
+        return Some(d);
+    }
     Some(match t.trim() {
         "float" => Dtype::Float32,
-        "half" | "__half" => Dtype::Float16,
-        "__nv_bfloat16" | "nv_bfloat16" | "bfloat16" => Dtype::Bfloat16,
+        "bfloat16" => Dtype::Bfloat16,
         "double" => Dtype::Float64,
         "int" | "int32_t" => Dtype::Int32,
         "unsigned" | "unsigned int" | "uint" | "uint32_t" => Dtype::Uint32,
