@@ -417,7 +417,8 @@ def run(args: argparse.Namespace) -> None:
         verdicts = {v: row[v].get("verdict") for v in ("cuda", "metal-bt") if isinstance(row.get(v), dict)}
         print(f"{m['file']} {m['kernel']}: {json.dumps(verdicts) if verdicts else row.get('original') or 'not simple'}",
               flush=True)
-        write_result(args.out, rows, started, done=i + 1 == len(manifest), total=len(manifest), env=env)
+        if m["not_simple"] is None or i + 1 == len(manifest):  # rows that ran something, and the last
+            write_result(args.out, rows, started, done=i + 1 == len(manifest), total=len(manifest), env=env)
     print(json.dumps(summarize(rows), indent=1))
 
 

@@ -24,23 +24,12 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-
-
-def source(dtype: str) -> str:
-    """The prefill_causal_f32 workload's launch with the seed's default tunables (as nvrtc_prefill_compile.py)."""
-    return f"""#include <cuda_fp16.h>
-#include <cuda_bf16.h>
-#include "attn.cuh"
-template <int D, int NW, int WM, int BK>
-__global__ void k(const {dtype}* q, const {dtype}* kk, const {dtype}* v, {dtype}* o) {{
-  extern __shared__ __align__(128) unsigned char ks_smem[];
-  ksattn::prefill<D, NW, WM, BK>(q, kk, v, o, 16, 4, 1024, 1024, 1, ks_smem);
-}}
-"""
+sys.path.insert(0, HERE)
+from nvrtc_prefill_compile import KERNEL, nvrtc_path, prefill_source  # noqa: E402 - the same module
 
 
 def jailed(args: argparse.Namespace, header: str, scratch: str) -> dict[str, object]:
-    request = {"source": source(args.dtype), "name": "prefill.cu", "kernel": "k<128, 4, 2, 64>",
+    request = {"source": prefill_source(args.dtype), "name": "prefill.cu", "kernel": KERNEL,
                "headers": [["attn.cuh", header]], "include": [args.include], "arch": args.arch,
                "nvrtc": args.nvrtc, "max_bytes": 64 << 20}
     config = {"dir": scratch, "writable": False, "read": [args.include, os.path.dirname(args.nvrtc)],
@@ -68,9 +57,6 @@ def main() -> None:
     ap.add_argument("--out")
     args = ap.parse_args()
     if not args.nvrtc:
-        sys.path.insert(0, HERE)
-        from nvrtc_prefill_compile import nvrtc_path
-
         args.nvrtc = nvrtc_path()
     header = open(os.path.join(args.seed, "attn.cuh")).read()
     direct = subprocess.run([sys.executable, os.path.join(HERE, "nvrtc_prefill_compile.py"), "--nvrtc", args.nvrtc,

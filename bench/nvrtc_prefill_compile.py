@@ -20,6 +20,23 @@ import sys
 import time
 
 
+# The kernel the source defines, instantiated with the seed's default tunables.
+KERNEL = "k<128, 4, 2, 64>"
+
+
+def prefill_source(dtype: str) -> str:
+    """The launch of tasks/attention's prefill_causal_f32 workload shape, on the seed's attn.cuh."""
+    return f"""#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include "attn.cuh"
+template <int D, int NW, int WM, int BK>
+__global__ void k(const {dtype}* q, const {dtype}* kk, const {dtype}* v, {dtype}* o) {{
+  extern __shared__ __align__(128) unsigned char ks_smem[];
+  ksattn::prefill<D, NW, WM, BK>(q, kk, v, o, 16, 4, 1024, 1024, 1, ks_smem);
+}}
+"""
+
+
 def nvrtc_path() -> str:
     """The pip package's libnvrtc (nvidia-cuda-nvrtc)."""
     try:
@@ -49,22 +66,13 @@ def main() -> None:
     args = ap.parse_args()
     lib = ctypes.CDLL(args.nvrtc) if args.nvrtc else nvrtc_library()
     header = open(os.path.join(args.seed, "attn.cuh")).read()
-    # The launch of tasks/attention's prefill_causal_f32 workload shape, with the seed's default tunables.
-    source = f"""#include <cuda_fp16.h>
-#include <cuda_bf16.h>
-#include "attn.cuh"
-template <int D, int NW, int WM, int BK>
-__global__ void k(const {args.dtype}* q, const {args.dtype}* kk, const {args.dtype}* v, {args.dtype}* o) {{
-  extern __shared__ __align__(128) unsigned char ks_smem[];
-  ksattn::prefill<D, NW, WM, BK>(q, kk, v, o, 16, 4, 1024, 1024, 1, ks_smem);
-}}
-"""
+    source = prefill_source(args.dtype)
     prog = ctypes.c_void_p()
     names = (ctypes.c_char_p * 1)(b"attn.cuh")
     texts = (ctypes.c_char_p * 1)(header.encode())
     if lib.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), b"prefill.cu", 1, texts, names) != 0:
         sys.exit("nvrtcCreateProgram failed")
-    lib.nvrtcAddNameExpression(prog, b"k<128, 4, 2, 64>")
+    lib.nvrtcAddNameExpression(prog, KERNEL.encode())
     options = [b"--device-as-default-execution-space", f"--gpu-architecture=sm_{args.arch}".encode(),
                f"--include-path={args.include}".encode(), b"--ptxas-options=-v", *[e.encode() for e in args.extra]]
     t0 = time.perf_counter()

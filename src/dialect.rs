@@ -13,8 +13,10 @@ struct TypeName {
     cuda: &'static [&'static str],
     /// Metal's spellings, the canonical one first.
     metal: &'static [&'static str],
-    /// The element dtype of a scalar; None for a vector.
-    dtype: Option<Dtype>,
+    /// The element type (of each lane, for a vector).
+    element: Dtype,
+    /// A vector of two (`half2`), not a scalar.
+    pair: bool,
     /// Size in bytes.
     bytes: usize,
 }
@@ -23,25 +25,29 @@ const TYPES: &[TypeName] = &[
     TypeName {
         cuda: &["__half", "half"],
         metal: &["half", "float16_t"],
-        dtype: Some(Dtype::Float16),
+        element: Dtype::Float16,
+        pair: false,
         bytes: 2,
     },
     TypeName {
         cuda: &["__half2", "half2"],
         metal: &["half2"],
-        dtype: None,
+        element: Dtype::Float16,
+        pair: true,
         bytes: 4,
     },
     TypeName {
         cuda: &["__nv_bfloat16", "nv_bfloat16"],
         metal: &["bfloat", "bfloat16_t"],
-        dtype: Some(Dtype::Bfloat16),
+        element: Dtype::Bfloat16,
+        pair: false,
         bytes: 2,
     },
     TypeName {
         cuda: &["__nv_bfloat162", "nv_bfloat162"],
         metal: &["bfloat2"],
-        dtype: None,
+        element: Dtype::Bfloat16,
+        pair: true,
         bytes: 4,
     },
 ];
@@ -65,7 +71,7 @@ pub fn cuda_of(metal: &str) -> Option<&'static str> {
 
 /// The dtype of a CUDA scalar type name of this table (`__half`, `nv_bfloat16`).
 pub fn dtype_of(cuda: &str) -> Option<Dtype> {
-    by_cuda(cuda).and_then(|t| t.dtype)
+    by_cuda(cuda).filter(|t| !t.pair).map(|t| t.element)
 }
 
 /// Size in bytes of a CUDA type name of this table.
@@ -73,16 +79,9 @@ pub fn bytes_of(cuda: &str) -> Option<usize> {
     by_cuda(cuda).map(|t| t.bytes)
 }
 
-/// Whether a CUDA type name of this table is a 16-bit float or a vector of them, and which: `Float16` or
-/// `Bfloat16` (half2 counts as half).
+/// The 16-bit float a CUDA type name of this table is made of, scalar or pair: `Float16` or `Bfloat16`.
 pub fn half_family(cuda: &str) -> Option<Dtype> {
-    let t = by_cuda(cuda)?;
-    let metal = t.metal[0];
-    Some(if metal.starts_with("bfloat") {
-        Dtype::Bfloat16
-    } else {
-        Dtype::Float16
-    })
+    by_cuda(cuda).map(|t| t.element)
 }
 
 /// `text` with every CUDA type name of this table, as a whole identifier, renamed to Metal's

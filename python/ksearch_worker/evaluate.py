@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import random
-import sys
 import time
 import traceback
 from collections.abc import Iterator, Mapping
@@ -23,6 +22,7 @@ import numpy as np
 
 from .check import compare
 from .errors import WorkerError
+from .log import say
 from .pool import Layout, Pool, ReferenceSet
 from .targets import CandidateFailure, CheckRun, Target, TimedPlan, TimedRunWrong
 from .task import Task, tail
@@ -272,11 +272,8 @@ class Split:
 
 
 def _phase(step: str, workload: str) -> None:
-    """A phase line on stderr for the progress display (`src/progress.rs`); never costs the evaluation."""
-    try:
-        print(f"ksearch-worker: phase {step} {workload}", file=sys.stderr, flush=True)
-    except (OSError, ValueError):
-        pass
+    """A phase line for the progress display (`src/progress.rs`)."""
+    say(f"phase {step} {workload}")
 
 
 def _wrong(message: str, checks: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:

@@ -6,7 +6,6 @@ import json
 import os
 import math
 import platform
-import sys
 import time
 import traceback
 from collections.abc import Callable
@@ -16,6 +15,7 @@ import numpy as np
 
 from . import WORKER_VERSION, evaluate
 from .errors import WorkerError
+from .log import say
 from .pool import Pool
 from .targets import Target
 from .task import Task, load_task, tail
@@ -132,13 +132,9 @@ def _print_profile(profile: Any) -> None:
     text = io.StringIO()
     top = int(os.environ.get("KSEARCH_WORKER_PROFILE") or 30)
     pstats.Stats(profile, stream=text).sort_stats("cumulative").print_stats(top)
-    try:
-        for line in text.getvalue().splitlines():
-            if line.strip():
-                print("ksearch-worker: profile " + line, file=sys.stderr)
-        sys.stderr.flush()
-    except (OSError, ValueError):
-        pass
+    for line in text.getvalue().splitlines():
+        if line.strip():
+            say("profile " + line)
 
 
 def _trace(req: dict[str, Any], out: dict[str, Any], seconds: float) -> None:
@@ -149,11 +145,7 @@ def _trace(req: dict[str, Any], out: dict[str, Any], seconds: float) -> None:
     split = result.get("split") or {}
     parts = " ".join(f"{k}={v:.2f}" for k, v in split.items() if isinstance(v, float) and v >= 0.005)
     status = result.get("status", "ok" if out.get("ok") else out.get("error", {}).get("kind"))
-    try:
-        print(f"ksearch-worker: {req.get('op')} {workload} {status} {seconds:.2f}s {parts}".rstrip(), file=sys.stderr,
-              flush=True)
-    except (OSError, ValueError):
-        pass  # a log line must never cost a reply (candidate code shares this stderr)
+    say(f"{req.get('op')} {workload} {status} {seconds:.2f}s {parts}".rstrip())
 
 
 def _error(rid: int | None, kind: str, message: str) -> dict[str, Any]:

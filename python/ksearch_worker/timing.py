@@ -15,13 +15,14 @@ from __future__ import annotations
 import gc
 import math
 import random
-import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+from .log import say
 
 MAX_REPS = 100_000
 # A difference smaller than this is "within noise" however many rounds measured it.
@@ -185,7 +186,7 @@ def measure(entries: Sequence[Batches | Sequence[Callable[[], object]]], cfg: Ti
     gc_was_enabled = gc.isenabled()
     gc.disable()  # a collection inside a sample would be charged to whichever entry it hit
     try:
-        parts = dict.fromkeys(("warmup_s", "grow_s", "before_s", "clock_s", "after_s", "tail_s", "rounds"), 0.0)
+        parts: dict[str, float] = dict.fromkeys(("warmup_s", "grow_s", "before_s", "clock_s", "after_s", "tail_s"), 0.0)
         warm = [(b.reps, 0, 0.0) if b.reps else reps_for(b, cfg) for b in batches]
         parts["warmup_s"] = time.perf_counter() - start
         reps = [r for r, _, _ in warm]
@@ -262,11 +263,8 @@ def measure(entries: Sequence[Batches | Sequence[Callable[[], object]]], cfg: Ti
 def account(m: Measurement, workload: str) -> None:
     """Where a measurement's wall time went, as a debug line on stderr (kept in `-vv` logs): the clock is
     what samples cost; the rest is the evaluator's (warm-up, building and checking calls, the tail)."""
-    text = " ".join(f"{k}={v:.3f}" if k != "rounds" else f"rounds={int(v)}" for k, v in m.parts.items())
-    try:
-        print(f"ksearch-worker: timing {workload} {text}", file=sys.stderr, flush=True)
-    except (OSError, ValueError):
-        pass
+    say(f"timing {workload} " + " ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}"
+                                         for k, v in m.parts.items()))
 
 
 # -- MLX: calls per evaluation ---------------------------------------------------------------------------

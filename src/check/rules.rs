@@ -561,8 +561,19 @@ pub fn threadgroup_decls(toks: &[Tok]) -> Vec<(usize, String, usize)> {
     out
 }
 
-/// The tokens of `r` that name variables: not a member after `.` or `->` (`tgpig.x` reads `tgpig`, never
-/// a local called `x`).
+/// The first token of `r` outside any parentheses or brackets that `stop` accepts.
+fn top_level(r: &[Tok], stop: impl Fn(&Tok) -> bool) -> Option<usize> {
+    let mut depth = 0i32;
+    r.iter().position(|t| {
+        match t.text.as_str() {
+            "(" | "[" => depth += 1,
+            ")" | "]" => depth -= 1,
+            _ => {}
+        }
+        depth == 0 && stop(t)
+    })
+}
+
 /// `min(a, n - 1)` (or `metal::min`, either argument order, in parentheses or not): `n`, the name the
 /// value stays below.
 fn min_below(r: &[Tok]) -> Option<String> {
@@ -580,15 +591,7 @@ fn min_below(r: &[Tok]) -> Option<String> {
     if !f.is("min") || !open.is("(") || !close.is(")") || matching(r, 1) != r.len() - 1 {
         return None;
     }
-    let mut depth = 0i32;
-    let comma = args.iter().position(|t| {
-        match t.text.as_str() {
-            "(" | "[" => depth += 1,
-            ")" | "]" => depth -= 1,
-            _ => {}
-        }
-        depth == 0 && t.is(",")
-    })?;
+    let comma = top_level(args, |t| t.is(","))?;
     [&args[..comma], &args[comma + 1..]]
         .into_iter()
         .find_map(|a| match a {
@@ -618,6 +621,8 @@ fn at_or_above(idx: &str) -> Option<String> {
     (*open == "[" && *close == "]" && ident && tail_adds).then(|| n.to_string())
 }
 
+/// The tokens of `r` that name variables: not a member after `.` or `->` (`tgpig.x` reads `tgpig`, never
+/// a local called `x`).
 fn names(r: &[Tok]) -> impl Iterator<Item = &Tok> {
     r.iter()
         .enumerate()
@@ -1074,18 +1079,11 @@ impl<'a> Flow<'a> {
         }
         parts.push(&r[part_start..]);
         for p in parts {
-            let mut depth = 0i32;
-            let eq = p.iter().position(|t| {
-                match t.text.as_str() {
-                    "(" | "[" => depth += 1,
-                    ")" | "]" => depth -= 1,
-                    _ => {}
-                }
-                depth == 0
-                    && matches!(
-                        t.text.as_str(),
-                        "=" | "+=" | "-=" | "*=" | "/=" | "%=" | "&=" | "|=" | "^=" | "<<=" | ">>="
-                    )
+            let eq = top_level(p, |t| {
+                matches!(
+                    t.text.as_str(),
+                    "=" | "+=" | "-=" | "*=" | "/=" | "%=" | "&=" | "|=" | "^=" | "<<=" | ">>="
+                )
             });
             let Some(eq) = eq else { continue };
             let lhs = &p[..eq];
@@ -1349,19 +1347,7 @@ impl<'a> Flow<'a> {
             return;
         }
         let init = &rest[1..];
-        let end = {
-            let mut depth = 0i32;
-            init.iter()
-                .position(|t| {
-                    match t.text.as_str() {
-                        "(" | "[" => depth += 1,
-                        ")" | "]" => depth -= 1,
-                        _ => {}
-                    }
-                    depth == 0 && t.is(",")
-                })
-                .unwrap_or(init.len())
-        };
+        let end = top_level(init, |t| t.is(",")).unwrap_or(init.len());
         let declared = space.unwrap_or("thread");
         if let Some((src, root, line)) = self.expr_space(&init[..end])
             && src != declared

@@ -992,12 +992,10 @@ fn analyze_kernel(
                 _ => {}
             },
             "type_identifier" | "primitive_type" => match text(n, src) {
-                t if crate::dialect::half_family(t).is_some() => {
-                    bump(match crate::dialect::half_family(t) {
-                        Some(crate::dtype::Dtype::Bfloat16) => "bfloat16",
-                        _ => "half",
-                    })
-                }
+                t if let Some(family) = crate::dialect::half_family(t) => bump(match family {
+                    crate::dtype::Dtype::Bfloat16 => "bfloat16",
+                    _ => "half",
+                }),
                 "double" => bump("double"),
                 "cudaTextureObject_t" | "cudaSurfaceObject_t" => bump("texture"),
                 t if VECTOR_TYPES.contains(&t) => bump("vector_type"),

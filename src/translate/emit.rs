@@ -483,10 +483,10 @@ impl<'a> Rw<'a> {
                 None
             }
             "type_identifier" | "primitive_type" | "sized_type_specifier" if self.metal() => {
+                if let Some(m) = crate::dialect::metal_of(t).filter(|m| *m != t) {
+                    return Some(m.to_string());
+                }
                 let r = match t {
-                    t if crate::dialect::metal_of(t).is_some_and(|m| m != t) => {
-                        crate::dialect::metal_of(t).unwrap_or(t)
-                    }
                     "double" => {
                         self.note("T020", line(n), String::new());
                         "float"

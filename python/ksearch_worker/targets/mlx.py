@@ -14,7 +14,6 @@ import os
 import platform
 import re
 import subprocess
-import sys
 import tempfile
 import time
 from collections import OrderedDict
@@ -27,6 +26,7 @@ import numpy as np
 
 from .. import cluster, header_file, jail, nvrtc
 from ..errors import WorkerError
+from ..log import say
 from ..timing import Batches, Measurement, TimingConfig, chain_length, measure, paired_verdict, stats
 from . import RECHECK_SETS, CandidateFailure, CheckRun, TimedRunWrong
 
@@ -320,7 +320,7 @@ class MlxTarget:
         saying why on stderr (`ksearch -vv`); what `precompile` answers then."""
         if self._compiler is not None:
             self._compiler.why = why
-        print(f"ksearch-worker: kernels compile inside the worker: {why}", file=sys.stderr, flush=True)
+        say(f"kernels compile inside the worker: {why}")
         return {"modules": 0, "compiled": 0, "in_worker": True}
 
     def _cache_probe(self, body: str) -> tuple[Any, dict[str, Any]]:
@@ -351,7 +351,7 @@ class MlxTarget:
                 name, source = compiler.generated(kernel, kwargs)
             except ValueError as exc:
                 # MLX printed something else than its generated source: MLX compiles this one at its launch.
-                print(f"ksearch-worker: a module compiles inside the worker: {exc}", file=sys.stderr, flush=True)
+                say(f"a module compiles inside the worker: {exc}")
                 continue
             module = nvrtc.module_name(name, source)
             digest = hashlib.sha256(source).hexdigest()
@@ -376,15 +376,14 @@ class MlxTarget:
             if d.code is None and d.infrastructure:
                 # NVRTC failed otherwise than on the program (memory, a crash, a hang): MLX compiles it at
                 # its launch, as it would by itself; nothing is remembered against the candidate.
-                print(f"ksearch-worker: module {module} compiles inside the worker: {d.log.strip()[-500:]}",
-                      file=sys.stderr, flush=True)
+                say(f"module {module} compiles inside the worker: {d.log.strip()[-500:]}")
                 self._left.add(module)
             elif d.code is None:
                 self._failed[module] = d.log
         if done:
             # Each module's own seconds, slowest first (a debug line: which module bounds the precompile).
             each = " ".join(f"{d.seconds:.2f}" for d in sorted(done.values(), key=lambda d: -d.seconds))
-            print(f"ksearch-worker: modules compiled in {each} s", file=sys.stderr, flush=True)
+            say(f"modules compiled in {each} s")
         for module in needed:
             if module in self._failed:
                 raise CandidateFailure("compile_error", f"Failed to compile kernel: {self._failed[module]}.")
