@@ -4,7 +4,7 @@
 mod common;
 
 use common::server::{Recorded, Server, Step};
-use ksearch::llm::{Budget, Exchange, Llm, LlmConfig, LlmError, Message, Outcome, Request};
+use ksearch::llm::{Budget, Exchange, Llm, LlmConfig, LlmEnv, LlmError, Message, Outcome, Request};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -12,38 +12,32 @@ use std::time::{Duration, Instant};
 
 const KEY: &str = "sk-test-SECRET-0123456789abcdef";
 
-/// Sets the environment once, before any test reads it: test keys for the hosted providers, none for
-/// the others, and a private config folder so the developer's own config and prices stay out.
-fn init() -> &'static Path {
+/// A private config folder for these tests, kept for the whole process (under target/, so `cargo clean`
+/// takes it).
+fn dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        // Kept for the whole process; under target/, so `cargo clean` takes it.
         let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR"))
             .unwrap()
             .keep();
         std::fs::write(dir.join("empty.toml"), "").unwrap();
-        // SAFETY: runs once, and every test calls `init` before anything reads the environment.
-        unsafe {
-            std::env::set_var("XDG_CONFIG_HOME", &dir);
-            for k in ["OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY"] {
-                std::env::set_var(k, KEY);
-            }
-            for k in [
-                "GOOGLE_API_KEY",
-                "OPENROUTER_API_KEY",
-                "OLLAMA_API_KEY",
-                "KSEARCH_CONFIG",
-                "OPENAI_BASE_URL",
-                "ANTHROPIC_BASE_URL",
-                "GEMINI_BASE_URL",
-                "OPENROUTER_BASE_URL",
-                "OLLAMA_BASE_URL",
-            ] {
-                std::env::remove_var(k);
-            }
-        }
         dir
     })
+}
+
+/// The only environment the clients of these tests see, given to each (`LlmConfig::env`): test keys
+/// for the hosted providers, none for the others, and the private config folder, so the developer's own
+/// keys, config and prices stay out. The process's environment is left alone: every test of the suite
+/// shares it, and the `ksearch` processes other tests start inherit it.
+fn env() -> LlmEnv {
+    let mut vars = vec![(
+        "XDG_CONFIG_HOME".to_string(),
+        dir().to_str().unwrap().to_string(),
+    )];
+    for k in ["OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY"] {
+        vars.push((k.to_string(), KEY.to_string()));
+    }
+    LlmEnv::vars(vars)
 }
 
 /// Fast settings: short timeout, tiny backoff, no config file of the developer's.
@@ -53,13 +47,14 @@ fn cfg(base: &str) -> LlmConfig {
         max_retries: 3,
         base_url: Some(base.to_string()),
         backoff_s: 0.02,
-        config_file: Some(init().join("empty.toml")),
+        config_file: Some(dir().join("empty.toml")),
+        env: env(),
         ..LlmConfig::default()
     }
 }
 
 fn config_file(name: &str, text: &str) -> PathBuf {
-    let p = init().join(name);
+    let p = dir().join(name);
     std::fs::write(&p, text).unwrap();
     p
 }
@@ -109,7 +104,6 @@ fn only(reqs: &[Recorded]) -> &Recorded {
 
 #[test]
 fn openai_chat_round_trip() {
-    init();
     let mut reply = chat_reply("use shared memory", 1000, 500);
     reply["usage"]["completion_tokens_details"] = json!({"reasoning_tokens": 0});
     reply["timings"] = json!({"prompt_per_second": 900.0, "predicted_per_second": 40.0});
@@ -160,7 +154,6 @@ fn openai_chat_round_trip() {
 
 #[test]
 fn openai_responses_round_trip() {
-    init();
     // No output_text: the text is read from the output message, reasoning items skipped.
     let reply = json!({
         "status": "completed",
@@ -226,7 +219,6 @@ fn openai_responses_round_trip() {
 
 #[test]
 fn anthropic_round_trip() {
-    init();
     let reply = json!({
         "type": "message", "role": "assistant", "stop_reason": "end_turn",
         "content": [{"type": "thinking", "thinking": "hmm"}, {"type": "text", "text": "unroll "},
@@ -295,7 +287,6 @@ fn anthropic_round_trip() {
 
 #[test]
 fn gemini_round_trip() {
-    init();
     let reply = json!({
         "candidates": [{"content": {"role": "model", "parts": [
             {"text": "let me think", "thought": true}, {"text": "fuse the kernels"}]},
@@ -349,7 +340,6 @@ fn gemini_round_trip() {
 
 #[test]
 fn openai_compatible_alias_round_trip() {
-    init();
     let server = Server::start(vec![Step::ok(&chat_reply("local answer", 10, 5))]);
     let base = format!("{}/v1", server.url());
     let mut llm = Llm::from_spec("ollama:qwen3:8b", &cfg(&base)).unwrap();
@@ -373,7 +363,6 @@ fn openai_compatible_alias_round_trip() {
 
 #[test]
 fn rate_limit_honours_retry_after() {
-    init();
     let server = Server::start(vec![
         Step::json(429, &json!({"error": "slow down"})).header("Retry-After", "1"),
         Step::ok(&chat_reply("ok", 1, 1)),
@@ -394,7 +383,6 @@ fn rate_limit_honours_retry_after() {
 
 #[test]
 fn server_error_then_success() {
-    init();
     let server = Server::start(vec![
         Step::json(500, &json!({"error": "boom"})),
         Step::ok(&chat_reply("recovered", 1, 1)),
@@ -432,7 +420,6 @@ fn server_error_then_success() {
 
 #[test]
 fn dropped_connection_then_success() {
-    init();
     let server = Server::start(vec![Step::hang_up(), Step::ok(&chat_reply("again", 1, 1))]);
     let mut llm = Llm::from_spec("lmstudio:m", &cfg(&server.url())).unwrap();
     let r = llm.complete(ask("x")).unwrap();
@@ -441,7 +428,6 @@ fn dropped_connection_then_success() {
 
 #[test]
 fn slow_reply_times_out_then_success() {
-    init();
     let server = Server::start(vec![
         Step::ok(&chat_reply("too late", 1, 1)).delay(Duration::from_secs(30)),
         Step::ok(&chat_reply("in time", 1, 1)),
@@ -470,7 +456,6 @@ fn slow_reply_times_out_then_success() {
 
 #[test]
 fn truncated_body_is_bad_and_retried_once() {
-    init();
     let body = chat_reply("a long enough reply", 1, 1);
     let server = Server::start(vec![
         Step::ok(&body).truncate_after(20),
@@ -493,7 +478,6 @@ fn truncated_body_is_bad_and_retried_once() {
 
 #[test]
 fn non_json_body_is_bad() {
-    init();
     let server = Server::start(vec![
         Step::raw(200, "<html>gateway says hi</html>").header("Content-Type", "text/html"),
         Step::ok(&chat_reply("fine", 1, 1)),
@@ -517,7 +501,6 @@ fn non_json_body_is_bad() {
 
 #[test]
 fn reply_without_text_is_bad() {
-    init();
     let empty = json!({"choices": [{"message": {"role": "assistant", "content": null}, "finish_reason": "length"}]});
     let server = Server::start(vec![Step::ok(&empty), Step::ok(&empty)]);
     let mut llm = Llm::from_spec("openai:gpt-4.1", &cfg(&server.url())).unwrap();
@@ -542,7 +525,6 @@ fn reply_without_text_is_bad() {
 
 #[test]
 fn exhausted_retries_are_recorded() {
-    init();
     let server = Server::start(vec![
         Step::json(500, &json!({"error": "a"})),
         Step::json(502, &json!({"error": "b"})),
@@ -576,7 +558,6 @@ fn exhausted_retries_are_recorded() {
 
 #[test]
 fn client_errors_are_not_retried() {
-    init();
     let server = Server::start(vec![
         Step::json(400, &json!({"error": "bad request"})),
         Step::ok(&chat_reply("never reached", 1, 1)),
@@ -589,7 +570,6 @@ fn client_errors_are_not_retried() {
 
 #[test]
 fn call_cap_stops_before_sending() {
-    init();
     let ok = Step::ok(&chat_reply("ok", 1, 1));
     let server = Server::start(vec![ok.clone(), ok.clone(), ok]);
     let mut c = cfg(&server.url());
@@ -612,7 +592,6 @@ fn call_cap_stops_before_sending() {
 
 #[test]
 fn cost_token_and_wall_caps() {
-    init();
     // $1 per call: 1000 input tokens at $1000 per million.
     let file = config_file(
         "priced.toml",
@@ -666,7 +645,6 @@ fn cost_token_and_wall_caps() {
 
 #[test]
 fn the_key_never_leaks() {
-    init();
     let server = Server::start(vec![
         Step::json(
             401,
@@ -705,7 +683,8 @@ fn the_key_never_leaks() {
 
     // A missing key names the variable to set; a remote provider built with a key shows none of it.
     let c = LlmConfig {
-        config_file: Some(init().join("empty.toml")),
+        config_file: Some(dir().join("empty.toml")),
+        env: env(),
         ..LlmConfig::default()
     };
     let e = Llm::from_spec("openrouter:anthropic/claude-sonnet-4.5", &c).unwrap_err();
@@ -723,7 +702,6 @@ fn the_key_never_leaks() {
 
 #[test]
 fn key_and_base_url_from_the_config_file() {
-    init();
     let server = Server::start(vec![Step::ok(&chat_reply("routed", 1, 1))]);
     let base = format!("{}/api/v1", server.url());
     let file_key = "sk-or-from-file-0123456789";
@@ -733,6 +711,7 @@ fn key_and_base_url_from_the_config_file() {
     );
     let c = LlmConfig {
         config_file: Some(file),
+        env: env(),
         ..LlmConfig::default()
     };
     let mut llm = Llm::from_spec("openrouter:openai/gpt-5.2", &c).unwrap();
@@ -757,6 +736,7 @@ fn key_and_base_url_from_the_config_file() {
         "openai:gpt-5.2",
         &LlmConfig {
             config_file: Some(bad),
+            env: env(),
             ..LlmConfig::default()
         },
     )
@@ -775,7 +755,6 @@ fn key_and_base_url_from_the_config_file() {
 
 #[test]
 fn replay_serves_the_recording_in_order_by_purpose() {
-    init();
     let server = Server::start(vec![
         Step::ok(&chat_reply("first", 10, 1)),
         Step::json(400, &json!({"error": "no"})),
@@ -847,12 +826,11 @@ fn replay_serves_the_recording_in_order_by_purpose() {
 
 #[test]
 fn cassette_round_trip() {
-    init();
     let server = Server::start(vec![
         Step::ok(&chat_reply("one", 3, 1)),
         Step::ok(&chat_reply("two", 3, 1)),
     ]);
-    let path = init().join("cassette.jsonl");
+    let path = dir().join("cassette.jsonl");
     let mut llm = Llm::from_spec("vllm:m", &cfg(&server.url())).unwrap();
     let file = Arc::new(Mutex::new(String::new()));
     let f = file.clone();
@@ -880,7 +858,7 @@ fn cassette_round_trip() {
         ("one", "vllm", "m")
     );
 
-    let broken = init().join("broken.jsonl");
+    let broken = dir().join("broken.jsonl");
     std::fs::write(
         &broken,
         format!(
@@ -900,7 +878,8 @@ fn command(cmdline: &str, timeout_s: f64) -> Llm {
     let c = LlmConfig {
         timeout_s,
         backoff_s: 0.02,
-        config_file: Some(init().join("empty.toml")),
+        config_file: Some(dir().join("empty.toml")),
+        env: env(),
         ..LlmConfig::default()
     };
     Llm::from_spec(&format!("command:{cmdline}"), &c).unwrap()
@@ -908,7 +887,6 @@ fn command(cmdline: &str, timeout_s: f64) -> Llm {
 
 #[test]
 fn command_provider() {
-    init();
     let mut llm = command("cat >/dev/null; echo reply", 10.0);
     let r = llm.complete(ask("x")).unwrap();
     assert_eq!(r.text, "reply");
@@ -930,7 +908,6 @@ fn command_provider() {
 
 #[test]
 fn failing_command() {
-    init();
     let mut llm = command("cat >/dev/null; echo oops >&2; exit 3", 10.0);
     let e = llm.complete(ask("x")).unwrap_err();
     assert!(
@@ -942,12 +919,12 @@ fn failing_command() {
 
 #[test]
 fn hanging_command_is_killed_at_its_timeout() {
-    let dir = init();
-    let pidfile = dir.join(format!("sleeper-{}.pid", std::process::id()));
+    let pidfile = dir().join(format!("sleeper-{}.pid", std::process::id()));
     let mut c = LlmConfig {
         timeout_s: 1.0,
         max_retries: 0,
-        config_file: Some(dir.join("empty.toml")),
+        config_file: Some(dir().join("empty.toml")),
+        env: env(),
         ..LlmConfig::default()
     };
     c.budget.max_calls = Some(10);

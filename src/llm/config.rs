@@ -60,10 +60,10 @@ struct ProviderEntry {
 }
 
 /// `$XDG_CONFIG_HOME/ksearch`, else `~/.config/ksearch`.
-pub(crate) fn config_dir() -> Option<PathBuf> {
-    env("XDG_CONFIG_HOME")
+pub(crate) fn config_dir(env: &LlmEnv) -> Option<PathBuf> {
+    env.var("XDG_CONFIG_HOME")
         .map(PathBuf::from)
-        .or_else(|| env("HOME").map(|h| Path::new(&h).join(".config")))
+        .or_else(|| env.var("HOME").map(|h| Path::new(&h).join(".config")))
         .map(|d| d.join("ksearch"))
 }
 
@@ -72,9 +72,9 @@ pub(crate) fn config_dir() -> Option<PathBuf> {
 pub(crate) fn load(cfg: &LlmConfig) -> Result<FileConfig, LlmError> {
     let (path, explicit) = match cfg.config_file.clone() {
         Some(p) => (p, true),
-        None => match env("KSEARCH_CONFIG") {
+        None => match cfg.env.var("KSEARCH_CONFIG") {
             Some(p) => (PathBuf::from(p), true),
-            None => match config_dir() {
+            None => match config_dir(&cfg.env) {
                 Some(d) => (d.join("config.toml"), false),
                 None => return Ok(FileConfig::default()),
             },
@@ -127,9 +127,48 @@ fn warn_if_readable_by_others(path: &Path) {
     }
 }
 
-/// A non-empty environment variable.
-pub(crate) fn env(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+/// The environment the LLM layer reads its variables from (API keys, base URLs, `KSEARCH_CONFIG`,
+/// `XDG_CONFIG_HOME`, `HOME`): the process's, or variables the caller gives, which then are the only
+/// ones seen. A program (or a test) that runs several clients with different settings gives each its
+/// own instead of changing the process's environment, which every thread shares. A `command:`
+/// provider's process inherits the process's environment either way.
+#[derive(Clone, Default, PartialEq)]
+pub enum LlmEnv {
+    #[default]
+    Process,
+    Vars(BTreeMap<String, String>),
+}
+
+impl LlmEnv {
+    /// Exactly these variables, nothing from the process.
+    pub fn vars<K: Into<String>, V: Into<String>>(
+        vars: impl IntoIterator<Item = (K, V)>,
+    ) -> LlmEnv {
+        LlmEnv::Vars(
+            vars.into_iter()
+                .map(|(k, v)| (k.into(), v.into()))
+                .collect(),
+        )
+    }
+
+    /// A non-empty variable.
+    pub(crate) fn var(&self, name: &str) -> Option<String> {
+        match self {
+            LlmEnv::Process => std::env::var(name).ok(),
+            LlmEnv::Vars(vars) => vars.get(name).cloned(),
+        }
+        .filter(|v| !v.trim().is_empty())
+    }
+}
+
+/// The names only: the values may be keys.
+impl std::fmt::Debug for LlmEnv {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LlmEnv::Process => f.write_str("Process"),
+            LlmEnv::Vars(vars) => f.debug_tuple("Vars").field(&vars.keys()).finish(),
+        }
+    }
 }
 
 /// How to reach one provider.
@@ -235,7 +274,7 @@ pub(crate) fn endpoint(
     let base = cfg
         .base_url
         .clone()
-        .or_else(|| env(p.base_env))
+        .or_else(|| cfg.env.var(p.base_env))
         .or_else(|| entry.and_then(|e| e.base_url.clone()))
         .unwrap_or_else(|| p.default_base.to_string());
     let base = base.trim().trim_end_matches('/').to_string();
@@ -249,7 +288,7 @@ pub(crate) fn endpoint(
     let key = p
         .key_env
         .iter()
-        .find_map(|v| env(v))
+        .find_map(|v| cfg.env.var(v))
         .or_else(|| entry.and_then(|e| e.api_key.clone()))
         .filter(|k| !k.trim().is_empty())
         .map(|k| Secret(k.trim().to_string()));
@@ -257,7 +296,7 @@ pub(crate) fn endpoint(
         let file = file
             .path
             .clone()
-            .or_else(|| config_dir().map(|d| d.join("config.toml")))
+            .or_else(|| config_dir(&cfg.env).map(|d| d.join("config.toml")))
             .map(|f| format!(" in {}", f.display()))
             .unwrap_or_default();
         let vars = match p.key_env {
@@ -284,4 +323,33 @@ pub(crate) fn is_loopback(url: &reqwest::Url) -> bool {
         || host
             .parse::<std::net::IpAddr>()
             .is_ok_and(|ip| ip.is_loopback())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn given_variables_are_the_only_ones_seen_and_never_print_their_values() {
+        let env = LlmEnv::vars([("OPENAI_API_KEY", "sk-given-0123456789"), ("EMPTY", " ")]);
+        assert_eq!(
+            env.var("OPENAI_API_KEY").as_deref(),
+            Some("sk-given-0123456789")
+        );
+        assert_eq!(env.var("EMPTY"), None, "blank is unset");
+        // PATH is set in any process that runs this test; given variables hide it.
+        assert!(LlmEnv::Process.var("PATH").is_some());
+        assert_eq!(env.var("PATH"), None);
+        let shown = format!("{env:?}");
+        assert!(shown.contains("OPENAI_API_KEY"), "{shown}");
+        assert!(!shown.contains("sk-given"), "{shown}");
+        let cfg = LlmConfig {
+            env,
+            ..LlmConfig::default()
+        };
+        assert!(!format!("{cfg:?}").contains("sk-given"));
+        // Not stored with a run: a config read back uses the process's environment.
+        let back: LlmConfig = serde_json::from_str(&serde_json::to_string(&cfg).unwrap()).unwrap();
+        assert_eq!(back.env, LlmEnv::Process);
+    }
 }

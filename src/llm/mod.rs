@@ -20,11 +20,12 @@ mod replay;
 mod retry;
 
 pub use budget::{Budget, Meter};
+pub use config::LlmEnv;
 pub use prices::Price;
 
 /// The user's config folder (`$XDG_CONFIG_HOME/ksearch`, else `~/.config/ksearch`).
 pub fn user_config_dir() -> Option<std::path::PathBuf> {
-    config::config_dir()
+    config::config_dir(&LlmEnv::Process)
 }
 
 use config::Secret;
@@ -296,6 +297,10 @@ pub struct LlmConfig {
     pub config_file: Option<PathBuf>,
     /// First retry delay in seconds; it doubles per retry (capped at 60 s), with jitter.
     pub backoff_s: f64,
+    /// Where keys, base URLs and the config file's location are read: the process's environment unless
+    /// the caller gives its own variables (not stored with a run).
+    #[serde(skip)]
+    pub env: LlmEnv,
 }
 
 impl Default for LlmConfig {
@@ -309,6 +314,7 @@ impl Default for LlmConfig {
             budget: Budget::default(),
             config_file: None,
             backoff_s: 1.0,
+            env: LlmEnv::Process,
         }
     }
 }
@@ -392,7 +398,7 @@ impl Llm {
             return Ok(Llm::replay(Llm::load_cassette(Path::new(model))?, model));
         }
         let file = config::load(cfg)?;
-        let table = prices::load(&file)?;
+        let table = prices::load(&file, &cfg.env)?;
         let (backend, endpoint, secret): (Box<dyn Backend>, Option<String>, Option<Secret>) =
             match provider {
                 "command" => (Box::new(command::Command::new(model)), None, None),

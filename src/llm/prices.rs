@@ -40,9 +40,9 @@ fn parse(text: &str, origin: &Path) -> Result<PriceTable, LlmError> {
 }
 
 /// Built-in prices, then `<config dir>/prices.toml`, then `[prices]` of the config file.
-pub(crate) fn load(file: &FileConfig) -> Result<PriceTable, LlmError> {
+pub(crate) fn load(file: &FileConfig, env: &config::LlmEnv) -> Result<PriceTable, LlmError> {
     let mut table = parse(BUILTIN, Path::new("data/prices.toml"))?;
-    if let Some(path) = config::config_dir().map(|d| d.join("prices.toml"))
+    if let Some(path) = config::config_dir(env).map(|d| d.join("prices.toml"))
         && let Ok(text) = std::fs::read_to_string(&path)
     {
         merge(&mut table, parse(&text, &path)?);
