@@ -60,6 +60,19 @@ fn pip_install(python: &Path, requirements: &Path, what: &str) -> Result<()> {
     )
 }
 
+/// The managed environment's lock, held until the file is dropped: one creator or installer at a time,
+/// whether the others are concurrent runs, parallel test processes or threads of one test process (each
+/// call opens the file anew, and the lock belongs to that open file).
+fn lock_venv() -> Result<std::fs::File> {
+    std::fs::create_dir_all(crate::builtin::cache_root())?;
+    let lock_path = crate::builtin::cache_root().join("venv.lock");
+    let lock = std::fs::File::create(&lock_path)
+        .with_context(|| format!("creating {}", lock_path.display()))?;
+    lock.lock()
+        .with_context(|| format!("locking {}", lock_path.display()))?;
+    Ok(lock)
+}
+
 /// Finds or creates the worker's Python. `explicit` comes from `--python` or `KSEARCH_PYTHON`.
 pub fn ensure(explicit: Option<&Path>) -> Result<PythonEnv> {
     let worker_path = crate::builtin::python_dir()?;
@@ -81,13 +94,7 @@ pub fn ensure(explicit: Option<&Path>) -> Result<PythonEnv> {
             managed: true,
         });
     }
-    std::fs::create_dir_all(crate::builtin::cache_root())?;
-    // One creator at a time: parallel test processes and concurrent runs share this venv.
-    let lock_path = crate::builtin::cache_root().join("venv.lock");
-    let lock = std::fs::File::create(&lock_path)
-        .with_context(|| format!("creating {}", lock_path.display()))?;
-    lock.lock()
-        .with_context(|| format!("locking {}", lock_path.display()))?;
+    let _lock = lock_venv()?;
     if !ready.exists() {
         eprintln!(
             "ksearch: creating the worker's Python environment in {} (first use only)",
@@ -127,6 +134,10 @@ impl PythonEnv {
         if ready.as_ref().is_some_and(|r| r.exists()) {
             return Ok(());
         }
+        let _lock = lock_venv()?;
+        if ready.as_ref().is_some_and(|r| r.exists()) {
+            return Ok(()); // installed by whoever held the lock before
+        }
         eprintln!(
             "ksearch: installing MLX into the worker's environment (first use of an MLX target)"
         );
@@ -143,6 +154,7 @@ impl PythonEnv {
 
     /// Installs the test requirements into the managed environment (the test suite uses this).
     pub fn install_test_requirements(&self) -> Result<()> {
+        let _lock = lock_venv()?;
         pip_install(
             &self.python,
             &self.worker_path.join("requirements-test.txt"),
