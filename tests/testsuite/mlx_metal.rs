@@ -2,8 +2,7 @@
 //! plainly that nothing ran, and returns the Metal source MLX generates for each launch (through
 //! export tracing with MLX's CPU build), whose signature must hold every buffer of the launch.
 
-mod common;
-use common::*;
+use crate::common::*;
 use ksearch::candidate::Candidate;
 
 #[test]

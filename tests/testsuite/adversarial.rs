@@ -25,8 +25,7 @@
 //! printing a table (name, status, message head) of the whole suite. `ADVERSARIAL_ONLY=a,b` runs only
 //! the named candidates.
 
-mod common;
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 

@@ -2,9 +2,8 @@
 //! OpenAI-compatible server on 127.0.0.1 that plays an LLM (replies chosen by what the prompt asks),
 //! then replay, fault injection, garbage, and budgets.
 
-mod common;
-use common::server::{Recorded, Server, Step};
-use common::*;
+use crate::common::server::{Recorded, Server, Step};
+use crate::common::*;
 use serde_json::{Value, json};
 use std::path::Path;
 

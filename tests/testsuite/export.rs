@@ -2,8 +2,7 @@
 //! the task's float64 reference) passes. Off a GPU it exercises the baseline fallback; on the H200 the
 //! same test runs the kernel (bench/h200.sh).
 
-mod common;
-use common::*;
+use crate::common::*;
 use std::process::Command;
 
 /// Exports `seed` of `task`, checks the function's signature line, runs the generated test, then runs

@@ -1,9 +1,8 @@
 //! The LLM layer through the real HTTP client against a scripted local server: wire formats, retries,
 //! timeouts, bad bodies, budgets, key hygiene, replay and cassettes, and the command provider.
 
-mod common;
-
-use common::server::{Recorded, Server, Step};
+use crate::common;
+use crate::common::server::{Recorded, Server, Step};
 use ksearch::llm::{Budget, Exchange, Llm, LlmConfig, LlmEnv, LlmError, Message, Outcome, Request};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};

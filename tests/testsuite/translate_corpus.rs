@@ -12,8 +12,7 @@
 //! And the share translated with no error may only grow: the bars below are what main translates today.
 //! Each file's verdict is printed, so a failure shows which files moved.
 
-mod common;
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

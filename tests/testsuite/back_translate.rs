@@ -3,8 +3,8 @@
 //! construct left in the bodies; constructs outside the emulated subset are errors naming file and line.
 //! Whether the results are right is measured on the H200 by bench/back_translate.sh.
 
-mod common;
-use common::*;
+use crate::common;
+use crate::common::*;
 use ksearch::back_translate::{PRELUDE, back_translate, back_translate_dir};
 use ksearch::candidate::Candidate;
 use ksearch::target::Target;

@@ -1,8 +1,7 @@
 //! The evaluator's verdicts on candidates built to fail in specific ways (tests/fixtures/matmul).
 //! Each goes through the real binary, worker and compiler.
 
-mod common;
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 
 fn eval(name: &str, extra: &[&str]) -> (Value, std::process::Output) {

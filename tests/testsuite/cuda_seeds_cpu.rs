@@ -3,8 +3,8 @@
 //! protocol of a shipped kernel are checked here, not only on the H200: float32 and, with the tensor-core
 //! primitives emulated by the driver, fp16 and bf16; thread-block clusters (the blocks of one run at once,
 //! each with its own shared memory, which the others read).
-mod common;
-use common::repo;
+use crate::common;
+use crate::common::repo;
 use ksearch::candidate::Candidate;
 
 #[test]

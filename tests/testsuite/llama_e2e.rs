@@ -4,8 +4,7 @@
 //! kernels are recorded as failures rather than crashing anything. The model is far too small to write
 //! kernels; nothing here judges their quality.
 
-mod common;
-use common::*;
+use crate::common::*;
 use ksearch::llm::{Llm, LlmConfig, Message, Request};
 
 /// The server's base URL, or `None` outside `scripts/test`. Under CI its absence is a failure.

@@ -3,8 +3,7 @@
 //! kernels of tests/check/faulty.toml, one planted fault each, are caught with the expected code (>= 90%).
 //! Plus the command itself: text and JSON output, lines in the user's files, exit status.
 
-mod common;
-use common::*;
+use crate::common::*;
 use ksearch::check::signature::{Input, KernelSpec};
 use ksearch::check::{self, Finding, LaunchInfo, Severity};
 use ksearch::dtype::Dtype;

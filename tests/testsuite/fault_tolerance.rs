@@ -2,8 +2,7 @@
 //! disk stops a run with a clear error and loses nothing; two runs sharing one store do not disturb each
 //! other. (A locked store: `store::tests::a_store_locked_too_long_says_so`.)
 
-mod common;
-use common::*;
+use crate::common::*;
 use ksearch::store::Store;
 use std::process::Stdio;
 use std::time::{Duration, Instant};

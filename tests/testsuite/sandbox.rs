@@ -1,8 +1,7 @@
 //! The worker's sandbox, tested from inside: candidates that compute correctly only when they cannot see
 //! a secret in their environment, or cannot reach the network.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 fn eval(name: &str, env: &[(&str, &str)]) -> serde_json::Value {
     let store = tempfile::tempdir().unwrap();

@@ -12,8 +12,7 @@
 //!
 //! Each file's verdict is printed, so a failure shows which files and findings moved.
 
-mod common;
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 

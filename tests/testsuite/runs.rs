@@ -1,7 +1,6 @@
 //! Runs end to end: the tune strategy, the store, kill -9 and resume, bad task folders.
 
-mod common;
-use common::*;
+use crate::common::*;
 use ksearch::candidate::Candidate;
 use ksearch::store::Store;
 use serde_json::Value;
