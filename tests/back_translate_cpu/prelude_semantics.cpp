@@ -1,7 +1,7 @@
 // The prelude's Metal semantics, checked on the CPU emulation of cuda_cpu.h: warp reductions, scans,
 // shuffles (lanes without a source keep their value), quads, simdgroup ids, a float2 shuffle, and 8x8
 // simdgroup_matrix load (stride, origin, transpose) / multiply(-accumulate) / store / thread_elements().
-// warp/ and mma/ are the Metal kernels of this folder, back-translated by tests/back_translate.rs.
+// warp/ and mma/ are the Metal kernels of this folder, back-translated by tests/testsuite/back_translate.rs.
 #include "cuda_cpu.h"
 #include "warp/metal_prelude.cuh"
 #include <cstdio>

@@ -12,7 +12,7 @@
 // with mma.sync's fragment layout. Shapes reach every path: GQA factors 1 to 8, a head group with an empty
 // slot, GH above G and below it, a last split shorter than CH, a chunk and a warp with no keys, one split,
 // D 64 and 128, 1 to 8 warps, the seed's default tunables. The launches' grids are the plan's
-// (tests/cuda_seeds_cpu.rs).
+// (tests/testsuite/cuda_seeds_cpu.rs).
 #include "cuda_cpu.h"
 #include <cstdio>
 #include <array>

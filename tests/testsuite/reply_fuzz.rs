@@ -21,7 +21,7 @@ use serde_json::Value;
 use std::cell::Cell;
 use std::sync::OnceLock;
 
-/// `KSEARCH_FUZZ_SCALE=10 cargo test --release --test reply_fuzz` runs ten times the cases.
+/// `KSEARCH_FUZZ_SCALE=10 cargo test --release --test testsuite reply_fuzz::` runs ten times the cases.
 fn config(cases: u32) -> ProptestConfig {
     let scale: u32 = std::env::var("KSEARCH_FUZZ_SCALE")
         .ok()

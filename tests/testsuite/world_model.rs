@@ -505,7 +505,8 @@ fn evolve_and_once_run_on_the_same_evaluator_and_once_is_tuned_by_the_hybrid_sea
 }
 
 /// The recording shipped in the repository (README): a world-model search on matmul driven by the
-/// scripted LLM of this file. Regenerate with `cargo test --test world_model -- --ignored record`.
+/// scripted LLM of this file. Regenerate with
+/// `cargo test --test testsuite world_model::record -- --ignored`.
 const SHIPPED: &str = "recordings/matmul-world-model.jsonl";
 const SHIPPED_ARGS: &[&str] = &["--budget", "9", "--window", "2", "--tune-budget", "0"];
 
