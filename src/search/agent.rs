@@ -121,7 +121,7 @@ impl Agent {
         let req = Request {
             purpose: purpose.to_string(),
             messages,
-            max_tokens: None,
+            max_tokens: self.max_output_tokens,
             temperature: None,
         };
         match self.llm.complete(req) {

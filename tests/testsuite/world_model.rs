@@ -504,6 +504,37 @@ fn evolve_and_once_run_on_the_same_evaluator_and_once_is_tuned_by_the_hybrid_sea
     }
 }
 
+/// `--llm-max-output` caps every reply: each request asks for at most that many tokens (a model that
+/// does not stop by itself otherwise writes until its context is full).
+#[test]
+fn llm_max_output_caps_every_request() {
+    let server = llm_server(|_| None);
+    let url = format!("{}/v1", server.url());
+    let store = tempfile::tempdir().unwrap();
+    let mut args = scripted_run(
+        "once",
+        &url,
+        &[
+            "--budget",
+            "2",
+            "--tune-budget",
+            "0",
+            "--llm-max-output",
+            "321",
+        ],
+    );
+    args.extend_from_slice(QUICK);
+    let out = run(store.path(), &args);
+    assert_eq!(last_json(&out)["status"], "completed", "{}", stderr(&out));
+    let reqs = server.requests();
+    assert!(!reqs.is_empty(), "no LLM call");
+    for r in &reqs {
+        let body = r.json();
+        let fields: Vec<&String> = body.as_object().unwrap().keys().collect();
+        assert_eq!(body["max_tokens"], 321, "the request's fields: {fields:?}");
+    }
+}
+
 /// The recording shipped in the repository (README): a world-model search on matmul driven by the
 /// scripted LLM of this file. Regenerate with
 /// `cargo test --test testsuite world_model::record -- --ignored`.
