@@ -147,3 +147,46 @@ fn attention_expert_decode_matches_softmax() {
         .unwrap();
     assert_eq!(last.init_value, None);
 }
+
+#[test]
+fn attention_expert_float32_prefill_matches_softmax() {
+    let seed = repo().join("tasks/attention/seeds/mlx-cuda/expert");
+    // attention_prefill_f32.cpp calls the prefill body as prefill.cu does, with the plan's launch: a block of
+    // 32 * NW threads per (b * Hq + h, query tile); a plan or body that changes them needs the driver changed.
+    let c = Candidate::load(&seed).unwrap();
+    assert_eq!(
+        c.files["prefill.cu"].lines().last().map(str::trim),
+        Some("ksattn::prefill<D, NW, WM, BK>(q, k, v, o, Hq, Hkv, Tq, Tk, CAUSAL, ks_smem);"),
+        "update tests/cuda_seeds_cpu/attention_prefill_f32.cpp"
+    );
+    let prefill = c
+        .plan
+        .launch
+        .iter()
+        .find(|l| l.kernel == "attn_prefill")
+        .unwrap();
+    let srcs = |v: &Option<Vec<ksearch::expr::ExprField>>| -> Vec<String> {
+        v.iter().flatten().map(|e| e.0.src().to_string()).collect()
+    };
+    assert_eq!(
+        (srcs(&prefill.grid), srcs(&prefill.threadgroup)),
+        (
+            vec![
+                "32 * NW * B * Hq".to_string(),
+                "(Tq + 16 * WM * NW - 1) // (16 * WM * NW)".to_string(),
+                "1".to_string()
+            ],
+            vec!["32 * NW".to_string(), "1".to_string(), "1".to_string()]
+        ),
+        "update the launch in tests/cuda_seeds_cpu/attention_prefill_f32.cpp"
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let driver = repo().join("tests/cuda_seeds_cpu/attention_prefill_f32.cpp");
+    let out = common::run_cuda_cpu_driver(&driver, &seed, tmp.path());
+    println!("{out}");
+    assert!(
+        out.contains("prefill (float32) agrees with the reference"),
+        "{out}"
+    );
+    assert_eq!(out.matches("worst error").count(), 6, "{out}");
+}
