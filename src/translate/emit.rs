@@ -1292,9 +1292,10 @@ pub(crate) fn translate_tree(
         k.brief = analyze::brief(k, target);
     }
     let root = tree.root_node();
-    let mut diags = Vec::new();
+    let mut e = Emitter::new(src, target);
     for l in &analysis.parse_error_lines {
-        diags.push(diag(target, "T001", *l, None, format!("line {l}")));
+        e.diags
+            .push(diag(target, "T001", *l, None, format!("line {l}")));
     }
     let mut stats = Stats {
         lines: analysis.lines,
@@ -1302,193 +1303,307 @@ pub(crate) fn translate_tree(
         ..Default::default()
     };
     if analysis.kernels.is_empty() {
-        diags.push(diag(target, "T002", 0, None, ""));
+        e.diags.push(diag(target, "T002", 0, None, ""));
         return Translation {
             target,
             analysis,
             stats,
-            diagnostics: diags,
+            diagnostics: e.diags,
             candidate: None,
         };
     }
-    let metal = target == Target::MlxMetal;
-    let ext = if metal { "metal" } else { "cu" };
-    let mut blocked: BTreeMap<String, usize> = BTreeMap::new();
-    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
-
-    // Header: constants, macros, types and __device__ helpers, in file order.
-    let mut header = String::new();
-    let mut device_lines = 0;
-    let mut top: Vec<Node> = Vec::new();
-    // File-scope items, with those of `extern "C" { }` blocks and namespaces flattened (one level deep
-    // at a time, so nested namespaces work too).
-    let mut pending: Vec<(Node, String)> = children(root)
-        .into_iter()
-        .map(|c| (c, String::new()))
-        .collect();
-    pending.reverse();
-    // Names of the namespaces flattened: `ns::f` and `using ns::f;` in what is written name the flattened `f`.
-    let mut namespaces: BTreeSet<String> = BTreeSet::new();
-    // The scopes (namespaces, "" for the file's) each flattened name was declared in.
-    let mut scopes: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    while let Some((c, scope)) = pending.pop() {
-        if c.kind() == "namespace_definition" {
-            let name = c
-                .child_by_field_name("name")
-                .map(|n| text(n, src).to_string())
-                .unwrap_or_default();
-            // A library's namespace (`namespace std { template<> struct ... }`) keeps its qualifiers.
-            if !name.is_empty() && !LIBRARY_NAMESPACES.contains(&name.as_str()) {
-                namespaces.insert(name.clone());
-            }
-            if let Some(b) = c.child_by_field_name("body") {
-                let inner_scope = format!("{scope}::{name}");
-                let mut inner: Vec<(Node, String)> = children(b)
-                    .into_iter()
-                    .map(|c| (c, inner_scope.clone()))
-                    .collect();
-                inner.reverse();
-                pending.extend(inner);
-            }
-        } else if c.kind() == "linkage_specification" {
-            if let Some(b) = c.child_by_field_name("body") {
-                let items = if b.kind() == "declaration_list" {
-                    children(b)
-                } else {
-                    vec![b]
-                };
-                for item in items {
-                    for n in declared_names(item, src) {
-                        scopes.entry(n).or_default().insert(scope.clone());
-                    }
-                    top.push(item);
-                }
-            }
-        } else {
-            for n in declared_names(c, src) {
-                scopes.entry(n).or_default().insert(scope.clone());
-            }
-            top.push(c);
-        }
-    }
-    // A name declared in two scopes (`q::deq(int)` and a global `deq(float)`) keeps its qualifier: without
-    // it a call could bind to the other one and compute something else; with it, the compiler says so.
-    let ambiguous: BTreeSet<String> = scopes
-        .into_iter()
-        .filter(|(_, s)| s.len() > 1)
-        .map(|(n, _)| n)
-        .collect();
-    // What came from a header is carried only when the kernels use it (headers hold host code too).
-    let from_header = |n: Node| flat.is_some_and(|f| f.from_header(n.start_position().row));
-    let macros_of_headers = match flat {
-        Some(f) if !f.headers.is_empty() => header_macros(src, f),
-        _ => Vec::new(),
-    };
-    let (used, used_macros) = if top.iter().any(|c| from_header(*c)) {
-        used_from_headers(&top, src, &from_header, &macros_of_headers)
-    } else {
-        (BTreeSet::new(), BTreeSet::new())
-    };
-    let carried_by_text: BTreeSet<&str> =
-        macros_of_headers.iter().map(|(n, _)| n.as_str()).collect();
-    for (name, def) in &macros_of_headers {
-        if used_macros.contains(name.as_str()) {
-            header.push_str(def);
-            header.push('\n');
-        }
-    }
+    let scope = FileScope::read(root, src);
     let spaces = call_site_spaces(&analysis, root, src);
-    let helper_attrs = if metal {
-        helper_attributes(&top, src, target, &spaces)
-    } else {
-        BTreeMap::new()
-    };
-    let mut body_macros: Vec<(String, String)> = Vec::new();
-    for c in top.iter().copied() {
-        // A header's CUDA includes (`<mma.h>`) and `using` lines are kept as the file's own would be.
-        let kept_anyway = is_kernel(c, src)
-            || c.kind() == "using_declaration"
-            || c.kind() == "preproc_include"
-                && c.child_by_field_name("path")
-                    .is_some_and(|p| p.kind() == "system_lib_string");
-        if from_header(c) && !used.contains(&c.id()) && !kept_anyway {
-            if c.kind() == "preproc_include"
-                && c.child_by_field_name("path")
-                    .is_some_and(|p| p.kind() == "string_literal")
-            {
-                // A header's own include found nowhere: it matters only if the kernels need what it holds
-                // (then the translation does not compile), so a warning, not T033's error.
-                let mut d = diag(
-                    target,
-                    "T033",
-                    line(c),
-                    None,
-                    format!("`{}` (in a header)", text(c, src).trim()),
-                );
-                d.severity = Severity::Warning;
-                diags.push(d);
-            }
-            continue;
-        }
-        // A header's macros are carried by their text (header_macros), ahead of everything else.
-        if from_header(c)
-            && matches!(c.kind(), "preproc_def" | "preproc_function_def")
-            && c.child_by_field_name("name")
-                .is_some_and(|n| carried_by_text.contains(text(n, src)))
-        {
-            continue;
-        }
-        let t = text(c, src);
-        if let Some(f) = item_function(c) {
-            if has_qualifier(f, src, "__device__") && !has_qualifier(f, src, "__global__") {
-                let name = function_parts(f, src).map(|p| p.0).unwrap_or_default();
-                device_lines += f.end_position().row - f.start_position().row + 1;
-                let mut rw = rewriter(src, target, None, &name);
-                rw.helper_attrs = helper_attrs.clone();
-                if metal && let Some((_, plist)) = function_parts(f, src) {
-                    let (list, unknown) =
-                        helper_params(&mut rw, plist, &name, &spaces, &helper_attrs);
-                    rw.replace_node.insert(plist.id(), list);
-                    if unknown {
-                        rw.note("T023", line(f), format!("in `{name}`"));
-                    }
+    if e.metal {
+        e.helper_attrs = helper_attributes(&scope.top, src, target, &spaces);
+    }
+    e.header_items(&scope.top, flat, &spaces);
+    if analysis.kernels.len() > 1 {
+        e.diags.push(diag(
+            target,
+            "T026",
+            0,
+            None,
+            format!("{} kernels", analysis.kernels.len()),
+        ));
+    }
+    let mut parts = PlanParts::default();
+    for ki in launch_order(&analysis) {
+        let k = &analysis.kernels[ki];
+        let host = analysis.launches.iter().find(|l| l.kernel == k.name);
+        stats.kernel_lines += k.end_line - k.line + 1;
+        e.kernel(k, host, root, &scope, &mut parts);
+    }
+    e.record(&mut stats);
+    let candidate = e.finish(stem, &scope, parts);
+    let mut diags = e.diags;
+    diags.sort_by_key(|d| (d.line, d.code.clone()));
+    Translation {
+        target,
+        analysis,
+        stats,
+        diagnostics: diags,
+        candidate,
+    }
+}
+
+/// Address space of each helper pointer parameter, by (helper, index) (`call_site_spaces`).
+type Spaces = BTreeMap<(String, usize), Option<&'static str>>;
+
+/// The file-scope items of a source, with those of `extern "C" { }` blocks and namespaces flattened (one
+/// level deep at a time, so nested namespaces work too), in file order.
+struct FileScope<'t> {
+    top: Vec<Node<'t>>,
+    /// Names of the namespaces flattened: `ns::f` and `using ns::f;` in what is written name the flattened `f`.
+    namespaces: BTreeSet<String>,
+    /// Names declared in two scopes (`q::deq(int)` and a global `deq(float)`): they keep their qualifier.
+    /// Without it a call could bind to the other one and compute something else; with it, the compiler says so.
+    ambiguous: BTreeSet<String>,
+}
+
+impl<'t> FileScope<'t> {
+    fn read(root: Node<'t>, src: &str) -> Self {
+        let mut top = Vec::new();
+        let mut pending: Vec<(Node, String)> = children(root)
+            .into_iter()
+            .map(|c| (c, String::new()))
+            .collect();
+        pending.reverse();
+        let mut namespaces = BTreeSet::new();
+        // The scopes (namespaces, "" for the file's) each flattened name was declared in.
+        let mut scopes: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        while let Some((c, scope)) = pending.pop() {
+            if c.kind() == "namespace_definition" {
+                let name = c
+                    .child_by_field_name("name")
+                    .map(|n| text(n, src).to_string())
+                    .unwrap_or_default();
+                // A library's namespace (`namespace std { template<> struct ... }`) keeps its qualifiers.
+                if !name.is_empty() && !LIBRARY_NAMESPACES.contains(&name.as_str()) {
+                    namespaces.insert(name.clone());
                 }
-                let mut s = rw.splice(c);
-                if metal {
-                    // CUDA function qualifiers before the parameter list; Metal helpers are plain inline functions.
-                    let cut = s.find('(').unwrap_or(0);
-                    let head: String = s[..cut]
-                        .split_inclusive(char::is_whitespace)
-                        .filter(|w| {
-                            !matches!(
-                                w.trim(),
-                                "__device__"
-                                    | "__host__"
-                                    | "__forceinline__"
-                                    | "__noinline__"
-                                    | "__inline__"
-                                    | "__inline"
-                                    | "inline"
-                                    | "static"
-                            )
-                        })
+                if let Some(b) = c.child_by_field_name("body") {
+                    let inner_scope = format!("{scope}::{name}");
+                    let mut inner: Vec<(Node, String)> = children(b)
+                        .into_iter()
+                        .map(|c| (c, inner_scope.clone()))
                         .collect();
-                    s = format!("{head}{}", &s[cut..]);
-                    if !s.trim_start().starts_with("inline")
-                        && !s.trim_start().starts_with("template")
-                    {
-                        s = format!("inline {s}");
+                    inner.reverse();
+                    pending.extend(inner);
+                }
+            } else if c.kind() == "linkage_specification" {
+                if let Some(b) = c.child_by_field_name("body") {
+                    let items = if b.kind() == "declaration_list" {
+                        children(b)
+                    } else {
+                        vec![b]
+                    };
+                    for item in items {
+                        for n in declared_names(item, src) {
+                            scopes.entry(n).or_default().insert(scope.clone());
+                        }
+                        top.push(item);
                     }
                 }
-                for (k, v) in rw.blocked {
-                    *blocked.entry(k).or_default() += v;
+            } else {
+                for n in declared_names(c, src) {
+                    scopes.entry(n).or_default().insert(scope.clone());
                 }
-                diags.extend(rw.diags);
-                header.push_str(&s);
-                header.push_str("\n\n");
+                top.push(c);
             }
-            continue;
         }
+        let ambiguous = scopes
+            .into_iter()
+            .filter(|(_, s)| s.len() > 1)
+            .map(|(n, _)| n)
+            .collect();
+        FileScope {
+            top,
+            namespaces,
+            ambiguous,
+        }
+    }
+}
+
+/// Kernels in host launch order when there is one, then the others in file order.
+fn launch_order(analysis: &Analysis) -> Vec<usize> {
+    let mut order: Vec<usize> = Vec::new();
+    for l in &analysis.launches {
+        if let Some(i) = analysis.kernels.iter().position(|k| k.name == l.kernel)
+            && !order.contains(&i)
+        {
+            order.push(i);
+        }
+    }
+    for i in 0..analysis.kernels.len() {
+        if !order.contains(&i) {
+            order.push(i);
+        }
+    }
+    order
+}
+
+/// What the kernels of a file add to the plan.
+#[derive(Default)]
+struct PlanParts {
+    files: BTreeMap<String, String>,
+    kernels: Vec<KernelDecl>,
+    launches: Vec<Launch>,
+    tunables: BTreeMap<String, Tunable>,
+    /// How each kernel's launch shape was found, for the plan's description.
+    assumptions: Vec<String>,
+}
+
+/// What translating one file accumulates as it goes: the diagnostics (in the order they are met; sorted by
+/// line at the end), the header, and the constructs met and those left untranslated (the stats).
+struct Emitter<'s> {
+    src: &'s str,
+    target: Target,
+    metal: bool,
+    diags: Vec<Diagnostic>,
+    blocked: BTreeMap<String, usize>,
+    seen: BTreeMap<String, usize>,
+    /// Constants, macros, types and `__device__` helpers, in file order.
+    header: String,
+    device_lines: usize,
+    /// Metal: macros built on CUDA indices, translated, for the top of the kernels that use them (MLX adds a
+    /// thread attribute to the signature only if the body names it).
+    body_macros: Vec<(String, String)>,
+    /// Metal: the MLX attributes each helper uses (`helper_attributes`).
+    helper_attrs: BTreeMap<String, Vec<String>>,
+}
+
+impl<'s> Emitter<'s> {
+    fn new(src: &'s str, target: Target) -> Self {
+        Emitter {
+            src,
+            target,
+            metal: target == Target::MlxMetal,
+            diags: Vec::new(),
+            blocked: BTreeMap::new(),
+            seen: BTreeMap::new(),
+            header: String::new(),
+            device_lines: 0,
+            body_macros: Vec::new(),
+            helper_attrs: BTreeMap::new(),
+        }
+    }
+
+    /// A kernel's diagnostic.
+    fn kd(&mut self, k: &KernelAnalysis, code: &str, line: usize, detail: String) {
+        self.diags
+            .push(diag(self.target, code, line, Some(&k.name), detail));
+    }
+
+    /// What a rewriter left: its diagnostics, and the constructs it could not translate.
+    fn absorb(&mut self, rw: Rw) {
+        for (k, v) in rw.blocked {
+            *self.blocked.entry(k).or_default() += v;
+        }
+        self.diags.extend(rw.diags);
+    }
+
+    fn push_line(&mut self, t: &str) {
+        self.header.push_str(t.trim_end());
+        self.header.push('\n');
+    }
+
+    /// The header, from the file-scope items. What came from a header read in is carried only when the
+    /// kernels use it (headers hold host code too); its macros are carried by their text, ahead of the rest.
+    fn header_items(&mut self, top: &[Node], flat: Option<&Flat>, spaces: &Spaces) {
+        let src = self.src;
+        let from_header = |n: Node| flat.is_some_and(|f| f.from_header(n.start_position().row));
+        let macros_of_headers = match flat {
+            Some(f) if !f.headers.is_empty() => header_macros(src, f),
+            _ => Vec::new(),
+        };
+        let (used, used_macros) = if top.iter().any(|c| from_header(*c)) {
+            used_from_headers(top, src, &from_header, &macros_of_headers)
+        } else {
+            (BTreeSet::new(), BTreeSet::new())
+        };
+        let carried_by_text: BTreeSet<&str> =
+            macros_of_headers.iter().map(|(n, _)| n.as_str()).collect();
+        for (name, def) in &macros_of_headers {
+            if used_macros.contains(name.as_str()) {
+                self.header.push_str(def);
+                self.header.push('\n');
+            }
+        }
+        for c in top.iter().copied() {
+            if from_header(c) {
+                // A header's CUDA includes (`<mma.h>`) and `using` lines are kept as the file's own would be.
+                let kept_anyway = is_kernel(c, src)
+                    || c.kind() == "using_declaration"
+                    || c.kind() == "preproc_include"
+                        && c.child_by_field_name("path")
+                            .is_some_and(|p| p.kind() == "system_lib_string");
+                if !used.contains(&c.id()) && !kept_anyway {
+                    if c.kind() == "preproc_include"
+                        && c.child_by_field_name("path")
+                            .is_some_and(|p| p.kind() == "string_literal")
+                    {
+                        // A header's own include found nowhere: it matters only if the kernels need what it
+                        // holds (then the translation does not compile), so a warning, not T033's error.
+                        let mut d = diag(
+                            self.target,
+                            "T033",
+                            line(c),
+                            None,
+                            format!("`{}` (in a header)", text(c, src).trim()),
+                        );
+                        d.severity = Severity::Warning;
+                        self.diags.push(d);
+                    }
+                    continue;
+                }
+                if matches!(c.kind(), "preproc_def" | "preproc_function_def")
+                    && c.child_by_field_name("name")
+                        .is_some_and(|n| carried_by_text.contains(text(n, src)))
+                {
+                    continue;
+                }
+            }
+            if let Some(f) = item_function(c) {
+                if has_qualifier(f, src, "__device__") && !has_qualifier(f, src, "__global__") {
+                    self.device_helper(c, f, spaces);
+                }
+                continue;
+            }
+            self.file_scope_item(c);
+        }
+    }
+
+    /// A `__device__` helper into the header; on Metal a plain inline function whose pointer parameters
+    /// take their call sites' address space, with the MLX attributes it uses appended.
+    fn device_helper(&mut self, c: Node, f: Node, spaces: &Spaces) {
+        let src = self.src;
+        let name = function_parts(f, src).map(|p| p.0).unwrap_or_default();
+        self.device_lines += f.end_position().row - f.start_position().row + 1;
+        let mut rw = rewriter(src, self.target, None, &name);
+        rw.helper_attrs = self.helper_attrs.clone();
+        if self.metal
+            && let Some((_, plist)) = function_parts(f, src)
+        {
+            let (list, unknown) = helper_params(&mut rw, plist, &name, spaces, &self.helper_attrs);
+            rw.replace_node.insert(plist.id(), list);
+            if unknown {
+                rw.note("T023", line(f), format!("in `{name}`"));
+            }
+        }
+        let mut s = rw.splice(c);
+        if self.metal {
+            s = metal_helper_head(&s);
+        }
+        self.absorb(rw);
+        self.header.push_str(&s);
+        self.header.push_str("\n\n");
+    }
+
+    /// A file-scope item other than a function: includes, macros, constants and types.
+    fn file_scope_item(&mut self, c: Node) {
+        let (src, metal) = (self.src, self.metal);
+        let t = text(c, src);
         match c.kind() {
             "preproc_include" => {
                 let keep = !metal
@@ -1504,15 +1619,14 @@ pub(crate) fn translate_tree(
                     .iter()
                     .any(|h| t.contains(h));
                 if keep {
-                    header.push_str(t.trim_end());
-                    header.push('\n');
+                    self.push_line(t);
                 } else if let Some(path) = c.child_by_field_name("path")
                     && path.kind() == "string_literal"
                 {
                     // A header of the project's own: its helpers and types are not in the translation, and
                     // the kernels that use them would not compile.
-                    diags.push(diag(
-                        target,
+                    self.diags.push(diag(
+                        self.target,
                         "T033",
                         line(c),
                         None,
@@ -1531,64 +1645,20 @@ pub(crate) fn translate_tree(
                 .iter()
                 .any(|b| t.contains(b));
                 if metal && uses_builtins {
-                    // MLX adds a thread attribute to the signature only if the body names it, so a macro
-                    // built on CUDA indices goes, translated, to the top of the kernels that use it.
                     let name = c
                         .child_by_field_name("name")
                         .map(|n| text(n, src).to_string())
                         .unwrap_or_default();
-                    body_macros.push((name, metal_macro(t.trim_end())));
+                    self.body_macros.push((name, metal_macro(t.trim_end())));
                 } else {
-                    header.push_str(t.trim_end());
-                    header.push('\n');
+                    self.push_line(t);
                 }
             }
-            "declaration" => {
-                // A prototype (`__device__ float f(float);`) declares no variable: its definition is carried.
-                let is_device_var =
-                    (t.contains("__constant__") || t.contains("__device__")) && !is_prototype(c);
-                let is_const = is_const_declaration(t);
-                if is_device_var && let Some(value) = device_constant(t) {
-                    // A constant the compiler knows (`__device__ const float a = -0.75f;`): no host code
-                    // sets it, so it is carried as a constant of the target.
-                    if metal {
-                        header.push_str(&format!("constant constexpr {value}\n"));
-                    } else {
-                        header.push_str(t.trim_end());
-                        header.push('\n');
-                    }
-                } else if is_device_var {
-                    diags.push(diag(
-                        target,
-                        "T117",
-                        line(c),
-                        None,
-                        format!("`{}`", first_line(c, src)),
-                    ));
-                    *blocked.entry("global_variable".into()).or_default() += 1;
-                    *seen.entry("global_variable".into()).or_default() += 1;
-                    header.push_str(
-                        "// TODO(T117): not translated, see docs/translate.md; the CUDA was:\n// ",
-                    );
-                    header.push_str(&first_line(c, src));
-                    header.push('\n');
-                } else if is_const {
-                    if metal {
-                        let body = t
-                            .trim_start_matches("static ")
-                            .trim_start_matches("constexpr ")
-                            .trim_start_matches("const ");
-                        header.push_str(&format!("constant constexpr {body}\n"));
-                    } else {
-                        header.push_str(t.trim_end());
-                        header.push('\n');
-                    }
-                }
-            }
+            "declaration" => self.file_scope_declaration(c, t),
             "struct_specifier" | "class_specifier" | "union_specifier" | "enum_specifier"
             | "type_definition" | "alias_declaration" => {
                 // tree-sitter leaves a type definition's closing `;` outside the specifier.
-                header.push_str(&file_scope_type(t, metal));
+                self.header.push_str(&file_scope_type(t, metal));
             }
             "template_declaration"
                 if children(c).iter().any(|x| {
@@ -1601,54 +1671,71 @@ pub(crate) fn translate_tree(
                             .any(|y| matches!(y.kind(), "struct_specifier" | "class_specifier"))
                 }) =>
             {
-                header.push_str(&file_scope_type(t, metal));
+                self.header.push_str(&file_scope_type(t, metal));
             }
-            "using_declaration" if !metal => {
-                header.push_str(t.trim_end());
-                header.push('\n');
-            }
+            "using_declaration" if !metal => self.push_line(t),
             _ => {}
         }
     }
 
-    // Kernels, in host launch order when there is one.
-    let mut order: Vec<usize> = Vec::new();
-    for l in &analysis.launches {
-        if let Some(i) = analysis.kernels.iter().position(|k| k.name == l.kernel)
-            && !order.contains(&i)
-        {
-            order.push(i);
+    /// A file-scope declaration: a constant is carried; a `__device__`/`__constant__` variable host code
+    /// would set is not (T117).
+    fn file_scope_declaration(&mut self, c: Node, t: &str) {
+        // A prototype (`__device__ float f(float);`) declares no variable: its definition is carried.
+        let is_device_var =
+            (t.contains("__constant__") || t.contains("__device__")) && !is_prototype(c);
+        if is_device_var && let Some(value) = device_constant(t) {
+            // A constant the compiler knows (`__device__ const float a = -0.75f;`): no host code sets it,
+            // so it is carried as a constant of the target.
+            if self.metal {
+                self.header
+                    .push_str(&format!("constant constexpr {value}\n"));
+            } else {
+                self.push_line(t);
+            }
+        } else if is_device_var {
+            let first = first_line(c, self.src);
+            self.diags.push(diag(
+                self.target,
+                "T117",
+                line(c),
+                None,
+                format!("`{first}`"),
+            ));
+            *self.blocked.entry("global_variable".into()).or_default() += 1;
+            *self.seen.entry("global_variable".into()).or_default() += 1;
+            self.header.push_str(
+                "// TODO(T117): not translated, see docs/translate.md; the CUDA was:\n// ",
+            );
+            self.header.push_str(&first);
+            self.header.push('\n');
+        } else if is_const_declaration(t) {
+            if self.metal {
+                let body = t
+                    .trim_start_matches("static ")
+                    .trim_start_matches("constexpr ")
+                    .trim_start_matches("const ");
+                self.header
+                    .push_str(&format!("constant constexpr {body}\n"));
+            } else {
+                self.push_line(t);
+            }
         }
     }
-    for i in 0..analysis.kernels.len() {
-        if !order.contains(&i) {
-            order.push(i);
-        }
-    }
-    let mut files = BTreeMap::new();
-    let mut kernels_decl = Vec::new();
-    let mut launches = Vec::new();
-    let mut tunables = BTreeMap::new();
-    let mut assumptions = Vec::new();
-    if analysis.kernels.len() > 1 {
-        diags.push(diag(
-            target,
-            "T026",
-            0,
-            None,
-            format!("{} kernels", analysis.kernels.len()),
-        ));
-    }
-    for &ki in &order {
-        let k = &analysis.kernels[ki];
-        stats.kernel_lines += k.end_line - k.line + 1;
+
+    /// One kernel: its body (a file of the candidate) and its launch. A kernel with no output is left out
+    /// of the plan (T003) before anything of it is rendered; the file's other kernels are written.
+    fn kernel(
+        &mut self,
+        k: &KernelAnalysis,
+        host: Option<&HostLaunch>,
+        root: Node,
+        scope: &FileScope,
+        parts: &mut PlanParts,
+    ) {
         for (c, v) in &k.constructs {
-            *seen.entry(c.clone()).or_default() += v;
+            *self.seen.entry(c.clone()).or_default() += v;
         }
-        let host = analysis.launches.iter().find(|l| l.kernel == k.name);
-        let kd = |code: &str, line: usize, detail: String| {
-            diag(target, code, line, Some(&k.name), detail)
-        };
         let outputs: Vec<String> = k
             .params
             .iter()
@@ -1660,26 +1747,72 @@ pub(crate) fn translate_tree(
             .collect();
         // Roles first: a const parameter written (through a cast) may be why there is no output.
         for p in k.params.iter().filter(|p| p.const_written) {
-            diags.push(kd("T028", k.line, format!("`{}`", p.name)));
+            self.kd(k, "T028", k.line, format!("`{}`", p.name));
         }
         if outputs.is_empty() {
-            // Left out of the plan (an error says why) before anything of it is rendered; the file's other
-            // kernels are written.
-            diags.push(kd("T003", k.line, format!("kernel `{}`", k.name)));
-            continue;
+            self.kd(k, "T003", k.line, format!("kernel `{}`", k.name));
+            return;
         }
         let Some(def) = root.descendant_for_byte_range(k.def_range.0, k.def_range.1) else {
-            continue;
+            return;
         };
         if def.kind() != "function_definition" {
-            continue;
+            return;
         }
         let Some(body) = def.child_by_field_name("body") else {
-            continue;
+            return;
         };
-        let mut rw = rewriter(src, target, Some(k), &k.name);
-        rw.helper_attrs = helper_attrs.clone();
-        // Dynamic shared memory: Metal needs a compile-time size (a template int).
+        let mut rw = rewriter(self.src, self.target, Some(k), &k.name);
+        rw.helper_attrs = self.helper_attrs.clone();
+        let (shared_memory, smem_templates) =
+            self.dynamic_shared(k, host, &mut rw, &mut parts.tunables);
+        let rendered = rw.splice(body);
+        let mut prologue = self.parameter_notes(k);
+        self.absorb(rw);
+        for (name, def) in &self.body_macros {
+            if contains_word(&rendered, name) {
+                prologue.push_str(def);
+                prologue.push('\n');
+            }
+        }
+        let rendered = format!("{prologue}{}", strip_braces(&rendered));
+        let live: String = rendered
+            .lines()
+            .filter(|l| !l.trim_start().starts_with("//"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let writes =
+            |p: &&super::analyze::Param| matches!(p.role, ParamRole::Output | ParamRole::InOut);
+        let writes_left = k.params.iter().filter(writes).any(|p| {
+            contains_word(&live, &p.name) || contains_word(&live, &format!("{}_out", p.name))
+        });
+        if !writes_left && k.params.iter().any(|p| writes(&p)) {
+            self.kd(k, "T004", k.line, format!("kernel `{}`", k.name));
+        }
+        let source = format!("{}.{}", k.name, if self.metal { "metal" } else { "cu" });
+        parts.files.insert(
+            source.clone(),
+            unqualify(&rendered, &scope.namespaces, &scope.ambiguous),
+        );
+        let template: Vec<String> = k
+            .template_ints
+            .iter()
+            .chain(&smem_templates)
+            .cloned()
+            .collect();
+        self.launch(k, host, outputs, source, template, shared_memory, parts);
+    }
+
+    /// Dynamic shared memory: on Metal a threadgroup array of a compile-time size (a template int of the
+    /// launch's bytes, T019), on CUDA the launch's byte count (49152 assumed where no launch gives it, T011).
+    /// Returns the CUDA launch's bytes and the Metal size templates.
+    fn dynamic_shared(
+        &mut self,
+        k: &KernelAnalysis,
+        host: Option<&HostLaunch>,
+        rw: &mut Rw,
+        tunables: &mut BTreeMap<String, Tunable>,
+    ) -> (Option<String>, Vec<String>) {
         let mut shared_memory = None;
         let mut smem_templates: Vec<String> = Vec::new();
         for s in k.shared.iter().filter(|s| s.dynamic) {
@@ -1687,7 +1820,7 @@ pub(crate) fn translate_tree(
             let bytes = host
                 .and_then(|h| h.shared_memory.clone())
                 .or_else(|| k.shared_bytes.map(|_| "0".to_string()));
-            if metal {
+            if self.metal {
                 let tname = format!("SMEM_{}", s.name.to_uppercase());
                 let elems = bytes
                     .as_deref()
@@ -1705,179 +1838,148 @@ pub(crate) fn translate_tree(
                 );
                 rw.dyn_shared.insert(s.name.clone(), tname.clone());
                 smem_templates.push(tname.clone());
-                diags.push(kd(
-                    "T019",
-                    s.line,
-                    format!(
-                        "`{}` became threadgroup {}[{tname}] with {tname} = {elems}",
-                        s.name, s.elem_type
-                    ),
-                ));
+                let detail = format!(
+                    "`{}` became threadgroup {}[{tname}] with {tname} = {elems}",
+                    s.name, s.elem_type
+                );
+                self.kd(k, "T019", s.line, detail);
             } else {
                 match bytes.filter(|b| b != "0") {
                     Some(b) => shared_memory = Some(b),
                     None => {
                         shared_memory = Some("49152".to_string());
-                        diags.push(kd(
-                            "T011",
-                            s.line,
-                            format!("dynamic shared memory of `{}` not found in a launch; assumed 49152 bytes", s.name),
-                        ));
+                        let detail = format!(
+                            "dynamic shared memory of `{}` not found in a launch; assumed 49152 bytes",
+                            s.name
+                        );
+                        self.kd(k, "T011", s.line, detail);
                     }
                 }
             }
         }
-        let mut rendered = rw.splice(body);
+        (shared_memory, smem_templates)
+    }
+
+    /// What a kernel's parameters and template say about its translation; returns the body's prologue (a
+    /// TODO for each scalar that cannot be passed).
+    fn parameter_notes(&mut self, k: &KernelAnalysis) -> String {
         // A floating-point scalar becomes a one-element input tensor (its value exactly, whatever the task
         // gives); any other scalar that is not an integer cannot be passed at all.
         let mut prologue = String::new();
         for p in k.params.iter().filter(|p| !p.pointer) {
             let int = super::dtype_of(&p.elem_type).is_some_and(|d| !d.is_float());
             match p.role {
-                ParamRole::Input => diags.push(kd(
+                ParamRole::Input => self.kd(
+                    k,
                     "T030",
                     k.line,
                     format!(
                         "`{} {}` → input `{1}` of one element, read as `{1}[0]`",
                         p.elem_type, p.name
                     ),
-                )),
+                ),
                 _ if int => {}
                 _ => {
-                    diags.push(kd("T018", k.line, format!("`{} {}`", p.elem_type, p.name)));
+                    self.kd(k, "T018", k.line, format!("`{} {}`", p.elem_type, p.name));
                     prologue.push_str(&format!(
                         "// TODO(T018): `{} {}` arrives as an int32 scalar in MLX plans; see docs/translate.md\n",
                         p.elem_type, p.name
                     ));
-                    *blocked.entry("scalar_param".into()).or_default() += 1;
+                    *self.blocked.entry("scalar_param".into()).or_default() += 1;
                 }
             }
         }
         if let Some(b) = k.launch_bounds {
-            diags.push(kd("T022", k.line, format!("__launch_bounds__({b})")));
+            self.kd(k, "T022", k.line, format!("__launch_bounds__({b})"));
         }
         for p in k
             .params
             .iter()
             .filter(|p| p.pointer && !p.is_const && p.role == ParamRole::Input)
         {
-            diags.push(kd("T014", k.line, format!("`{}`", p.name)));
+            self.kd(k, "T014", k.line, format!("`{}`", p.name));
         }
         for p in k.params.iter().filter(|p| p.read_after_write) {
-            diags.push(kd("T029", k.line, format!("`{}`", p.name)));
+            self.kd(k, "T029", k.line, format!("`{}`", p.name));
         }
         for p in k.params.iter().filter(|p| p.role == ParamRole::InOut) {
-            diags.push(kd(
-                "T015",
-                k.line,
-                format!(
-                    "`{}` is read from input `{0}` and written to output `{0}_out`",
-                    p.name
-                ),
-            ));
+            let detail = format!(
+                "`{}` is read from input `{0}` and written to output `{0}_out`",
+                p.name
+            );
+            self.kd(k, "T015", k.line, detail);
         }
         for (code, names, what) in [
             ("T016", &k.template_ints, "tunable"),
             ("T017", &k.template_types, "type argument"),
         ] {
             for n in names {
-                diags.push(kd(code, k.line, format!("`{n}` → {what}")));
+                self.kd(k, code, k.line, format!("`{n}` → {what}"));
             }
         }
         for n in &k.template_other {
-            diags.push(kd("T034", k.line, format!("`{n}`")));
+            self.kd(k, "T034", k.line, format!("`{n}`"));
         }
-        if metal {
+        if self.metal {
             for p in &k.params {
                 if METAL_RESERVED.contains(&p.name.as_str()) {
-                    diags.push(kd("T025", k.line, format!("parameter `{}`", p.name)));
+                    self.kd(k, "T025", k.line, format!("parameter `{}`", p.name));
                 }
             }
         }
-        for (kname, v) in rw.blocked.iter() {
-            *blocked.entry(kname.clone()).or_default() += v;
-        }
-        diags.append(&mut rw.diags);
-        for (name, def) in &body_macros {
-            if contains_word(&rendered, name) {
-                prologue.push_str(def);
-                prologue.push('\n');
-            }
-        }
-        rendered = format!("{prologue}{}", strip_braces(&rendered));
-        let live: String = rendered
-            .lines()
-            .filter(|l| !l.trim_start().starts_with("//"))
-            .collect::<Vec<_>>()
-            .join("\n");
-        let writes_left = k
-            .params
-            .iter()
-            .filter(|p| matches!(p.role, ParamRole::Output | ParamRole::InOut))
-            .any(|p| {
-                contains_word(&live, &p.name) || contains_word(&live, &format!("{}_out", p.name))
-            });
-        if !writes_left
-            && k.params
-                .iter()
-                .any(|p| matches!(p.role, ParamRole::Output | ParamRole::InOut))
-        {
-            diags.push(kd("T004", k.line, format!("kernel `{}`", k.name)));
-        }
-        let source = format!("{}.{ext}", k.name);
-        files.insert(
-            source.clone(),
-            unqualify(&rendered, &namespaces, &ambiguous),
-        );
+        prologue
+    }
 
-        // The launch.
-        let inputs: Vec<String> = k
-            .params
-            .iter()
-            .filter(|p| matches!(p.role, ParamRole::Input | ParamRole::InOut))
-            .map(|p| p.name.clone())
-            .collect();
-        let scalars: Vec<String> = k
-            .params
-            .iter()
-            .filter(|p| p.role == ParamRole::Scalar)
-            .map(|p| p.name.clone())
-            .collect();
+    /// A kernel's declaration and launch in the plan: tensors named after its parameters, template ints as
+    /// tunables of the values the file launches with, the grid and threadgroup `launch_shape` finds.
+    #[allow(clippy::too_many_arguments)]
+    fn launch(
+        &mut self,
+        k: &KernelAnalysis,
+        host: Option<&HostLaunch>,
+        outputs: Vec<String>,
+        source: String,
+        template: Vec<String>,
+        shared_memory: Option<String>,
+        parts: &mut PlanParts,
+    ) {
+        let named = |keep: &dyn Fn(&super::analyze::Param) -> bool| -> Vec<String> {
+            k.params
+                .iter()
+                .filter(|p| keep(p))
+                .map(|p| p.name.clone())
+                .collect()
+        };
+        let inputs = named(&|p| matches!(p.role, ParamRole::Input | ParamRole::InOut));
+        let scalars = named(&|p| p.role == ParamRole::Scalar);
         let atomic = k
             .params
             .iter()
             .any(|p| p.atomic && p.role != ParamRole::Input);
         let zeroed = atomic || k.params.iter().any(|p| p.accumulates);
         if zeroed {
-            diags.push(kd(
+            let names: Vec<&str> = k
+                .params
+                .iter()
+                .filter(|p| p.atomic || p.accumulates)
+                .map(|p| p.name.as_str())
+                .collect();
+            self.kd(
+                k,
                 "T013",
                 k.line,
-                format!(
-                    "init_value = 0 for {}",
-                    k.params
-                        .iter()
-                        .filter(|p| p.atomic || p.accumulates)
-                        .map(|p| p.name.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-            ));
+                format!("init_value = 0 for {}", names.join(", ")),
+            );
         }
         for t in &k.template_ints {
             let i = k.template_order.iter().position(|x| x == t).unwrap_or(0);
             let v = host.and_then(|h| h.template_values.get(i).copied().flatten());
-            let v = match v {
-                Some(v) => v,
-                None => {
-                    diags.push(kd(
-                        "T011",
-                        k.line,
-                        format!("template int `{t}` has no value in the file; assumed 128"),
-                    ));
-                    128
-                }
-            };
-            tunables.insert(
+            let v = v.unwrap_or_else(|| {
+                let detail = format!("template int `{t}` has no value in the file; assumed 128");
+                self.kd(k, "T011", k.line, detail);
+                128
+            });
+            parts.tunables.insert(
                 t.clone(),
                 Tunable {
                     values: vec![v],
@@ -1893,108 +1995,132 @@ pub(crate) fn translate_tree(
                 type_args.insert(t.clone(), p.name.clone());
             }
         }
-        let (grid, threadgroup, how) = launch_shape(k, host, &mut diags, target);
-        assumptions.push(format!("{}: {how}", k.name));
-        kernels_decl.push(KernelDecl {
+        let (grid, threadgroup, how) = launch_shape(k, host, &mut self.diags, self.target);
+        parts.assumptions.push(format!("{}: {how}", k.name));
+        parts.kernels.push(KernelDecl {
             name: k.name.clone(),
             source,
             header: None,
         });
         let ef = |s: &str| crate::expr::Expr::parse(s).map(ExprField);
-        let grid: Option<Vec<ExprField>> =
-            grid.iter().map(|g| ef(g)).collect::<Result<_, _>>().ok();
-        let tgv: Option<Vec<ExprField>> = threadgroup
-            .iter()
-            .map(|g| ef(g))
-            .collect::<Result<_, _>>()
-            .ok();
-        launches.push(Launch {
+        let exprs = |v: &[String]| -> Option<Vec<ExprField>> {
+            v.iter().map(|g| ef(g)).collect::<Result<_, _>>().ok()
+        };
+        parts.launches.push(Launch {
             kernel: k.name.clone(),
             inputs,
             outputs,
             scalars: scalars.iter().filter_map(|s| ef(s).ok()).collect(),
-            grid,
-            threadgroup: tgv,
-            template: k
-                .template_ints
-                .iter()
-                .chain(&smem_templates)
-                .cloned()
-                .collect(),
+            grid: exprs(&grid),
+            threadgroup: exprs(&threadgroup),
+            template,
             type_args,
             shared_memory: shared_memory.and_then(|s| ef(&s).ok()),
             cluster: None,
             init_value: zeroed.then_some(0.0),
-            atomic_outputs: atomic && metal,
+            atomic_outputs: atomic && self.metal,
             when: None,
         });
     }
-    // Rendered `<<<>>>` host code and statements carry no stats; the constructs do.
-    for (c, n) in &seen {
-        let not = blocked.get(c).copied().unwrap_or(0).min(*n);
-        for i in 0..*n {
-            stats.record(c, i >= not);
+
+    /// The stats of the constructs met: rendered `<<<>>>` host code and statements carry none; the
+    /// constructs do, each translated unless blocked.
+    fn record(&self, stats: &mut Stats) {
+        for (c, n) in &self.seen {
+            let not = self.blocked.get(c).copied().unwrap_or(0).min(*n);
+            for i in 0..*n {
+                stats.record(c, i >= not);
+            }
         }
-    }
-    for (c, n) in &blocked {
-        let s = seen.get(c).copied().unwrap_or(0);
-        for _ in s..*n {
-            stats.record(c, false);
+        for (c, n) in &self.blocked {
+            let s = self.seen.get(c).copied().unwrap_or(0);
+            for _ in s..*n {
+                stats.record(c, false);
+            }
         }
+        stats.kernel_lines += self.device_lines;
     }
-    stats.kernel_lines += device_lines;
-    if !metal && src.contains("FLT_MAX") && !header.contains("define FLT_MAX") {
-        // NVRTC has no <float.h>.
-        header.insert_str(
-            0,
-            "#ifndef FLT_MAX\n#define FLT_MAX 3.402823466e+38f\n#endif\n",
+
+    /// The candidate: the header (with the definitions NVRTC lacks that the file uses) beside the kernels'
+    /// files, and the plan; none when no kernel got a launch.
+    fn finish(&mut self, stem: &str, scope: &FileScope, mut parts: PlanParts) -> Option<Candidate> {
+        let (src, metal) = (self.src, self.metal);
+        let header = &mut self.header;
+        if !metal && src.contains("FLT_MAX") && !header.contains("define FLT_MAX") {
+            // NVRTC has no <float.h>.
+            header.insert_str(
+                0,
+                "#ifndef FLT_MAX\n#define FLT_MAX 3.402823466e+38f\n#endif\n",
+            );
+        }
+        if !metal && src.contains("INFINITY") && !header.contains("define INFINITY") {
+            // Nor <math.h>'s INFINITY.
+            header.insert_str(
+                0,
+                "#ifndef INFINITY\n#define INFINITY __int_as_float(0x7f800000)\n#endif\n",
+            );
+        }
+        if !metal && contains_word(src, "uint") && !header.contains("typedef unsigned int uint") {
+            // Metal's `uint` is no CUDA type: NVRTC needs it defined.
+            header.insert_str(0, "typedef unsigned int uint;\n");
+        }
+        let header_name = format!("header.{}", if metal { "metal" } else { "cuh" });
+        if !header.trim().is_empty() {
+            let header = unqualify(header, &scope.namespaces, &scope.ambiguous);
+            parts
+                .files
+                .insert(header_name.clone(), header.trim_end().to_string() + "\n");
+            for k in parts.kernels.iter_mut() {
+                k.header = Some(header_name.clone());
+            }
+        }
+        let description = format!(
+            "Translated from {stem}.cu by `ksearch translate --to {}`. Tensors and scalars are named after \
+             the kernel parameters (make them the task's inputs, outputs and dims). Launch: {}.",
+            self.target,
+            parts.assumptions.join("; ")
         );
+        (!parts.launches.is_empty()).then(|| Candidate {
+            plan: Plan {
+                name: stem.to_string(),
+                target: self.target,
+                description,
+                constraints: Vec::new(),
+                kernel: parts.kernels,
+                buffer: Vec::new(),
+                launch: parts.launches,
+                tunable: parts.tunables,
+            },
+            files: parts.files,
+        })
     }
-    if !metal && src.contains("INFINITY") && !header.contains("define INFINITY") {
-        // Nor <math.h>'s INFINITY.
-        header.insert_str(
-            0,
-            "#ifndef INFINITY\n#define INFINITY __int_as_float(0x7f800000)\n#endif\n",
-        );
-    }
-    if !metal && contains_word(src, "uint") && !header.contains("typedef unsigned int uint") {
-        // Metal's `uint` is no CUDA type: NVRTC needs it defined.
-        header.insert_str(0, "typedef unsigned int uint;\n");
-    }
-    let header_name = format!("header.{}", if metal { "metal" } else { "cuh" });
-    if !header.trim().is_empty() {
-        let header = unqualify(&header, &namespaces, &ambiguous);
-        files.insert(header_name.clone(), header.trim_end().to_string() + "\n");
-        for k in kernels_decl.iter_mut() {
-            k.header = Some(header_name.clone());
-        }
-    }
-    let description = format!(
-        "Translated from {stem}.cu by `ksearch translate --to {target}`. Tensors and scalars are named after \
-         the kernel parameters (make them the task's inputs, outputs and dims). Launch: {}.",
-        assumptions.join("; ")
-    );
-    let meaningful = !launches.is_empty();
-    let candidate = meaningful.then(|| Candidate {
-        plan: Plan {
-            name: stem.to_string(),
-            target,
-            description,
-            constraints: Vec::new(),
-            kernel: kernels_decl,
-            buffer: Vec::new(),
-            launch: launches,
-            tunable: tunables,
-        },
-        files,
-    });
-    diags.sort_by_key(|d| (d.line, d.code.clone()));
-    Translation {
-        target,
-        analysis,
-        stats,
-        diagnostics: diags,
-        candidate,
+}
+
+/// A CUDA helper's head as Metal's: the function qualifiers before the parameter list go, and the
+/// helper becomes a plain inline function.
+fn metal_helper_head(s: &str) -> String {
+    let cut = s.find('(').unwrap_or(0);
+    let head: String = s[..cut]
+        .split_inclusive(char::is_whitespace)
+        .filter(|w| {
+            !matches!(
+                w.trim(),
+                "__device__"
+                    | "__host__"
+                    | "__forceinline__"
+                    | "__noinline__"
+                    | "__inline__"
+                    | "__inline"
+                    | "inline"
+                    | "static"
+            )
+        })
+        .collect();
+    let s = format!("{head}{}", &s[cut..]);
+    if !s.trim_start().starts_with("inline") && !s.trim_start().starts_with("template") {
+        format!("inline {s}")
+    } else {
+        s
     }
 }
 
