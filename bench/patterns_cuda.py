@@ -4,7 +4,7 @@ the Metal bodies go through `ksearch check` on Linux, these need an NVIDIA GPU).
 
 Run there with MLX staged (see bench/h200.sh): PYTHONPATH=/root/mlx-site python3 bench/patterns_cuda.py OUT.json
 Each case below gives one pattern its shapes, scalars, launches and reference; a pattern without a case is
-reported as `no case` (a unit test in src/knowledge.rs checks that every pattern has one, without a GPU)."""
+reported as `no case` (a unit test in crates/ksearch-kernels/src/knowledge.rs checks that every pattern has one, without a GPU)."""
 
 from __future__ import annotations
 

@@ -975,7 +975,7 @@ fn execute(
 
 /// The fields every progress event carries.
 fn progress_json(run_id: &str, event: &str) -> Value {
-    json!({"event": event, "run_id": run_id, "time": store::now()})
+    json!({"event": event, "run_id": run_id, "time": crate::clock::now()})
 }
 
 /// One progress event as a JSON line (`docs/formats.md` §6).
@@ -1016,13 +1016,13 @@ fn progress_bar(bar: &ProgressBar, e: Event<'_>) {
         Event::Evaluated { obs, best, budget } => {
             bar.set_position(budget.used as u64);
             let status = if obs.summary.passed {
-                report::fmt_time(obs.summary.geomean_s)
+                crate::units::fmt_time(obs.summary.geomean_s)
             } else {
-                report::head_line(obs.summary.first_failure.as_deref().unwrap_or(""), 60)
+                crate::units::head_line(obs.summary.first_failure.as_deref().unwrap_or(""), 60)
             };
             bar.set_prefix(format!(
                 "last {status} | best {} |",
-                best.map(|b| report::fmt_time(b.summary.geomean_s))
+                best.map(|b| crate::units::fmt_time(b.summary.geomean_s))
                     .unwrap_or_else(|| "–".into())
             ));
         }
@@ -1266,9 +1266,9 @@ fn cmd_show(
             match s {
                 None => "in progress".into(),
                 Some(s) if s.passed => "passed".into(),
-                Some(s) => report::head_line(s.first_failure.as_deref().unwrap_or(""), 70),
+                Some(s) => crate::units::head_line(s.first_failure.as_deref().unwrap_or(""), 70),
             },
-            report::fmt_time(s.and_then(|s| s.geomean_s)),
+            crate::units::fmt_time(s.and_then(|s| s.geomean_s)),
         ]);
     }
     println!("{t}");
@@ -1439,7 +1439,7 @@ fn cmd_eval(
                 "elapsed_s": results.iter().map(|r| r.elapsed_s).sum::<f64>(),
                 "assertions": crate::assertions::assess(&task, cand, &results),
                 "workloads": results.iter().map(|r| {
-                    let mut v = json!(crate::search::result::WorkloadRow::from(r));
+                    let mut v = json!(crate::run_result::WorkloadRow::from(r));
                     v["held_out"] = json!(task.toml.workload.iter().any(|w| w.name == r.workload && w.held_out));
                     v["seeds"] = json!(r.seeds);
                     if let Some(t) = &r.timing {
@@ -1942,7 +1942,7 @@ fn cmd_gc(store_dir: &Path, dry_run: bool, older_than_days: f64, json: bool) -> 
             "{verb} {} {} ({})",
             it.kind,
             it.name,
-            report::fmt_bytes(it.bytes)
+            crate::units::fmt_bytes(it.bytes)
         );
     }
     if report.removed.is_empty() {
@@ -1951,7 +1951,7 @@ fn cmd_gc(store_dir: &Path, dry_run: bool, older_than_days: f64, json: bool) -> 
         println!(
             "{verb} {} item(s), {}",
             report.removed.len(),
-            report::fmt_bytes(report.bytes)
+            crate::units::fmt_bytes(report.bytes)
         );
     }
     for f in &report.failed {

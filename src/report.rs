@@ -2,8 +2,9 @@
 //! JSON the same commands print with `--json`.
 
 use crate::eval::WorkloadResult;
-use crate::search::result::RunResult;
+use crate::run_result::RunResult;
 use crate::store::{RunRow, RunStatus};
+use crate::units::{fmt_params, fmt_time, fmt_x};
 use comfy_table::{Cell, Color, Table, presets::UTF8_FULL_CONDENSED};
 use serde_json::Value;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -84,42 +85,6 @@ fn status_cell(word: &str) -> Cell {
         Some((_, c)) if color_on() => cell.fg(c),
         _ => cell,
     }
-}
-
-pub fn fmt_time(s: Option<f64>) -> String {
-    match s {
-        None => "–".into(),
-        Some(s) if s < 1e-3 => format!("{:.1} µs", s * 1e6),
-        Some(s) if s < 1.0 => format!("{:.3} ms", s * 1e3),
-        Some(s) => format!("{s:.3} s"),
-    }
-}
-
-/// A size in bytes, binary units.
-pub fn fmt_bytes(b: u64) -> String {
-    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
-    if b < 1024 {
-        return format!("{b} B");
-    }
-    let mut v = b as f64 / 1024.0;
-    let mut unit = 0;
-    while v >= 1024.0 && unit + 1 < UNITS.len() {
-        v /= 1024.0;
-        unit += 1;
-    }
-    format!("{v:.1} {}", UNITS[unit])
-}
-
-/// Tunable values as `NAME=VALUE` words, as tables and prompts show them.
-pub fn fmt_params(p: &crate::candidate::Params) -> String {
-    p.iter()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
-pub fn fmt_x(x: Option<f64>) -> String {
-    x.map(|x| format!("{x:.2}x")).unwrap_or_else(|| "–".into())
 }
 
 fn table(header: &[&str]) -> Table {
@@ -228,11 +193,6 @@ pub fn workloads_table(results: &[WorkloadResult]) -> String {
         out.push_str(&format!("\n{}: {}", names.join(", "), first_lines(m, 12)));
     }
     out
-}
-
-/// The first line of a message, cut to `n` characters (for table cells and progress bars).
-pub fn head_line(s: &str, n: usize) -> String {
-    s.lines().next().unwrap_or("").chars().take(n).collect()
 }
 
 fn first_lines(s: &str, n: usize) -> String {

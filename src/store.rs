@@ -3,7 +3,10 @@
 //! any moment (kill -9 included) loses at most the evaluation in flight, and `resume` reuses the rest.
 
 use crate::candidate::Candidate;
+use crate::clock::now;
 use crate::eval::{Summary, WorkloadResult};
+use crate::run_result::RunResult;
+pub use crate::run_result::{Phase, RunStatus};
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -26,31 +29,9 @@ pub type Result<T> = std::result::Result<T, StoreError>;
 /// opened for writing (`migrate`); one of a newer version is refused, never half understood.
 pub const SCHEMA_VERSION: i64 = 1;
 
-/// Values kept in the store as text, typed here: each knows its one spelling.
-macro_rules! stored_enum {
-    ($(#[$m:meta])* $name:ident { $($(#[$vm:meta])* $v:ident = $s:literal),+ $(,)? }) => {
-        $(#[$m])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-        pub enum $name { $($(#[$vm])* #[serde(rename = $s)] $v),+ }
-
-        impl $name {
-            pub const ALL: &'static [$name] = &[$($name::$v),+];
-
-            pub fn as_str(self) -> &'static str {
-                match self { $($name::$v => $s),+ }
-            }
-
-            pub fn parse(s: &str) -> Option<$name> {
-                match s { $($s => Some($name::$v),)+ _ => None }
-            }
-        }
-
-        impl std::fmt::Display for $name {
-            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str(self.as_str())
-            }
-        }
-
+/// The run values kept as text (`run_result::RunStatus`, `Phase`) read and written by their one spelling.
+macro_rules! stored_as_text {
+    ($($name:ident),+) => {$(
         impl rusqlite::types::ToSql for $name {
             fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
                 Ok(self.as_str().into())
@@ -67,37 +48,9 @@ macro_rules! stored_enum {
                 })
             }
         }
-    };
+    )+};
 }
-
-stored_enum!(
-    /// Where a run stands.
-    RunStatus {
-        /// A process holds its lease (shown `interrupted` once that process is gone).
-        Running = "running",
-        Completed = "completed",
-        /// No candidate passed every feedback workload.
-        Failed = "failed",
-        /// The search could not do its job (the LLM unusable, a seed that does not pass).
-        Stopped = "stopped",
-        /// Killed while running: `resume` goes on.
-        Interrupted = "interrupted",
-    }
-);
-
-stored_enum!(
-    /// What an attempt and its evaluations were for.
-    Phase {
-        /// The search's own: the seed, the rounds, tuning (feedback workloads).
-        Search = "search",
-        /// Held-out workloads scored mid-run for the strategy (`Next::HeldOut`).
-        HeldOut = "held-out",
-        /// Held-out workloads scored on the best candidates at the end, baselines re-timed beside them.
-        Final = "final",
-        /// The chosen candidate's feedback workloads re-timed with the baselines at the end.
-        Confirm = "confirm",
-    }
-);
+stored_as_text!(RunStatus, Phase);
 
 /// What to do about the SQLite errors a user can meet.
 fn hint(e: &rusqlite::Error) -> String {
@@ -220,7 +173,7 @@ pub struct RunRow {
     pub config: Value,
     pub hardware: Value,
     /// None while the run has not finished (or a stored result does not read).
-    pub result: Option<crate::search::result::RunResult>,
+    pub result: Option<RunResult>,
     pub error: Option<String>,
 }
 
@@ -273,13 +226,6 @@ CREATE TABLE IF NOT EXISTS wm_snapshots(
     run_id TEXT NOT NULL REFERENCES runs(run_id), idx INTEGER NOT NULL, tree TEXT NOT NULL,
     created_at REAL NOT NULL, PRIMARY KEY(run_id, idx));
 ";
-
-pub fn now() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs_f64())
-        .unwrap_or(0.0)
-}
 
 /// `--store DIR`, else `KSEARCH_STORE`, else `.ksearch` in the working directory.
 pub fn default_dir(flag: Option<&Path>) -> PathBuf {
@@ -706,7 +652,7 @@ impl Store {
         &self,
         run_id: &str,
         status: RunStatus,
-        result: &crate::search::result::RunResult,
+        result: &RunResult,
         error: Option<&str>,
     ) -> Result<()> {
         let result = serde_json::to_string(result).expect("a result serialises");
@@ -1005,7 +951,7 @@ impl Store {
             status: r.get(6)?,
             config: json(r.get(7)?),
             hardware: json(r.get(8)?),
-            result: crate::search::result::RunResult::from_stored(&json(r.get(9)?)),
+            result: RunResult::from_stored(&json(r.get(9)?)),
             error: r.get(10)?,
             pid: r.get(11)?,
             created_at: r.get(12)?,

@@ -6,7 +6,7 @@
 // another, `uint3` attributes need `.x`, `simdgroup_matrix` is 8x8 of float/half/bfloat, atomics exist
 // only for int/uint/float/bool, and there is no `std::` or C library. Address-space qualifiers expand to
 // nothing but `constant`, which is read-only and so reads as `const` (C++ has no address spaces);
-// `ksearch check` tracks them with a rule instead. src/check/compile.rs rewrites the few spots where
+// `ksearch check` tracks them with a rule instead. crates/ksearch-kernels/src/check/compile.rs rewrites the few spots where
 // that would change what the Metal means (shim_dialect).
 #pragma once
 

@@ -54,7 +54,7 @@ PR_CAPBSET_DROP = 24
 _LINUX_CAPABILITY_VERSION_3 = 0x20080522
 
 # What candidate code may read besides its folder: the system's libraries, headers, compilers and tools
-# (shared with src/jail.rs, which confines the compiler `ksearch check` runs).
+# (shared with crates/ksearch-kernels/src/jail.rs, which confines the compiler `ksearch check` runs).
 SYSTEM_READ = tuple(line.strip() for line in (Path(__file__).parent / "jail_read.txt").read_text().splitlines()
                     if line.strip() and not line.startswith("#"))
 # Written besides the folder: the null device (compilers and kernels discard output there).

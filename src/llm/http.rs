@@ -64,7 +64,7 @@ pub(crate) fn post_json(
         .headers()
         .get(RETRY_AFTER)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| retry::parse_retry_after(v, crate::store::now()));
+        .and_then(|v| retry::parse_retry_after(v, crate::clock::now()));
     let bytes = resp.bytes().map_err(|e| {
         if e.is_timeout() {
             timed_out()

@@ -493,7 +493,7 @@ impl Llm {
     /// meters tokens and cost, and records the exchange whatever the outcome.
     pub fn complete(&mut self, req: Request) -> Result<Response, LlmError> {
         self.seq += 1;
-        let started_at = crate::store::now();
+        let started_at = crate::clock::now();
         let hash = prompt_hash(&req.messages);
         if let Engine::Replay(r) = &mut self.engine {
             let ex = r.next(&req, &hash)?;

@@ -4,9 +4,9 @@
 use super::Observation;
 use crate::candidate::Candidate;
 use crate::llm::{Llm, LlmError, Message, Request};
-use crate::report::fmt_time;
 use crate::target::Target;
 use crate::task::Task;
+use crate::units::fmt_time;
 use serde_json::{Value, json};
 
 /// A reason to end the search early (the LLM budget is spent, the provider keeps failing).

@@ -9,7 +9,6 @@ pub mod agent;
 pub mod evolve;
 pub mod hybrid;
 pub mod once;
-pub mod result;
 pub mod run;
 pub mod tune;
 pub mod world_model;
@@ -107,7 +106,7 @@ impl Budget {
         if let Some(t) = self.eval_s {
             s.push_str(&format!(
                 "; one candidate's evaluation takes about {}",
-                crate::report::fmt_time(Some(t))
+                crate::units::fmt_time(Some(t))
             ));
         }
         s

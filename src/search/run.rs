@@ -6,9 +6,6 @@ use super::agent::Agent;
 use super::evolve::{Evolve, EvolveConfig};
 use super::hybrid::Hybrid;
 use super::once::Once;
-use super::result::{
-    BestResult, BudgetUnit, HeldOutRow, LlmUse, RunResult, SeedResult, WorkloadRow,
-};
 use super::tune::Tune;
 use super::world_model::{WorldModelConfig, WorldModelStrategy};
 use super::{Budget, Next, Observation, SEED_ORIGIN, Strategy, StrategyKind};
@@ -16,6 +13,9 @@ use crate::candidate::Candidate;
 use crate::eval::{self, EvalOptions, Evaluator, Settings, Status, Verdict, WorkloadResult};
 use crate::llm::{Exchange, Llm, LlmConfig};
 use crate::pyenv::PythonEnv;
+use crate::run_result::{
+    BestResult, BudgetUnit, HeldOutRow, LlmUse, RunResult, SeedResult, WorkloadRow,
+};
 use crate::store::{Phase, RunStatus, Store};
 use crate::target::Target;
 use crate::task::{Task, Workload};

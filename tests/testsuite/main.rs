@@ -14,6 +14,7 @@
 mod common;
 
 mod adversarial;
+mod architecture;
 mod back_translate;
 mod check;
 mod check_corpus;

@@ -1155,7 +1155,7 @@ fn tuning_lines(base: &str, history: &[Observation]) -> Vec<String> {
             };
             format!(
                 "{} → {result}",
-                crate::report::fmt_params(&o.candidate.params())
+                crate::units::fmt_params(&o.candidate.params())
             )
         })
         .collect()
@@ -1180,8 +1180,8 @@ fn held_out_lines(results: &[crate::eval::WorkloadResult], shapes: &[Value]) -> 
                 (crate::eval::Status::Passed, Some(t)) => {
                     let mut s = format!(
                         "passed, {} ±{} IQR{}",
-                        crate::report::fmt_time(Some(t.median_s)),
-                        crate::report::fmt_time(Some(t.iqr_s)),
+                        crate::units::fmt_time(Some(t.median_s)),
+                        crate::units::fmt_time(Some(t.iqr_s)),
                         if t.noisy { ", NOISY" } else { "" }
                     );
                     for (b, bt) in &r.baselines {
@@ -1195,7 +1195,7 @@ fn held_out_lines(results: &[crate::eval::WorkloadResult], shapes: &[Value]) -> 
                 (status, _) => format!(
                     "FAILED ({}) — {}",
                     status.name(),
-                    crate::report::head_line(&r.message, 300)
+                    crate::units::head_line(&r.message, 300)
                 ),
             };
             format!("- {}{dims}: {outcome}", r.workload)
@@ -1230,7 +1230,7 @@ fn trajectory(cyc: &Cycle, history: &[Observation]) -> String {
             if let (Some(b), false) = (base, tuned.is_empty()) {
                 out.push(format!(
                     "  tuned automatically from {}: {}",
-                    crate::report::fmt_params(&b.candidate.params()),
+                    crate::units::fmt_params(&b.candidate.params()),
                     tuned.join("; ")
                 ));
             }

@@ -370,7 +370,7 @@ fn node_line(n: &Node) -> String {
         (_, Some(s)) => format!(
             "solved by {} ({}, round {})",
             s.candidate,
-            crate::report::fmt_time(Some(s.cost_s)),
+            crate::units::fmt_time(Some(s.cost_s)),
             s.round
         ),
         (Status::TooHard, None) => "too hard (never passed)".into(),

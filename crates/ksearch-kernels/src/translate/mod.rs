@@ -15,7 +15,7 @@ mod macros;
 pub use analyze::{Analysis, KernelAnalysis, Param, ParamRole, SharedArray, analyze};
 pub use emit::{Translation, translate};
 
-use crate::target::Target;
+use ksearch_model::target::Target;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -54,21 +54,6 @@ pub enum TranslateError {
 pub const MAX_NESTING: usize = 1500;
 /// Stack of the translation's thread: 1500 levels took under 8 MiB; four times that.
 const TRANSLATE_STACK: usize = 32 << 20;
-
-/// A source file as text: UTF-8, or else read as Latin-1 (every byte a character), so a stray byte in a
-/// comment does not refuse the file. Identifiers and code are ASCII either way.
-pub fn read_source(file: &Path) -> std::io::Result<String> {
-    Ok(decode_source(&std::fs::read(file)?))
-}
-
-/// A source's bytes as text: UTF-8, else Latin-1 (every byte a character, so no file is refused for a
-/// byte in a comment).
-pub fn decode_source(bytes: &[u8]) -> String {
-    match std::str::from_utf8(bytes) {
-        Ok(s) => s.to_string(),
-        Err(_) => bytes.iter().map(|&b| b as char).collect(),
-    }
-}
 
 /// Parses `src` and hands the tree to `work`, both on a thread whose stack fits MAX_NESTING levels of the
 /// analysis's recursion (whatever thread calls: test threads get 2 MiB); Err((depth, line)) for deeper code.
@@ -147,7 +132,7 @@ pub struct Diagnostic {
     pub severity: Severity,
     /// 1-based line in the .cu file (0 when it concerns the whole file), or in `file`.
     pub line: usize,
-    /// The header the line is in, when it is one the translation read in (src/translate/includes.rs).
+    /// The header the line is in, when it is one the translation read in (crates/ksearch-kernels/src/translate/includes.rs).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub file: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -179,8 +164,9 @@ pub struct Rules {
 pub fn rules() -> &'static Rules {
     static R: OnceLock<Rules> = OnceLock::new();
     R.get_or_init(|| {
-        toml::from_str(include_str!("rules.toml"))
-            .unwrap_or_else(|e| panic!("src/translate/rules.toml is invalid: {e}"))
+        toml::from_str(include_str!("rules.toml")).unwrap_or_else(|e| {
+            panic!("crates/ksearch-kernels/src/translate/rules.toml is invalid: {e}")
+        })
     })
 }
 
@@ -274,7 +260,7 @@ pub fn translate_file_with(
             target,
         });
     }
-    let src = read_source(file).map_err(|err| TranslateError::Read {
+    let src = ksearch_model::cpplex::read_source(file).map_err(|err| TranslateError::Read {
         file: file.to_path_buf(),
         err,
     })?;
@@ -412,13 +398,13 @@ pub fn report(t: &Translation, file: &Path) -> String {
 }
 
 /// The dtype MLX would pass for a CUDA element type (`const` and qualifiers ignored).
-pub fn dtype_of(elem: &str) -> Option<crate::dtype::Dtype> {
-    use crate::dtype::Dtype;
+pub fn dtype_of(elem: &str) -> Option<ksearch_model::dtype::Dtype> {
+    use ksearch_model::dtype::Dtype;
     let t = elem
         .replace("const", "")
         .replace("volatile", "")
         .replace("__restrict__", "");
-    if let Some(d) = crate::dialect::dtype_of(t.trim()) {
+    if let Some(d) = ksearch_model::dialect::dtype_of(t.trim()) {
         return Some(d);
     }
     Some(match t.trim() {
@@ -441,11 +427,11 @@ pub fn dtype_of(elem: &str) -> Option<crate::dtype::Dtype> {
 impl Translation {
     /// Every tensor of the plan with the dtype its CUDA parameter implies (float32 when the type is a
     /// template parameter or unknown), for checking the candidate without a task.
-    pub fn tensor_dtypes(&self) -> BTreeMap<String, crate::dtype::Dtype> {
+    pub fn tensor_dtypes(&self) -> BTreeMap<String, ksearch_model::dtype::Dtype> {
         let mut out = BTreeMap::new();
         for k in &self.analysis.kernels {
             for p in k.params.iter().filter(|p| p.role != ParamRole::Scalar) {
-                let d = dtype_of(&p.elem_type).unwrap_or(crate::dtype::Dtype::Float32);
+                let d = dtype_of(&p.elem_type).unwrap_or(ksearch_model::dtype::Dtype::Float32);
                 out.insert(p.name.clone(), d);
                 if p.role == ParamRole::InOut {
                     out.insert(format!("{}_out", p.name), d);
@@ -458,7 +444,7 @@ impl Translation {
 
 /// The prompt section for a task that supplies a CUDA kernel (`cuda_source` in task.toml): the
 /// analyzer's brief of each kernel for an MLX target; empty otherwise.
-pub fn task_brief(task: &crate::task::Task, target: Target) -> String {
+pub fn task_brief(task: &ksearch_model::task::Task, target: Target) -> String {
     let Some(rel) = task.toml.cuda_source.as_deref() else {
         return String::new();
     };
@@ -466,7 +452,7 @@ pub fn task_brief(task: &crate::task::Task, target: Target) -> String {
         return String::new();
     }
     let path = task.dir.join(rel);
-    let briefs = match read_source(&path) {
+    let briefs = match ksearch_model::cpplex::read_source(&path) {
         Ok(src) => brief_for_prompt(&src, target),
         Err(e) => return format!("(the task's CUDA kernel {rel} could not be read: {e})\n"),
     };
@@ -503,7 +489,7 @@ pub fn check_metal(
         dtypes
             .get(n)
             .copied()
-            .unwrap_or(crate::dtype::Dtype::Float32)
+            .unwrap_or(ksearch_model::dtype::Dtype::Float32)
     };
     let check = |i: usize| -> Checked {
         let l = &c.plan.launch[i];

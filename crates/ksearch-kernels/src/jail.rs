@@ -12,7 +12,7 @@ use std::path::Path;
 use std::process::Command;
 
 /// What candidate code may read besides its folder (one path per line, `#` comments).
-const SYSTEM_READ: &str = include_str!("../python/ksearch_worker/jail_read.txt");
+const SYSTEM_READ: &str = include_str!("../../../python/ksearch_worker/jail_read.txt");
 /// The range of unprivileged uids (and gids) a root ksearch runs confined commands as, one per command:
 /// the worker's jail draws its own from the same range (`jail.UID_BASE`).
 const UID_BASE: u32 = 1_000_000;
@@ -20,7 +20,7 @@ const UID_SPAN: u32 = 1_000_000_000;
 
 /// A uid no other confined command is likely to hold.
 fn fresh_uid() -> u32 {
-    UID_BASE + (crate::rng::os_random_u64() % u64::from(UID_SPAN)) as u32
+    UID_BASE + (ksearch_model::rng::os_random_u64() % u64::from(UID_SPAN)) as u32
 }
 
 /// The readable system paths of the shared list.

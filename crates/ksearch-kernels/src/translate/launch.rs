@@ -138,9 +138,9 @@ pub(crate) fn host_launches(
         };
         // Constant parts become numbers: `(256 // 32) * 4` is 32.
         let fold = |e: String| -> String {
-            crate::expr::Expr::parse(&e)
+            ksearch_model::expr::Expr::parse(&e)
                 .ok()
-                .and_then(|x| x.eval_int(&crate::expr::Env::new()).ok())
+                .and_then(|x| x.eval_int(&ksearch_model::expr::Env::new()).ok())
                 .map(|v| v.to_string())
                 .unwrap_or(e)
         };

@@ -2,7 +2,7 @@
 //! constructs used, shared memory, launch bounds) and a brief for people and LLMs.
 
 use super::launch::{self, HostLaunch};
-use crate::target::Target;
+use ksearch_model::target::Target;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use tree_sitter::{Node, Parser, Tree};
@@ -284,7 +284,9 @@ pub(crate) fn type_size(t: &str) -> Option<u64> {
         .trim();
     Some(match t {
         "char" | "bool" | "int8_t" | "uint8_t" | "unsigned char" | "signed char" => 1,
-        t if crate::dialect::bytes_of(t).is_some() => crate::dialect::bytes_of(t)? as u64,
+        t if ksearch_model::dialect::bytes_of(t).is_some() => {
+            ksearch_model::dialect::bytes_of(t)? as u64
+        }
         "short" | "int16_t" | "uint16_t" | "bfloat16" | "unsigned short" => 2,
         "int" | "unsigned" | "unsigned int" | "uint" | "float" | "int32_t" | "uint32_t" => 4,
         "double" | "long" | "long long" | "unsigned long long" | "int64_t" | "uint64_t"
@@ -992,10 +994,12 @@ fn analyze_kernel(
                 _ => {}
             },
             "type_identifier" | "primitive_type" => match text(n, src) {
-                t if let Some(family) = crate::dialect::half_family(t) => bump(match family {
-                    crate::dtype::Dtype::Bfloat16 => "bfloat16",
-                    _ => "half",
-                }),
+                t if let Some(family) = ksearch_model::dialect::half_family(t) => {
+                    bump(match family {
+                        ksearch_model::dtype::Dtype::Bfloat16 => "bfloat16",
+                        _ => "half",
+                    })
+                }
                 "double" => bump("double"),
                 "cudaTextureObject_t" | "cudaSurfaceObject_t" => bump("texture"),
                 t if VECTOR_TYPES.contains(&t) => bump("vector_type"),
@@ -1622,7 +1626,7 @@ fn access_events(
 mod tests {
     use super::*;
 
-    const SRC: &str = include_str!("../../tests/translate/reduce_shared.cu");
+    const SRC: &str = include_str!("../../../../tests/translate/reduce_shared.cu");
 
     #[test]
     fn constants_shared_bytes_and_roles() {

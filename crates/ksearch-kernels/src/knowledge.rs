@@ -2,14 +2,14 @@
 //! profiles and the properties expert kernels have. Parsed strictly here and rendered into the prompts
 //! of the MLX targets, so an LLM writing Metal gets decades of CUDA practice restated for Apple GPUs.
 
-use crate::target::Target;
+use ksearch_model::target::Target;
 use serde::Deserialize;
 use std::sync::OnceLock;
 
-const CONCEPTS: &str = include_str!("../knowledge/concept_map.toml");
-const PATTERNS: &str = include_str!("../knowledge/patterns.toml");
-const HARDWARE: &str = include_str!("../knowledge/hardware.toml");
-const ASSERTIONS: &str = include_str!("../knowledge/assertions.toml");
+const CONCEPTS: &str = include_str!("../../../knowledge/concept_map.toml");
+const PATTERNS: &str = include_str!("../../../knowledge/patterns.toml");
+const HARDWARE: &str = include_str!("../../../knowledge/hardware.toml");
+const ASSERTIONS: &str = include_str!("../../../knowledge/assertions.toml");
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -204,7 +204,7 @@ mod tests {
         // bench/patterns_cuda.py compiles and checks each CUDA example on the device machine; a pattern
         // it has no case for would go unchecked there.
         let script = std::fs::read_to_string(
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/patterns_cuda.py"),
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench/patterns_cuda.py"),
         )
         .unwrap();
         for p in &load().unwrap().patterns {

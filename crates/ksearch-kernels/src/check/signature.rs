@@ -7,7 +7,7 @@
 //! `constant` address space, outputs as `device T*` (`device atomic<T>*` with `atomic_outputs`), and then the
 //! thread attributes whose names occur in the body (plain substring match, as MLX does), sorted by name.
 
-use crate::dtype::Dtype;
+use ksearch_model::dtype::Dtype;
 
 /// Attributes MLX can inject, with their types.
 pub const ATTRIBUTES: [(&str, &str); 20] = [

@@ -2,7 +2,7 @@
 //! Metal's own), found as Apple's compiler finds them — next to the including file first, then in the
 //! include folders given with `-I` — followed transitively.
 //!
-//! The compiler that checks the source runs confined to a scratch folder (src/jail.rs) and cannot walk the
+//! The compiler that checks the source runs confined to a scratch folder (crates/ksearch-kernels/src/jail.rs) and cannot walk the
 //! user's tree, so every header found is copied there, each include root as a folder of its own
 //! (`inc0/` for the source's own folder, `inc1/`... for the `-I` folders) and handed to the compiler as `-I
 //! incN`: the compiler resolves includes itself, with its own rules (include guards, `#pragma once`,
@@ -213,7 +213,7 @@ pub fn gather(main: &Path, shown: &str, text: &str, dirs: &[PathBuf]) -> Result<
                 file: real.clone(),
                 err: e,
             })?;
-            let text = crate::translate::decode_source(&text);
+            let text = ksearch_model::cpplex::decode_source(&text);
             let shown = roots[r].1.join(&rel).display().to_string();
             local.headers.push(Header {
                 shown: shown.clone(),

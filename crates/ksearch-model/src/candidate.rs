@@ -7,7 +7,7 @@
 use crate::dtype::Dtype;
 use crate::expr::{Env, ExprField};
 use crate::target::Target;
-use crate::task::{ResolvedWorkload, Task, is_ident};
+use crate::task::{ResolvedWorkload, Task, TaskError, is_ident};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -215,6 +215,27 @@ pub struct ResolvedLaunch {
     pub cluster: Option<Vec<i64>>,
     pub init_value: Option<f64>,
     pub atomic_outputs: bool,
+}
+
+impl Task {
+    /// A task folder read and checked whole: its specification (`Task::load_spec`) and every seed's plan
+    /// loaded and checked against it, so a broken seed is refused with its task. It lives here rather than
+    /// in `task` because a seed is a candidate and `task` knows nothing of plans.
+    pub fn load(dir: &Path) -> Result<Task, TaskError> {
+        let task = Task::load_spec(dir)?;
+        for seeds in task.seeds.values() {
+            for s in seeds {
+                Candidate::load(&s.dir)
+                    .map_err(|e| e.to_string())
+                    .and_then(|c| c.check_against(&task))
+                    .map_err(|e| TaskError::Invalid {
+                        file: s.dir.join("plan.toml"),
+                        message: format!("seed `{}`: {e}", s.name),
+                    })?;
+            }
+        }
+        Ok(task)
+    }
 }
 
 impl Candidate {
@@ -944,7 +965,7 @@ default = 2
 
     /// mamba-scan's expert seed (one launch writing y and state), with `edit` applied to its plan.
     fn scan_expert(edit: impl FnOnce(&mut Plan)) -> (Task, Candidate) {
-        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tasks/mamba-scan");
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tasks/mamba-scan");
         let task = Task::load(&root).unwrap();
         let mut c = Candidate::load(&root.join("seeds/mlx-cuda/expert")).unwrap();
         edit(&mut c.plan);
@@ -1094,7 +1115,7 @@ default = 2
         let t = r.launches[0].template.as_ref().unwrap();
         assert_eq!(t["N"], 16);
         assert_eq!(t["NS"], c.params()["NS"]);
-        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tasks/mamba-scan");
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tasks/mamba-scan");
         let task = Task::load(&root).unwrap();
         let mut c = Candidate::load(&root.join("seeds/mlx-cuda/expert")).unwrap();
         c.plan.launch[0].template.push("NOPE".into());

@@ -1,9 +1,12 @@
-//! A lossless C++ lexer (every character lands in one token: spaces, comments and preprocessor lines
-//! included), for rewriting kernel sources: back-translation of Metal to CUDA, and the compact form of a
-//! kernel's source that MLX is handed.
+//! Reading C++ source files as text (whatever their bytes: `read_source`), and a lossless C++ lexer
+//! (every character lands in one token: spaces, comments and preprocessor lines included), for rewriting
+//! kernel sources: back-translation of Metal to CUDA, and the compact form of a kernel's source that MLX
+//! is handed.
+
+use std::path::Path;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) enum Kind {
+pub enum Kind {
     Ident,
     Number,
     Punct,
@@ -14,7 +17,7 @@ pub(crate) enum Kind {
 }
 
 #[derive(Debug, Clone)]
-pub(crate) struct Tok {
+pub struct Tok {
     pub kind: Kind,
     pub text: String,
     pub line: usize,
@@ -33,7 +36,7 @@ fn logical_line_end(b: &[char], mut i: usize, line: &mut usize) -> usize {
 }
 
 /// Every character of `src` in exactly one token, in order (concatenating the texts gives `src` back).
-pub(crate) fn lex(src: &str) -> Vec<Tok> {
+pub fn lex(src: &str) -> Vec<Tok> {
     let b: Vec<char> = src.chars().collect();
     let mut toks = Vec::new();
     let mut i = 0;
@@ -175,6 +178,21 @@ pub fn compact(src: &str) -> String {
     out
 }
 
+/// A source file as text: UTF-8, or else read as Latin-1 (every byte a character), so a stray byte in a
+/// comment does not refuse the file. Identifiers and code are ASCII either way.
+pub fn read_source(file: &Path) -> std::io::Result<String> {
+    Ok(decode_source(&std::fs::read(file)?))
+}
+
+/// A source's bytes as text: UTF-8, else Latin-1 (every byte a character, so no file is refused for a
+/// byte in a comment).
+pub fn decode_source(bytes: &[u8]) -> String {
+    match std::str::from_utf8(bytes) {
+        Ok(s) => s.to_string(),
+        Err(_) => bytes.iter().map(|&b| b as char).collect(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -216,7 +234,7 @@ mod tests {
     #[test]
     fn compacting_every_shipped_kernel_file_keeps_its_code_and_lines() {
         let mut files = 0;
-        let mut stack = vec![std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tasks")];
+        let mut stack = vec![std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tasks")];
         while let Some(dir) = stack.pop() {
             for e in std::fs::read_dir(&dir).unwrap() {
                 let p = e.unwrap().path();

@@ -11,9 +11,9 @@ use super::analyze::{
 use super::includes::Flat;
 use super::launch::HostLaunch;
 use super::{Diagnostic, Severity, Stats, diag, rules};
-use crate::candidate::{Candidate, KernelDecl, Launch, Plan, Tunable};
-use crate::expr::ExprField;
-use crate::target::Target;
+use ksearch_model::candidate::{Candidate, KernelDecl, Launch, Plan, Tunable};
+use ksearch_model::expr::ExprField;
+use ksearch_model::target::Target;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use tree_sitter::Node;
@@ -268,7 +268,7 @@ impl<'a> Rw<'a> {
                 } else if is_atomic(&name) {
                     let (ty, shared) = self.atomic_target_type(args.first().copied());
                     let float = matches!(ty.as_str(), "float" | "double")
-                        || crate::dialect::dtype_of(&ty).is_some();
+                        || ksearch_model::dialect::dtype_of(&ty).is_some();
                     if !matches!(
                         name.as_str(),
                         "atomicAdd"
@@ -483,7 +483,7 @@ impl<'a> Rw<'a> {
                 None
             }
             "type_identifier" | "primitive_type" | "sized_type_specifier" if self.metal() => {
-                if let Some(m) = crate::dialect::metal_of(t).filter(|m| *m != t) {
+                if let Some(m) = ksearch_model::dialect::metal_of(t).filter(|m| *m != t) {
                     return Some(m.to_string());
                 }
                 let r = match t {
@@ -817,7 +817,7 @@ impl<'a> Rw<'a> {
     }
 
     fn metal_type(&self, t: &str) -> String {
-        crate::dialect::metal_text(t).replace("__restrict__", "")
+        ksearch_model::dialect::metal_text(t).replace("__restrict__", "")
     }
 
     fn metal_declaration(&mut self, n: Node) -> Option<String> {
@@ -1058,16 +1058,16 @@ fn unqualify(code: &str, namespaces: &BTreeSet<String>, ambiguous: &BTreeSet<Str
             c[0].to_string()
         }
     });
-    let toks = crate::cpplex::lex(&code);
+    let toks = ksearch_model::cpplex::lex(&code);
     let punct = |i: usize, p: &str| {
         toks.get(i)
-            .is_some_and(|t| t.kind == crate::cpplex::Kind::Punct && t.text == p)
+            .is_some_and(|t| t.kind == ksearch_model::cpplex::Kind::Punct && t.text == p)
     };
     let mut out = String::with_capacity(code.len());
     let mut i = 0;
     while i < toks.len() {
         let t = &toks[i];
-        if t.kind == crate::cpplex::Kind::Ident && namespaces.contains(&t.text) {
+        if t.kind == ksearch_model::cpplex::Kind::Ident && namespaces.contains(&t.text) {
             // `::` as one token or two; then the name it qualifies.
             let skip = if punct(i + 1, "::") {
                 2
@@ -1078,8 +1078,8 @@ fn unqualify(code: &str, namespaces: &BTreeSet<String>, ambiguous: &BTreeSet<Str
             };
             let named = toks[i + skip..]
                 .iter()
-                .find(|t| t.kind != crate::cpplex::Kind::Space)
-                .filter(|t| t.kind == crate::cpplex::Kind::Ident);
+                .find(|t| t.kind != ksearch_model::cpplex::Kind::Space)
+                .filter(|t| t.kind == ksearch_model::cpplex::Kind::Ident);
             if skip > 0 && !named.is_some_and(|n| ambiguous.contains(&n.text)) {
                 i += skip;
                 continue;
@@ -1824,8 +1824,8 @@ impl<'s> Emitter<'s> {
                 let tname = format!("SMEM_{}", s.name.to_uppercase());
                 let elems = bytes
                     .as_deref()
-                    .and_then(|b| crate::expr::Expr::parse(b).ok())
-                    .and_then(|e| e.eval_int(&crate::expr::Env::new()).ok())
+                    .and_then(|b| ksearch_model::expr::Expr::parse(b).ok())
+                    .and_then(|e| e.eval_int(&ksearch_model::expr::Env::new()).ok())
                     .filter(|b| *b > 0)
                     .map(|b| b / elem)
                     .unwrap_or(1024);
@@ -2002,7 +2002,7 @@ impl<'s> Emitter<'s> {
             source,
             header: None,
         });
-        let ef = |s: &str| crate::expr::Expr::parse(s).map(ExprField);
+        let ef = |s: &str| ksearch_model::expr::Expr::parse(s).map(ExprField);
         let exprs = |v: &[String]| -> Option<Vec<ExprField>> {
             v.iter().map(|g| ef(g)).collect::<Result<_, _>>().ok()
         };
@@ -2258,9 +2258,9 @@ fn launch_shape(
         };
     }
     let grid = grid.map(|e| {
-        crate::expr::Expr::parse(&e)
+        ksearch_model::expr::Expr::parse(&e)
             .ok()
-            .and_then(|x| x.eval_int(&crate::expr::Env::new()).ok())
+            .and_then(|x| x.eval_int(&ksearch_model::expr::Env::new()).ok())
             .map(|v| v.to_string())
             .unwrap_or(e)
     });

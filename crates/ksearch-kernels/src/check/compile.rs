@@ -7,8 +7,8 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-const SHIM: &str = include_str!("../../metal/shim/metal_shim.h");
-const PRELUDE: &str = include_str!("../../metal/shim/mlx_prelude.h");
+const SHIM: &str = include_str!("../../../../metal/shim/metal_shim.h");
+const PRELUDE: &str = include_str!("../../../../metal/shim/mlx_prelude.h");
 /// Metal library headers a source may include; each stands for the whole shim.
 const STUBS: [&str; 16] = [
     "metal_stdlib",
@@ -191,7 +191,7 @@ pub fn compile_with(
     users.extend(headers.iter().map(|(at, _)| *at));
     let user_files = &users[..];
     // The compiler reads the candidate's includes: it runs confined to the scratch folder and the system's
-    // headers (src/jail.rs), naming its files relative to the folder.
+    // headers (crates/ksearch-kernels/src/jail.rs), naming its files relative to the folder.
     let mut cmd = Command::new(&cxx.command);
     let jail = crate::jail::confine(&mut cmd, &dir);
     let dialect: &[&str] = if cxx.clang {

@@ -149,7 +149,9 @@ impl Task {
         hasher.finalize().to_hex()[..24].to_string()
     }
 
-    pub fn load(dir: &Path) -> Result<Task, TaskError> {
+    /// The task's specification (task.toml checked, reference.py present) and its seed folders found;
+    /// the seeds' plans are not read here (a seed is a candidate: `Task::load` in `candidate` reads them).
+    pub fn load_spec(dir: &Path) -> Result<Task, TaskError> {
         let file = dir.join("task.toml");
         let text = std::fs::read_to_string(&file).map_err(|source| TaskError::Io {
             file: file.clone(),
@@ -180,17 +182,6 @@ impl Task {
         };
         task.validate(&file)?;
         task.seeds = find_seeds(dir)?;
-        for seeds in task.seeds.values() {
-            for s in seeds {
-                crate::candidate::Candidate::load(&s.dir)
-                    .map_err(|e| e.to_string())
-                    .and_then(|c| c.check_against(&task))
-                    .map_err(|e| TaskError::Invalid {
-                        file: s.dir.join("plan.toml"),
-                        message: format!("seed `{}`: {e}", s.name),
-                    })?;
-            }
-        }
         Ok(task)
     }
 

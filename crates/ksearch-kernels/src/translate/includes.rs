@@ -10,7 +10,7 @@
 //!
 //! Headers bring far more than a kernel needs (host code, the library's whole API): `Flat::from_header`
 //! tells the translation which lines came from a header, and it carries from those only what its kernels
-//! use (src/translate/emit.rs). `Flat::origin` names a line of the flattened text by file and line.
+//! use (crates/ksearch-kernels/src/translate/emit.rs). `Flat::origin` names a line of the flattened text by file and line.
 
 use super::TranslateError;
 use std::collections::BTreeSet;
@@ -430,10 +430,11 @@ pub fn flatten(
                     MAX_BYTES >> 20
                 )));
             }
-            let htext = super::read_source(&real).map_err(|err| TranslateError::Read {
-                file: real.clone(),
-                err,
-            })?;
+            let htext =
+                ksearch_model::cpplex::read_source(&real).map_err(|err| TranslateError::Read {
+                    file: real.clone(),
+                    err,
+                })?;
             flat.headers.push(header_shown.clone());
             let dir = real.parent().unwrap_or(Path::new("/")).to_path_buf();
             stack.push(Open::new(&htext, dir, header_shown, true));

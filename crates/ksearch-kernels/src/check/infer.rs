@@ -3,7 +3,7 @@
 //! `reinterpret_cast<const device float4*>(x)`, the value an atomic output receives). Unknown stays float32.
 
 use super::lex::{Tok, clean, tokens};
-use crate::dtype::Dtype;
+use ksearch_model::dtype::Dtype;
 use std::collections::BTreeMap;
 
 /// The dtype a Metal scalar or vector type name stands for.

@@ -1,14 +1,71 @@
-//! A run's result: the last line of `run --json`, kept with the run in the store and read back typed by
+//! A run's status, the phases of its evaluations, and its result: the last line of `run --json`, kept with the run in the store and read back typed by
 //! `show`, `runs`, `compare` and the summary table. A result stored by an older ksearch reads with the
 //! fields it lacks empty. The worker's hardware description stays JSON: it is the worker's to define
 //! (`docs/formats.md` §3, hello).
 
 use crate::candidate::Params;
 use crate::eval::{OverallVerdict, Split, Status, Verdict, WorkloadResult};
-use crate::store::RunStatus;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
+
+/// Values the store keeps as text (it implements their SQL conversion), typed here: each knows its one
+/// spelling.
+macro_rules! stored_enum {
+    ($(#[$m:meta])* $name:ident { $($(#[$vm:meta])* $v:ident = $s:literal),+ $(,)? }) => {
+        $(#[$m])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+        pub enum $name { $($(#[$vm])* #[serde(rename = $s)] $v),+ }
+
+        impl $name {
+            pub const ALL: &'static [$name] = &[$($name::$v),+];
+
+            pub fn as_str(self) -> &'static str {
+                match self { $($name::$v => $s),+ }
+            }
+
+            pub fn parse(s: &str) -> Option<$name> {
+                match s { $($s => Some($name::$v),)+ _ => None }
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+    };
+}
+
+stored_enum!(
+    /// Where a run stands.
+    RunStatus {
+        /// A process holds its lease (shown `interrupted` once that process is gone).
+        Running = "running",
+        Completed = "completed",
+        /// No candidate passed every feedback workload.
+        Failed = "failed",
+        /// The search could not do its job (the LLM unusable, a seed that does not pass).
+        Stopped = "stopped",
+        /// Killed while running: `resume` goes on.
+        Interrupted = "interrupted",
+    }
+);
+
+stored_enum!(
+    /// What an attempt and its evaluations were for.
+    Phase {
+        /// The search's own: the seed, the rounds, tuning (feedback workloads).
+        Search = "search",
+        /// Held-out workloads scored mid-run for the strategy (`Next::HeldOut`).
+        HeldOut = "held-out",
+        /// Held-out workloads scored on the best candidates at the end, baselines re-timed beside them.
+        Final = "final",
+        /// The chosen candidate's feedback workloads re-timed with the baselines at the end.
+        Confirm = "confirm",
+    }
+);
 
 /// What `--budget` counted.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -9,16 +9,16 @@
 //! simd functions, `metal::` math, vector types, atomics, 8x8 `simdgroup_matrix`), not all of MSL. A construct
 //! outside that subset is an error naming the file, the line and the construct, never dropped.
 
-use crate::candidate::{Candidate, CandidateError, KernelDecl};
-use crate::cpplex::{Kind, Tok, lex};
-use crate::expr::{Env, ExprField};
-use crate::target::Target;
+use ksearch_model::candidate::{Candidate, CandidateError, KernelDecl};
+use ksearch_model::cpplex::{Kind, Tok, lex};
+use ksearch_model::expr::{Env, ExprField};
+use ksearch_model::target::Target;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// The CUDA emulation of the Metal built-ins, prepended to every back-translated kernel's header.
-pub const PRELUDE: &str = include_str!("../cuda/metal_prelude.cuh");
+pub const PRELUDE: &str = include_str!("../../../cuda/metal_prelude.cuh");
 /// The header file of a kernel that had none.
 pub const PRELUDE_FILE: &str = "metal_prelude.cuh";
 
@@ -208,7 +208,8 @@ pub fn back_translate(
                                     plan.launch[i].template.push(v.clone());
                                 } else {
                                     plan.launch[i].scalars.push(ExprField(
-                                        crate::expr::Expr::parse(&v).expect("a name parses"),
+                                        ksearch_model::expr::Expr::parse(&v)
+                                            .expect("a name parses"),
                                     ));
                                 }
                             }
@@ -357,7 +358,7 @@ fn whole_groups(c: &Candidate, g: &ExprField, t: &ExprField) -> bool {
     }
     let mut vars = g.0.vars();
     vars.extend(t.0.vars());
-    let mut rng = crate::rng::Rng::new(0x6b73_6274);
+    let mut rng = ksearch_model::rng::Rng::new(0x6b73_6274);
     let mut decided = 0;
     for _ in 0..512 {
         let env = random_env(c, &vars, &mut rng);
@@ -384,7 +385,7 @@ fn always_multiple(c: &Candidate, e: &ExprField, m: i64) -> bool {
 
 /// Evaluates `e` on random dims and listed tunable values; true when every decided draw satisfies `ok`.
 fn sample_all(c: &Candidate, e: &ExprField, ok: impl Fn(i64) -> bool) -> bool {
-    let mut rng = crate::rng::Rng::new(0x6b73_6275);
+    let mut rng = ksearch_model::rng::Rng::new(0x6b73_6275);
     let mut decided = 0;
     for _ in 0..512 {
         let env = random_env(c, &e.0.vars(), &mut rng);
@@ -398,7 +399,7 @@ fn sample_all(c: &Candidate, e: &ExprField, ok: impl Fn(i64) -> bool) -> bool {
     decided > 0
 }
 
-fn random_env(c: &Candidate, vars: &[String], rng: &mut crate::rng::Rng) -> Env {
+fn random_env(c: &Candidate, vars: &[String], rng: &mut ksearch_model::rng::Rng) -> Env {
     let mut env = Env::new();
     for v in vars {
         let x = match c.plan.tunable.get(v) {
@@ -833,7 +834,7 @@ const UNSUPPORTED_CALLS: &[&str] = &[
 
 /// Metal scalar and vector types with a different CUDA name.
 fn type_map(name: &str) -> Option<&'static str> {
-    if let Some(cuda) = crate::dialect::cuda_of(name) {
+    if let Some(cuda) = ksearch_model::dialect::cuda_of(name) {
         return Some(cuda);
     }
     Some(match name {
@@ -1442,7 +1443,7 @@ mod tests {
 
     #[test]
     fn grid_expressions_become_cuda() {
-        let e = |s: &str| ExprField(crate::expr::Expr::parse(s).unwrap());
+        let e = |s: &str| ExprField(ksearch_model::expr::Expr::parse(s).unwrap());
         assert_eq!(
             grid_expr_c(&e("B * D"), &["B".into(), "D".into()]).unwrap(),
             "(long long)((long long)B[0] * (long long)D[0])"

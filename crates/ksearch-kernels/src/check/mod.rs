@@ -25,11 +25,11 @@ pub mod rules;
 pub mod signature;
 mod spaces;
 
-use crate::candidate::{Candidate, CandidateError};
-use crate::dtype::Dtype;
-use crate::expr::Env;
-use crate::target::Target;
-use crate::task::Task;
+use ksearch_model::candidate::{Candidate, CandidateError};
+use ksearch_model::dtype::Dtype;
+use ksearch_model::expr::Env;
+use ksearch_model::target::Target;
+use ksearch_model::task::Task;
 use serde::Serialize;
 use signature::{ATTRIBUTES, Input, KernelSpec, VARYING};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -87,7 +87,7 @@ pub enum CheckError {
     )]
     NotMetal { file: PathBuf, target: String },
     #[error(
-        "the C++ compiler failed without a diagnostic on the kernel (it runs confined: src/jail.rs): {0}"
+        "the C++ compiler failed without a diagnostic on the kernel (it runs confined: crates/ksearch-kernels/src/jail.rs): {0}"
     )]
     CompilerFailed(String),
     #[error("{0}")]
@@ -149,7 +149,7 @@ pub struct LaunchInfo {
 /// the tunables alone decide it. Used by `ksearch check` without a task and by `ksearch translate`.
 pub fn launch_spec(
     c: &Candidate,
-    l: &crate::candidate::Launch,
+    l: &ksearch_model::candidate::Launch,
     dtype: impl Fn(&str) -> Dtype,
 ) -> (KernelSpec, Option<Vec<i64>>) {
     let params = c.params();
@@ -576,7 +576,7 @@ pub fn check_source(src: &str, file: &str) -> Result<Vec<Finding>, CheckError> {
 /// Checks a complete Metal file on disk with the local headers it includes, found next to it or in
 /// `include_dirs` (see [`includes`]); findings in a header name the header.
 pub fn check_file(path: &Path, include_dirs: &[PathBuf]) -> Result<Vec<Finding>, CheckError> {
-    let src = crate::translate::read_source(path).map_err(|e| CheckError::Io {
+    let src = ksearch_model::cpplex::read_source(path).map_err(|e| CheckError::Io {
         file: path.to_path_buf(),
         err: e,
     })?;
@@ -971,8 +971,8 @@ pub struct WorkloadLaunch {
 /// The kernels MLX builds for the resolved plan `rp` of workload `rw`: dtypes, sizes and template values.
 pub fn workload_launches(
     c: &Candidate,
-    rp: &crate::candidate::ResolvedPlan,
-    rw: &crate::task::ResolvedWorkload,
+    rp: &ksearch_model::candidate::ResolvedPlan,
+    rw: &ksearch_model::task::ResolvedWorkload,
 ) -> Vec<WorkloadLaunch> {
     let buffers: HashMap<&str, (&Vec<i64>, Dtype)> = rp
         .buffers
