@@ -191,4 +191,16 @@ impl StrategyKind {
             StrategyKind::Once => "once",
         }
     }
+
+    /// Every strategy but `tune` asks an LLM; the one refusal when none is given, for `run` and `resume`.
+    pub fn require_llm(self, has_llm: bool) -> Result<(), String> {
+        if self == StrategyKind::Tune || has_llm {
+            return Ok(());
+        }
+        Err(format!(
+            "strategy `{}` needs an LLM: pass --llm PROVIDER:MODEL (e.g. openai:gpt-5.2, llamacpp:gemma, \
+             replay:RUN); only `tune` (which searches the seed's tunables) runs without one",
+            self.name()
+        ))
+    }
 }

@@ -8,7 +8,7 @@ use super::hybrid::Hybrid;
 use super::once::Once;
 use super::tune::Tune;
 use super::world_model::{WorldModelConfig, WorldModelStrategy};
-use super::{Budget, Next, Observation, SEED_ORIGIN, Strategy, StrategyKind};
+use super::{Budget, Next, Observation, Proposal, SEED_ORIGIN, Strategy, StrategyKind};
 use crate::candidate::Candidate;
 use crate::eval::{self, EvalOptions, Evaluator, Settings, Status, Verdict, WorkloadResult};
 use crate::llm::{Exchange, Llm, LlmConfig};
@@ -264,12 +264,10 @@ impl<'a> Runner<'a> {
             (None, Some(s)) => Some(make_llm(store, &s.spec, &s.config)?),
             (None, None) => None,
         };
-        if config.strategy != StrategyKind::Tune && llm.is_none() {
-            bail!(
-                "strategy `{}` needs an LLM: pass --llm PROVIDER:MODEL (or replay:RUN)",
-                config.strategy.name()
-            );
-        }
+        config
+            .strategy
+            .require_llm(llm.is_some())
+            .map_err(|e| anyhow!(e))?;
         // The task's defaults, with what the run was started with.
         let settings = Settings {
             checks: config.checks,
@@ -541,25 +539,60 @@ impl<'a> Runner<'a> {
         }
     }
 
-    /// Runs (or resumes) to the end; returns the result, also stored with the run.
+    /// Runs (or resumes) to the end; returns the result, also stored with the run. Three phases: the
+    /// search (the seed, then proposals up to the budget), the held-out workloads on the best candidates,
+    /// and the chosen one's feedback workloads timed again beside the baselines.
     pub fn execute(&mut self, mut progress: impl FnMut(Event<'_>)) -> Result<RunResult> {
         let started = Instant::now();
         let feedback: Vec<Workload> = self.task.workloads(false).cloned().collect();
         let held_out: Vec<Workload> = self.task.workloads(true).cloned().collect();
         let seed = load_seed(self.store, &self.config)?;
-        // Evaluations outside the rounds and the tuning cap: the seed's, when the run has one.
-        let seeded = usize::from(seed.is_some());
         let mut history = self.history()?;
-        let mut stopped: Option<String> = None;
-        // Stopped for a reason other than its budget or a converged search (`Next::Stopped`).
-        let mut cut_short = false;
         progress(Event::Started {
             budget: self.config.budget,
             done: self.budget(&history).used,
         });
+        let end = self.search(&mut history, seed, &feedback, &held_out, &mut progress)?;
+        if !end.cut_short {
+            // A cycle cut short by the budget still attaches its best to its node.
+            self.strategy.finish(&history);
+            self.persist_strategy()?;
+        }
+        let chosen = self.final_phase(&history, &held_out, &mut progress)?;
+        // The chosen candidate's feedback workloads timed again with the baselines beside it: the reported
+        // speedups over the baselines come from one measurement of both, not from times taken hours apart.
+        let confirmed: Option<Vec<WorkloadResult>> = match &chosen {
+            Some(c) => {
+                let retime = EvalOptions {
+                    incumbent: None,
+                    retime_baselines: true,
+                };
+                let (cand, hash) = (c.obs.candidate.clone(), c.obs.hash.clone());
+                Some(self.evaluate(&cand, &hash, &feedback, Phase::Confirm, retime)?)
+            }
+            None => None,
+        };
+        let (status, error) = self.status(&history, chosen.as_ref(), &end);
+        let result = self.result(&history, status, chosen.as_ref(), confirmed, &end, started);
+        self.store
+            .finish_run(&self.run_id, status, &result, error.as_deref())?;
+        Ok(result)
+    }
 
+    /// The search phase: the seed's evaluation, then the strategy's proposals until the budget is spent or
+    /// the strategy ends the search.
+    fn search(
+        &mut self,
+        history: &mut Vec<Observation>,
+        seed: Option<Candidate>,
+        feedback: &[Workload],
+        held_out: &[Workload],
+        progress: &mut impl FnMut(Event<'_>),
+    ) -> Result<SearchEnd> {
+        // Evaluations outside the rounds and the tuning cap: the seed's, when the run has one.
+        let seeded = usize::from(seed.is_some());
         loop {
-            let budget = self.budget(&history);
+            let budget = self.budget(history);
             // Evaluations are bounded whatever the strategy does: the seed, the rounds, the tuning cap.
             let spent = if budget.rounds {
                 history.len() >= seeded + budget.total + budget.tune_total
@@ -571,7 +604,7 @@ impl<'a> Runner<'a> {
             // here), ends the run with its reason: every later candidate would meet the same failure. For
             // LLM strategies any failing seed does: their prompts build on a correct starting candidate.
             // `tune` goes on after other failures: another configuration of the seed may pass.
-            let seed_stops = seed_of(&history).is_some_and(|s| {
+            let seed_stops = seed_of(history).is_some_and(|s| {
                 !s.summary.passed
                     && (self.config.strategy != StrategyKind::Tune
                         || s.results
@@ -579,93 +612,117 @@ impl<'a> Runner<'a> {
                             .any(|r| matches!(r.status, Status::CompileError | Status::Error)))
             });
             if spent || seed_stops {
-                break;
+                return Ok(SearchEnd::default());
             }
-            let (cand, parent, origin, compare_with) =
-                if let (true, Some(seed)) = (history.is_empty(), &seed) {
-                    (seed.clone(), None, SEED_ORIGIN.to_string(), None)
-                } else {
-                    let next = self.strategy.propose(&history, &budget);
-                    self.persist_strategy()?;
-                    match next {
-                        Next::Propose(p) => (p.candidate, p.parent, p.origin, p.compare_with),
-                        Next::BudgetSpent => break,
-                        Next::HeldOut(hash) => {
-                            progress(Event::HeldOutCheck { candidate: &hash });
-                            self.held_out_check(&mut history, &hash, &held_out)?;
-                            self.persist_strategy()?;
-                            continue;
-                        }
-                        Next::Done(why) => {
-                            stopped = Some(why);
-                            break;
-                        }
-                        Next::Stopped(why) => {
-                            stopped = Some(why);
-                            cut_short = true;
-                            break;
-                        }
+            let proposal = if let (true, Some(seed)) = (history.is_empty(), &seed) {
+                Proposal {
+                    candidate: seed.clone(),
+                    parent: None,
+                    origin: SEED_ORIGIN.to_string(),
+                    compare_with: None,
+                }
+            } else {
+                let next = self.strategy.propose(history, &budget);
+                self.persist_strategy()?;
+                match next {
+                    Next::Propose(p) => p,
+                    Next::BudgetSpent => return Ok(SearchEnd::default()),
+                    Next::HeldOut(hash) => {
+                        progress(Event::HeldOutCheck { candidate: &hash });
+                        self.held_out_check(history, &hash, held_out)?;
+                        self.persist_strategy()?;
+                        continue;
                     }
-                };
-            // Timed beside the candidate the strategy names, else the run's best so far: the verdict the
-            // strategy is told comes from the two measured side by side on the same inputs.
-            let incumbent = compare_with
-                .and_then(|h| history.iter().find(|o| o.hash == h && o.cost().is_some()))
-                .or_else(|| best_of(&history))
-                .map(|o| (o.hash.clone(), o.candidate.clone()));
-            let seq = history.len();
-            let hash = self.store.put_candidate(&cand)?;
-            self.store.begin_attempt(
-                &self.run_id,
-                Phase::Search,
-                seq as i64,
-                &hash,
-                parent.as_deref(),
-                &origin,
-            )?;
-            let opts = EvalOptions {
-                incumbent: incumbent.as_ref().map(|(h, c)| (h.as_str(), c)),
-                retime_baselines: false,
+                    Next::Done(why) => {
+                        return Ok(SearchEnd {
+                            stopped: Some(why),
+                            cut_short: false,
+                        });
+                    }
+                    Next::Stopped(why) => {
+                        return Ok(SearchEnd {
+                            stopped: Some(why),
+                            cut_short: true,
+                        });
+                    }
+                }
             };
-            let results = self.evaluate(&cand, &hash, &feedback, Phase::Search, opts)?;
-            let mut summary = eval::summarize(&results);
-            if results.len() < feedback.len() {
-                summary.passed = false;
-                summary.workloads = feedback.len();
-            }
-            if summary.passed {
-                summary.verdict = eval::overall_verdict(&results, &self.evaluator.settings.timing);
-            }
-            self.store
-                .finish_attempt(&self.run_id, Phase::Search, seq as i64, &summary)?;
-            history.push(Observation {
-                hash,
-                origin,
-                candidate: cand,
-                summary,
-                results,
-                held_out: None,
-            });
+            self.evaluate_proposal(history, proposal, feedback)?;
             self.persist_strategy()?;
-            let best = best_of(&history);
+            let best = best_of(history);
             progress(Event::Evaluated {
                 obs: history.last().unwrap(),
                 best,
-                budget: &self.budget(&history),
+                budget: &self.budget(history),
             });
         }
-        if !cut_short {
-            // A cycle cut short by the budget still attaches its best to its node.
-            self.strategy.finish(&history);
-            self.persist_strategy()?;
-        }
-        let spent = self.budget(&history);
+    }
 
-        // Held-out workloads, scored only now: the best candidates in order until one passes them all (the
-        // baselines timed again beside them).
-        let ranked = ranked(&history);
-        let mut chosen: Option<(&Observation, bool, Vec<WorkloadResult>)> = None;
-        for (i, obs) in ranked.iter().take(MAX_FINAL_CANDIDATES).enumerate() {
+    /// One proposal evaluated on the feedback workloads, beside its incumbent, stored and added to the
+    /// history.
+    fn evaluate_proposal(
+        &mut self,
+        history: &mut Vec<Observation>,
+        p: Proposal,
+        feedback: &[Workload],
+    ) -> Result<()> {
+        // Timed beside the candidate the strategy names, else the run's best so far: the verdict the
+        // strategy is told comes from the two measured side by side on the same inputs.
+        let incumbent = p
+            .compare_with
+            .and_then(|h| history.iter().find(|o| o.hash == h && o.cost().is_some()))
+            .or_else(|| best_of(history))
+            .map(|o| (o.hash.clone(), o.candidate.clone()));
+        let seq = history.len();
+        let hash = self.store.put_candidate(&p.candidate)?;
+        self.store.begin_attempt(
+            &self.run_id,
+            Phase::Search,
+            seq as i64,
+            &hash,
+            p.parent.as_deref(),
+            &p.origin,
+        )?;
+        let opts = EvalOptions {
+            incumbent: incumbent.as_ref().map(|(h, c)| (h.as_str(), c)),
+            retime_baselines: false,
+        };
+        let results = self.evaluate(&p.candidate, &hash, feedback, Phase::Search, opts)?;
+        let mut summary = eval::summarize(&results);
+        if results.len() < feedback.len() {
+            summary.passed = false;
+            summary.workloads = feedback.len();
+        }
+        if summary.passed {
+            summary.verdict = eval::overall_verdict(&results, &self.evaluator.settings.timing);
+        }
+        self.store
+            .finish_attempt(&self.run_id, Phase::Search, seq as i64, &summary)?;
+        history.push(Observation {
+            hash,
+            origin: p.origin,
+            candidate: p.candidate,
+            summary,
+            results,
+            held_out: None,
+        });
+        Ok(())
+    }
+
+    /// Held-out workloads, scored only now: the best candidates in order until one passes them all (the
+    /// baselines timed again beside them). None when no candidate passed the feedback workloads.
+    fn final_phase<'h>(
+        &mut self,
+        history: &'h [Observation],
+        held_out: &[Workload],
+        progress: &mut impl FnMut(Event<'_>),
+    ) -> Result<Option<Chosen<'h>>> {
+        let mut chosen: Option<Chosen<'h>> = None;
+        for (i, obs) in ranked(history)
+            .into_iter()
+            .take(MAX_FINAL_CANDIDATES)
+            .enumerate()
+        {
             progress(Event::FinalPhase {
                 candidate: &obs.hash,
             });
@@ -682,35 +739,38 @@ impl<'a> Runner<'a> {
                 retime_baselines: true,
             };
             let results =
-                self.evaluate(&obs.candidate, &obs.hash, &held_out, Phase::Final, retime)?;
+                self.evaluate(&obs.candidate, &obs.hash, held_out, Phase::Final, retime)?;
             let summary = eval::summarize(&results);
             self.store
                 .finish_attempt(&self.run_id, Phase::Final, i as i64, &summary)?;
             let passed = summary.passed || held_out.is_empty();
             if chosen.is_none() || passed {
-                chosen = Some((obs, passed, results));
+                chosen = Some(Chosen {
+                    obs,
+                    held_out_passed: passed,
+                    held_out: results,
+                });
             }
             if passed {
                 break;
             }
         }
+        Ok(chosen)
+    }
 
-        // The chosen candidate's feedback workloads timed again with the baselines beside it: the reported
-        // speedups over the baselines come from one measurement of both, not from times taken hours apart.
-        let confirmed: Option<Vec<WorkloadResult>> = match &chosen {
-            Some((obs, _, _)) => {
-                let retime = EvalOptions {
-                    incumbent: None,
-                    retime_baselines: true,
-                };
-                let (cand, hash) = (obs.candidate.clone(), obs.hash.clone());
-                Some(self.evaluate(&cand, &hash, &feedback, Phase::Confirm, retime)?)
-            }
-            None => None,
-        };
-        // None for a run started from the specification: no speedup over a seed is reported.
-        let seed_obs = seed_of(&history);
-        let (status, error) = match &chosen {
+    /// The run's status, and its error when it did not complete.
+    fn status(
+        &self,
+        history: &[Observation],
+        chosen: Option<&Chosen<'_>>,
+        end: &SearchEnd,
+    ) -> (RunStatus, Option<String>) {
+        let spent = self.budget(history);
+        let stopped = &end.stopped;
+        let cut_short = end.cut_short;
+        // None for a run started from the specification.
+        let seed_obs = seed_of(history);
+        match chosen {
             _ if cut_short => (
                 RunStatus::Stopped,
                 Some(format!(
@@ -737,8 +797,24 @@ impl<'a> Runner<'a> {
                     },
                 ),
             ),
-        };
-        let result = RunResult {
+        }
+    }
+
+    /// The run's result as `run --json` prints it and the store keeps it.
+    fn result(
+        &self,
+        history: &[Observation],
+        status: RunStatus,
+        chosen: Option<&Chosen<'_>>,
+        confirmed: Option<Vec<WorkloadResult>>,
+        end: &SearchEnd,
+        started: Instant,
+    ) -> RunResult {
+        let spent = self.budget(history);
+        let stopped = &end.stopped;
+        // None for a run started from the specification: no speedup over a seed is reported.
+        let seed_obs = seed_of(history);
+        RunResult {
             run_id: self.run_id.clone(),
             task: self.task.name().to_string(),
             target: self.target.name().to_string(),
@@ -778,7 +854,8 @@ impl<'a> Runner<'a> {
                 geomean_s: o.summary.geomean_s,
                 failure: o.summary.first_failure.clone(),
             }),
-            best: chosen.as_ref().map(|(obs, held_ok, held)| {
+            best: chosen.map(|c| {
+                let (obs, held_ok, held) = (c.obs, &c.held_out_passed, &c.held_out);
                 let vs_seed = seed_obs.and_then(|s| eval::speedup(&s.results, &obs.results));
                 // From the confirmation (candidate and baselines timed together) where it passed throughout.
                 let confirm = confirmed
@@ -818,11 +895,23 @@ impl<'a> Runner<'a> {
                         .map(|c| c.iter().map(WorkloadRow::from).collect()),
                 }
             }),
-        };
-        self.store
-            .finish_run(&self.run_id, status, &result, error.as_deref())?;
-        Ok(result)
+        }
     }
+}
+
+/// How the search phase ended: `stopped` says why when it ended before its budget; `cut_short` when for
+/// another reason than a converged search (`Next::Stopped`).
+#[derive(Default)]
+struct SearchEnd {
+    stopped: Option<String>,
+    cut_short: bool,
+}
+
+/// The candidate the final phase chose, and its held-out results.
+struct Chosen<'h> {
+    obs: &'h Observation,
+    held_out_passed: bool,
+    held_out: Vec<WorkloadResult>,
 }
 
 /// The run's seed candidate; None for a run started from the specification.
