@@ -125,6 +125,33 @@ pub struct WorkloadResult {
     pub prepare_s: f64,
 }
 
+impl WorkloadResult {
+    /// A workload's result before anything ran: an `error` until the evaluation says otherwise.
+    fn unfinished(workload: &str, inputs: &InputSeeds) -> WorkloadResult {
+        WorkloadResult {
+            workload: workload.to_string(),
+            status: Status::Error,
+            message: String::new(),
+            max_abs: None,
+            max_rel: None,
+            timing: None,
+            baselines: BTreeMap::new(),
+            roofline: None,
+            checks: Value::Null,
+            compile: Value::Null,
+            metal_sources: Vec::new(),
+            seeds: inputs.checks.clone(),
+            inputs: inputs.clone(),
+            elapsed_s: 0.0,
+            comparison: None,
+            split: Split::default(),
+            compile_s: 0.0,
+            baselines_timed_now: false,
+            prepare_s: 0.0,
+        }
+    }
+}
+
 /// A challenger's workload timed side by side with the incumbent's.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Comparison {
@@ -582,27 +609,7 @@ impl Evaluator {
     ) -> WorkloadResult {
         let hash = cand.hash();
         let inputs = self.inputs(&hash, &w.name);
-        let mut result = WorkloadResult {
-            workload: w.name.clone(),
-            status: Status::Error,
-            message: String::new(),
-            max_abs: None,
-            max_rel: None,
-            timing: None,
-            baselines: BTreeMap::new(),
-            roofline: None,
-            checks: Value::Null,
-            compile: Value::Null,
-            metal_sources: Vec::new(),
-            seeds: inputs.checks.clone(),
-            inputs: inputs.clone(),
-            elapsed_s: 0.0,
-            comparison: None,
-            split: Split::default(),
-            compile_s: 0.0,
-            baselines_timed_now: false,
-            prepare_s: 0.0,
-        };
+        let mut result = WorkloadResult::unfinished(&w.name, &inputs);
         let fail = |mut r: WorkloadResult, (status, message, compile): (Status, String, Value)| {
             r.status = status;
             r.message = message;
@@ -664,18 +671,9 @@ impl Evaluator {
             let deadline = Duration::from_secs_f64(
                 self.settings.timeout_s + self.compile_allowance(&key, &plan, &rw),
             );
-            let incumbent_key = match &incumbent {
-                Some((_, c, _)) => match self.compile(c, &rw) {
-                    Ok(k) => Some(k),
-                    Err((_, m, _)) => {
-                        tracing::warn!(
-                            "the incumbent no longer compiles, so it is not compared: {m}"
-                        );
-                        None
-                    }
-                },
-                None => None,
-            };
+            let incumbent_key = incumbent
+                .as_ref()
+                .and_then(|(_, c, _)| self.compile_incumbent(c, &rw));
             let request = RunRequest {
                 key: &key,
                 workload: &rw,
@@ -745,6 +743,17 @@ impl Evaluator {
                 Value::Null,
             ),
         )
+    }
+
+    /// The incumbent's build for this workload; None (so it is not compared) when it no longer compiles.
+    fn compile_incumbent(&mut self, c: &Candidate, rw: &ResolvedWorkload) -> Option<String> {
+        match self.compile(c, rw) {
+            Ok(k) => Some(k),
+            Err((_, m, _)) => {
+                tracing::warn!("the incumbent no longer compiles, so it is not compared: {m}");
+                None
+            }
+        }
     }
 
     /// Seconds a run's deadline grows by for the kernel modules it may compile. A module (a kernel, its

@@ -8,7 +8,7 @@
 //! - Only `worker` starts the Python worker, and only through `eval` does anything ask it for work; Rust
 //!   owns every deadline.
 //! - JSON only at the edges: LLM replies (`reply`, `search::world_model::wire`), the worker's protocol
-//!   (`protocol`), `--json` output; inside, values are typed (`run_result`, `store::RunStatus`).
+//!   (`protocol`), `--json` output; inside, values are typed (`run_result`: the run's result, status and phases).
 //! - The world model's core (`search::world_model::{tree, ops, select, wire}`) uses nothing of the
 //!   application but `units` (how a time reads): it is tested without a worker, a store or an LLM.
 //! - No module cycle in any crate (`tests/testsuite/architecture.rs`).

@@ -731,7 +731,6 @@ fn single<'a>(name: &str, blocks: &[&'a CodeBlock]) -> Result<&'a CodeBlock, Rep
 /// named after the plan's kernel files replace them, every other file of the plan is the parent's.
 pub fn candidate_from_reply(text: &str, parent: &Candidate) -> Result<ReplyCandidate, ReplyError> {
     let blocks = code_blocks(text);
-    let mut warnings = Vec::new();
     if blocks.is_empty() {
         return Err(ReplyError::NoCodeBlock {
             expected: expected(&parent.plan),
@@ -744,21 +743,83 @@ pub fn candidate_from_reply(text: &str, parent: &Candidate) -> Result<ReplyCandi
             expected: expected(&parent.plan),
         });
     }
-    let mut used = vec![false; blocks.len()];
-    let index = |b: &CodeBlock| blocks.iter().position(|x| std::ptr::eq(x, b)).unwrap_or(0);
-
-    // The plan: a block named plan.toml, else the only toml block that parses as a plan.
-    let named: Vec<&CodeBlock> = blocks
+    let mut r = Reading {
+        blocks: &blocks,
+        used: vec![false; blocks.len()],
+        warnings: Vec::new(),
+    };
+    let (plan, plan_given) = r.plan(parent)?;
+    // With no base candidate (a run started from the specification) nothing can be taken from the parent.
+    if parent.plan.kernel.is_empty() && !plan_given {
+        return Err(ReplyError::NoPlanWithoutBase);
+    }
+    check_file_names(&plan)?;
+    let files = plan_files(&plan);
+    let file_list = files
         .iter()
-        .filter(|b| b.name.as_deref().map(basename) == Some("plan.toml"))
-        .collect();
-    let mut plan_given = false;
-    let plan = if !named.is_empty() {
-        let b = single("plan.toml", &named)?;
-        named.iter().for_each(|b| used[index(b)] = true);
-        plan_given = true;
-        parse_plan(b)?
-    } else {
+        .map(|(n, _)| n.as_str())
+        .collect::<Vec<_>>()
+        .join(", ");
+    let mut given = r.named_files(&files, &file_list)?;
+    if given.is_empty() {
+        r.unnamed_source(&plan, &mut given, file_list)?;
+    }
+    if given.is_empty() && !plan_given {
+        return Err(ReplyError::NothingUsable {
+            found: blocks
+                .iter()
+                .map(|b| format!("{} at line {}", describe(b), b.line))
+                .collect::<Vec<_>>()
+                .join(", "),
+            expected: expected(&plan),
+        });
+    }
+    r.warn_unused();
+    let out = assemble(&files, given, parent)?;
+    let candidate = Candidate { plan, files: out };
+    candidate
+        .validate()
+        .map_err(|message| ReplyError::Invalid { message })?;
+    if candidate.hash() == parent.hash() {
+        return Err(ReplyError::Unchanged);
+    }
+    Ok(ReplyCandidate {
+        candidate,
+        warnings: r.warnings,
+    })
+}
+
+/// A reply's code blocks being read: which are taken, and what the reader should be told.
+struct Reading<'b> {
+    blocks: &'b [CodeBlock],
+    used: Vec<bool>,
+    warnings: Vec<String>,
+}
+
+impl<'b> Reading<'b> {
+    fn index(&self, b: &CodeBlock) -> usize {
+        self.blocks
+            .iter()
+            .position(|x| std::ptr::eq(x, b))
+            .unwrap_or(0)
+    }
+
+    /// The plan: a block named plan.toml, else the only toml block that parses as a plan, else the
+    /// parent's; and whether the reply gave one.
+    fn plan(&mut self, parent: &Candidate) -> Result<(Plan, bool), ReplyError> {
+        let blocks = self.blocks;
+        let named: Vec<&CodeBlock> = blocks
+            .iter()
+            .filter(|b| b.name.as_deref().map(basename) == Some("plan.toml"))
+            .collect();
+        if !named.is_empty() {
+            let b = single("plan.toml", &named)?;
+            for n in &named {
+                let i = self.index(n);
+                self.used[i] = true;
+            }
+            return Ok((parse_plan(b)?, true));
+        }
         // A bare ``` block holding a whole plan is the plan, not C code.
         let tomls: Vec<&CodeBlock> = blocks
             .iter()
@@ -774,19 +835,19 @@ pub fn candidate_from_reply(text: &str, parent: &Candidate) -> Result<ReplyCandi
             .iter()
             .filter_map(|(b, p)| Some((*b, p.as_ref().ok()?)))
             .collect();
-        match (parsed.first(), ok.as_slice()) {
-            (None, _) => parent.plan.clone(),
+        Ok(match (parsed.first(), ok.as_slice()) {
+            (None, _) => (parent.plan.clone(), false),
             (Some((_, Err(e))), []) => return Err(e.clone()),
             (_, [(b, p)]) => {
-                used[index(b)] = true;
-                plan_given = true;
+                let i = self.index(b);
+                self.used[i] = true;
                 if parsed.len() > 1 {
-                    warnings.push(format!(
+                    self.warnings.push(format!(
                         "took the ```toml block at line {} as plan.toml: the other toml blocks do not parse as a plan",
                         b.line
                     ));
                 }
-                (*p).clone()
+                ((*p).clone(), true)
             }
             _ => {
                 return Err(ReplyError::AmbiguousPlan {
@@ -794,14 +855,108 @@ pub fn candidate_from_reply(text: &str, parent: &Candidate) -> Result<ReplyCandi
                     lines: join_lines(ok.iter().map(|(b, _)| *b)),
                 });
             }
-        }
-    };
-
-    // With no base candidate (a run started from the specification) nothing can be taken from the parent.
-    if parent.plan.kernel.is_empty() && !plan_given {
-        return Err(ReplyError::NoPlanWithoutBase);
+        })
     }
-    let files = plan_files(&plan);
+
+    /// Named blocks: the plan's files by name, else an error for kernel code the plan would not compile.
+    fn named_files(
+        &mut self,
+        files: &[(String, String)],
+        file_list: &str,
+    ) -> Result<BTreeMap<String, String>, ReplyError> {
+        let blocks = self.blocks;
+        let mut by_file: BTreeMap<&str, Vec<&CodeBlock>> = BTreeMap::new();
+        for (i, b) in blocks.iter().enumerate() {
+            let Some(name) = b.name.as_deref() else {
+                continue;
+            };
+            let base = basename(name);
+            if base == "plan.toml" {
+                continue;
+            }
+            if let Some((f, _)) = files.iter().find(|(f, _)| f == base) {
+                by_file.entry(f).or_default().push(b);
+                self.used[i] = true;
+            } else if c_family(&b.lang) || lang_of_ext(ext(base)).is_some_and(c_family) {
+                return Err(ReplyError::UnknownFile {
+                    block: describe(b),
+                    line: b.line,
+                    name: name.to_string(),
+                    files: file_list.to_string(),
+                });
+            }
+        }
+        let mut given: BTreeMap<String, String> = BTreeMap::new();
+        for (f, bs) in &by_file {
+            given.insert(f.to_string(), single(f, bs)?.body.clone());
+        }
+        Ok(given)
+    }
+
+    /// Unnamed kernel code: the plan's only source, when nothing names a kernel file.
+    fn unnamed_source(
+        &mut self,
+        plan: &Plan,
+        given: &mut BTreeMap<String, String>,
+        file_list: String,
+    ) -> Result<(), ReplyError> {
+        let blocks = self.blocks;
+        let used = &self.used;
+        let unnamed: Vec<usize> = (0..blocks.len())
+            .filter(|&i| {
+                let b = &blocks[i];
+                b.name.is_none() && !used[i] && (b.lang.is_empty() || c_family(&b.lang))
+            })
+            .collect();
+        let sources = plan_sources(plan);
+        if !unnamed.is_empty() {
+            // A full file next to snippets: the one block that defines an entry symbol of the source.
+            let defining: Vec<usize> = match sources.as_slice() {
+                [src] if unnamed.len() > 1 => unnamed
+                    .iter()
+                    .copied()
+                    .filter(|&i| {
+                        plan.kernel.iter().any(|k| {
+                            k.source == *src && blocks[i].body.contains(&format!("{}(", k.name))
+                        })
+                    })
+                    .collect(),
+                _ => unnamed.clone(),
+            };
+            if let ([i], [src]) = (defining.as_slice(), sources.as_slice()) {
+                let b = &blocks[*i];
+                self.warnings.push(format!(
+                    "the {} at line {} has no file name; taken as {src}, the plan's only source",
+                    describe(b),
+                    b.line
+                ));
+                given.insert(src.to_string(), b.body.clone());
+                self.used[*i] = true;
+            } else {
+                return Err(ReplyError::Unnamed {
+                    count: unnamed.len(),
+                    lines: join_lines(unnamed.iter().map(|&i| &blocks[i])),
+                    files: file_list,
+                    first: sources.first().unwrap_or(&"kernel.c").to_string(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn warn_unused(&mut self) {
+        for (b, _) in self.blocks.iter().zip(&self.used).filter(|(_, u)| !**u) {
+            self.warnings.push(format!(
+                "ignored the {} at line {}: it is not plan.toml or a kernel file of the plan",
+                describe(b),
+                b.line
+            ));
+        }
+    }
+}
+
+/// Every kernel file the plan names passes the one file-name rule.
+fn check_file_names(plan: &Plan) -> Result<(), ReplyError> {
     for k in &plan.kernel {
         for f in std::iter::once(&k.source).chain(k.header.as_ref()) {
             if let Err(reason) = crate::names::check_file_name(f) {
@@ -813,99 +968,18 @@ pub fn candidate_from_reply(text: &str, parent: &Candidate) -> Result<ReplyCandi
             }
         }
     }
-    let file_list = files
-        .iter()
-        .map(|(n, _)| n.as_str())
-        .collect::<Vec<_>>()
-        .join(", ");
+    Ok(())
+}
 
-    // Named blocks: the plan's files, else an error for kernel code the plan would not compile.
-    let mut by_file: BTreeMap<&str, Vec<&CodeBlock>> = BTreeMap::new();
-    for (i, b) in blocks.iter().enumerate() {
-        let Some(name) = b.name.as_deref() else {
-            continue;
-        };
-        let base = basename(name);
-        if base == "plan.toml" {
-            continue;
-        }
-        if let Some((f, _)) = files.iter().find(|(f, _)| f == base) {
-            by_file.entry(f).or_default().push(b);
-            used[i] = true;
-        } else if c_family(&b.lang) || lang_of_ext(ext(base)).is_some_and(c_family) {
-            return Err(ReplyError::UnknownFile {
-                block: describe(b),
-                line: b.line,
-                name: name.to_string(),
-                files: file_list.clone(),
-            });
-        }
-    }
-    let mut given: BTreeMap<String, String> = BTreeMap::new();
-    for (f, bs) in &by_file {
-        given.insert(f.to_string(), single(f, bs)?.body.clone());
-    }
-
-    // Unnamed kernel code: the plan's only source, when nothing else names a kernel file.
-    let unnamed: Vec<usize> = (0..blocks.len())
-        .filter(|&i| {
-            let b = &blocks[i];
-            b.name.is_none() && !used[i] && (b.lang.is_empty() || c_family(&b.lang))
-        })
-        .collect();
-    let sources = plan_sources(&plan);
-    if given.is_empty() && !unnamed.is_empty() {
-        // A full file next to snippets: the one block that defines an entry symbol of the source.
-        let defining: Vec<usize> = match sources.as_slice() {
-            [src] if unnamed.len() > 1 => unnamed
-                .iter()
-                .copied()
-                .filter(|&i| {
-                    plan.kernel.iter().any(|k| {
-                        k.source == *src && blocks[i].body.contains(&format!("{}(", k.name))
-                    })
-                })
-                .collect(),
-            _ => unnamed.clone(),
-        };
-        if let ([i], [src]) = (defining.as_slice(), sources.as_slice()) {
-            let b = &blocks[*i];
-            warnings.push(format!(
-                "the {} at line {} has no file name; taken as {src}, the plan's only source",
-                describe(b),
-                b.line
-            ));
-            given.insert(src.to_string(), b.body.clone());
-            used[*i] = true;
-        } else {
-            return Err(ReplyError::Unnamed {
-                count: unnamed.len(),
-                lines: join_lines(unnamed.iter().map(|&i| &blocks[i])),
-                files: file_list,
-                first: sources.first().unwrap_or(&"kernel.c").to_string(),
-            });
-        }
-    }
-    if given.is_empty() && !plan_given {
-        return Err(ReplyError::NothingUsable {
-            found: blocks
-                .iter()
-                .map(|b| format!("{} at line {}", describe(b), b.line))
-                .collect::<Vec<_>>()
-                .join(", "),
-            expected: expected(&plan),
-        });
-    }
-    for (b, _) in blocks.iter().zip(&used).filter(|(_, u)| !**u) {
-        warnings.push(format!(
-            "ignored the {} at line {}: it is not plan.toml or a kernel file of the plan",
-            describe(b),
-            b.line
-        ));
-    }
-
+/// The candidate's files: each given one (the parent's bytes where only line ends or trailing space
+/// differ), else the parent's.
+fn assemble(
+    files: &[(String, String)],
+    mut given: BTreeMap<String, String>,
+    parent: &Candidate,
+) -> Result<BTreeMap<String, String>, ReplyError> {
     let mut out = BTreeMap::new();
-    for (f, kernel) in &files {
+    for (f, kernel) in files {
         let content = match (given.remove(f), parent.files.get(f)) {
             (Some(new), Some(old)) if same_text(&new, old) => old.clone(),
             (Some(new), _) => new,
@@ -920,17 +994,7 @@ pub fn candidate_from_reply(text: &str, parent: &Candidate) -> Result<ReplyCandi
         };
         out.insert(f.clone(), content);
     }
-    let candidate = Candidate { plan, files: out };
-    candidate
-        .validate()
-        .map_err(|message| ReplyError::Invalid { message })?;
-    if candidate.hash() == parent.hash() {
-        return Err(ReplyError::Unchanged);
-    }
-    Ok(ReplyCandidate {
-        candidate,
-        warnings,
-    })
+    Ok(out)
 }
 
 /// A candidate as an LLM sees it, and the format it is asked to answer in: plan.toml, then each

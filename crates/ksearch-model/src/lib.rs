@@ -7,7 +7,8 @@
 //!
 //! Architecture invariants:
 //! - No I/O beyond reading a task or candidate folder (and `Candidate::write_dir` into a folder it is handed);
-//!   no processes, no network, no database. Everything here is deterministic given its files.
+//!   no processes, no network, no database. Everything here but `rng`'s OS randomness is deterministic
+//!   given its files.
 //! - Nothing here knows of evaluation, searching, the store, the LLM or the command line: this crate
 //!   depends on no other ksearch crate.
 //! - Values are typed and validated on load: a `Task` or `Candidate` that exists has passed its checks,

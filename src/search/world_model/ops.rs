@@ -161,148 +161,181 @@ fn apply_one(
     report: &mut ApplyReport,
 ) -> Result<(), String> {
     match op {
-        EditOp::Update { id, patch } => {
-            let node = wm
-                .nodes
-                .get_mut(id)
-                .ok_or_else(|| format!("update: no node `{id}`"))?;
-            if id == ROOT && (patch.title.is_some() || patch.description.is_some()) {
-                return Err("update: the root has no action".into());
-            }
-            let p = patch.clone();
-            if let Some(v) = p.decision {
-                node.decision = v;
-            }
-            if let Some(v) = p.choice {
-                node.choice = v;
-            }
-            if let Some(v) = p.rating {
-                node.rating = v;
-            }
-            if let Some(v) = p.confidence {
-                node.confidence = v;
-            }
-            if let Some(v) = p.notes {
-                node.notes = v;
-            }
-            if let Some(v) = p.impacts {
-                node.impacts = v;
-            }
-            let touches_action = p.title.is_some()
-                || p.description.is_some()
-                || p.difficulty.is_some()
-                || p.priority.is_some()
-                || p.expected_gain.is_some();
-            if touches_action {
-                let a = node.action.as_mut().ok_or_else(|| {
-                    format!("update: node `{id}` has no action; insert a child with one instead")
-                })?;
-                if let Some(v) = p.title {
-                    a.title = v;
-                }
-                if let Some(v) = p.description {
-                    a.description = v;
-                }
-                if let Some(v) = p.difficulty {
-                    a.difficulty = v;
-                }
-                if let Some(v) = p.priority {
-                    a.priority = v;
-                }
-                if let Some(v) = p.expected_gain {
-                    a.expected_gain = v;
-                }
-            }
-            node.updated_round = round;
-            report.updated.push(id.clone());
+        EditOp::Update { id, patch } => update(wm, id, patch, round, report),
+        EditOp::Insert { parent, node } => insert(wm, parent, node, round, report),
+        EditOp::Split { id, into } => split(wm, id, into, round, report),
+        EditOp::Delete { id } => delete(wm, id, report),
+    }
+}
+
+/// A node's fields changed; its action's only where it has one (the root has none).
+fn update(
+    wm: &mut WorldModel,
+    id: &String,
+    patch: &Patch,
+    round: u32,
+    report: &mut ApplyReport,
+) -> Result<(), String> {
+    let node = wm
+        .nodes
+        .get_mut(id)
+        .ok_or_else(|| format!("update: no node `{id}`"))?;
+    if id == ROOT && (patch.title.is_some() || patch.description.is_some()) {
+        return Err("update: the root has no action".into());
+    }
+    let p = patch.clone();
+    if let Some(v) = p.decision {
+        node.decision = v;
+    }
+    if let Some(v) = p.choice {
+        node.choice = v;
+    }
+    if let Some(v) = p.rating {
+        node.rating = v;
+    }
+    if let Some(v) = p.confidence {
+        node.confidence = v;
+    }
+    if let Some(v) = p.notes {
+        node.notes = v;
+    }
+    if let Some(v) = p.impacts {
+        node.impacts = v;
+    }
+    let touches_action = p.title.is_some()
+        || p.description.is_some()
+        || p.difficulty.is_some()
+        || p.priority.is_some()
+        || p.expected_gain.is_some();
+    if touches_action {
+        let a = node.action.as_mut().ok_or_else(|| {
+            format!("update: node `{id}` has no action; insert a child with one instead")
+        })?;
+        if let Some(v) = p.title {
+            a.title = v;
         }
-        EditOp::Insert { parent, node } => {
-            if !wm.nodes.contains_key(parent) {
-                return Err(format!("insert: no parent `{parent}`"));
-            }
-            if node.action.is_none() {
-                return Err("insert: a new node needs an `action` with a title".into());
-            }
-            let id = match &node.id {
-                Some(id) if wm.nodes.contains_key(id) => {
-                    return Err(format!("insert: node id `{id}` already exists"));
-                }
-                Some(id) if id.len() > 64 || id.is_empty() => {
-                    return Err("insert: node ids are 1–64 characters".into());
-                }
-                Some(id) => id.clone(),
-                None => wm.fresh_id("n"),
-            };
-            let n = node.clone().into_node(id.clone(), parent.clone(), round);
-            wm.nodes.insert(id.clone(), n);
-            report.inserted.push(id);
+        if let Some(v) = p.description {
+            a.description = v;
         }
-        EditOp::Split { id, into } => {
-            let n = wm
-                .nodes
-                .get(id)
-                .ok_or_else(|| format!("split: no node `{id}`"))?;
-            if !n.is_open() {
-                return Err(format!("split: node `{id}` is not an open action"));
-            }
-            if wm.children(id).next().is_some() {
-                return Err(format!(
-                    "split: node `{id}` has children; only an open leaf can be split"
-                ));
-            }
-            if !(2..=3).contains(&into.len()) {
-                return Err(format!(
-                    "split: `into` must hold 2 or 3 nodes, got {}",
-                    into.len()
-                ));
-            }
-            if into.iter().any(|s| s.action.is_none()) {
-                return Err("split: every part needs an `action` with a title".into());
-            }
-            // The parts replace the node as alternatives under the same parent, so they stay on the frontier.
-            let old = wm.nodes.remove(id).expect("checked");
-            let parent = old
-                .parent
-                .clone()
-                .expect("only the root has no parent, and it has no action");
-            for spec in into {
-                let cid = match &spec.id {
-                    Some(c) if !wm.nodes.contains_key(c) && c != id => c.clone(),
-                    _ => wm.fresh_id("n"),
-                };
-                let mut child = spec.clone().into_node(cid.clone(), parent.clone(), round);
-                if child.decision.is_empty() {
-                    child.decision = old.decision.clone();
-                }
-                wm.nodes.insert(cid.clone(), child);
-                report.inserted.push(cid);
-            }
-            report.deleted.push(id.clone());
+        if let Some(v) = p.difficulty {
+            a.difficulty = v;
         }
-        EditOp::Delete { id } => {
-            if id == ROOT {
-                return Err("delete: the root cannot be deleted".into());
-            }
-            if !wm.nodes.contains_key(id) {
-                return Err(format!("delete: no node `{id}`"));
-            }
-            if wm.has_solution_below(id) {
-                return Err(format!(
-                    "delete: `{id}` holds or leads to a measured candidate; lower its score instead"
-                ));
-            }
-            let mut doomed = vec![id.clone()];
-            let mut i = 0;
-            while i < doomed.len() {
-                let kids: Vec<String> = wm.children(&doomed[i]).map(|c| c.id.clone()).collect();
-                doomed.extend(kids);
-                i += 1;
-            }
-            for d in doomed {
-                wm.nodes.remove(&d);
-                report.deleted.push(d);
-            }
+        if let Some(v) = p.priority {
+            a.priority = v;
         }
+        if let Some(v) = p.expected_gain {
+            a.expected_gain = v;
+        }
+    }
+    node.updated_round = round;
+    report.updated.push(id.clone());
+    Ok(())
+}
+
+/// A new node with an action under an existing one.
+fn insert(
+    wm: &mut WorldModel,
+    parent: &String,
+    node: &NodeSpec,
+    round: u32,
+    report: &mut ApplyReport,
+) -> Result<(), String> {
+    if !wm.nodes.contains_key(parent) {
+        return Err(format!("insert: no parent `{parent}`"));
+    }
+    if node.action.is_none() {
+        return Err("insert: a new node needs an `action` with a title".into());
+    }
+    let id = match &node.id {
+        Some(id) if wm.nodes.contains_key(id) => {
+            return Err(format!("insert: node id `{id}` already exists"));
+        }
+        Some(id) if id.len() > 64 || id.is_empty() => {
+            return Err("insert: node ids are 1–64 characters".into());
+        }
+        Some(id) => id.clone(),
+        None => wm.fresh_id("n"),
+    };
+    let n = node.clone().into_node(id.clone(), parent.clone(), round);
+    wm.nodes.insert(id.clone(), n);
+    report.inserted.push(id);
+    Ok(())
+}
+
+/// An open leaf replaced by 2 or 3 alternatives under its parent.
+fn split(
+    wm: &mut WorldModel,
+    id: &String,
+    into: &[NodeSpec],
+    round: u32,
+    report: &mut ApplyReport,
+) -> Result<(), String> {
+    let n = wm
+        .nodes
+        .get(id)
+        .ok_or_else(|| format!("split: no node `{id}`"))?;
+    if !n.is_open() {
+        return Err(format!("split: node `{id}` is not an open action"));
+    }
+    if wm.children(id).next().is_some() {
+        return Err(format!(
+            "split: node `{id}` has children; only an open leaf can be split"
+        ));
+    }
+    if !(2..=3).contains(&into.len()) {
+        return Err(format!(
+            "split: `into` must hold 2 or 3 nodes, got {}",
+            into.len()
+        ));
+    }
+    if into.iter().any(|s| s.action.is_none()) {
+        return Err("split: every part needs an `action` with a title".into());
+    }
+    // The parts replace the node as alternatives under the same parent, so they stay on the frontier.
+    let old = wm.nodes.remove(id).expect("checked");
+    let parent = old
+        .parent
+        .clone()
+        .expect("only the root has no parent, and it has no action");
+    for spec in into {
+        let cid = match &spec.id {
+            Some(c) if !wm.nodes.contains_key(c) && c != id => c.clone(),
+            _ => wm.fresh_id("n"),
+        };
+        let mut child = spec.clone().into_node(cid.clone(), parent.clone(), round);
+        if child.decision.is_empty() {
+            child.decision = old.decision.clone();
+        }
+        wm.nodes.insert(cid.clone(), child);
+        report.inserted.push(cid);
+    }
+    report.deleted.push(id.clone());
+    Ok(())
+}
+
+/// A subtree removed, unless it holds or leads to a measured candidate.
+fn delete(wm: &mut WorldModel, id: &String, report: &mut ApplyReport) -> Result<(), String> {
+    if id == ROOT {
+        return Err("delete: the root cannot be deleted".into());
+    }
+    if !wm.nodes.contains_key(id) {
+        return Err(format!("delete: no node `{id}`"));
+    }
+    if wm.has_solution_below(id) {
+        return Err(format!(
+            "delete: `{id}` holds or leads to a measured candidate; lower its score instead"
+        ));
+    }
+    let mut doomed = vec![id.clone()];
+    let mut i = 0;
+    while i < doomed.len() {
+        let kids: Vec<String> = wm.children(&doomed[i]).map(|c| c.id.clone()).collect();
+        doomed.extend(kids);
+        i += 1;
+    }
+    for d in doomed {
+        wm.nodes.remove(&d);
+        report.deleted.push(d);
     }
     Ok(())
 }
