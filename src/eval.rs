@@ -206,6 +206,55 @@ pub struct EvalOptions<'a> {
 /// Reference sets placed among a candidate's timed calls and compared after timing, per workload.
 pub const TIMED_CHECKS: usize = 4;
 
+/// What a run needs of an evaluator: the seam between the runner and the worker. `Evaluator` is the one
+/// that measures; the runner's unit tests give a scripted one, so the run loop, its budget, its phases
+/// and its resume are tested without Python.
+pub trait Evaluate {
+    /// The worker's hello: hardware and sandbox facts, stored with the run and stated in prompts.
+    fn hello(&self) -> &Value;
+    /// Compiles what `cand` needs for these workloads at once, before its first evaluation.
+    fn precompile(&mut self, cand: &Candidate, workloads: &[&Workload]);
+    /// One candidate on one workload: checked, timed (beside an incumbent if given), rechecked.
+    fn evaluate_workload_with(
+        &mut self,
+        cand: &Candidate,
+        w: &Workload,
+        opts: EvalOptions<'_>,
+    ) -> WorkloadResult;
+    /// How this evaluator times, for verdicts over several workloads.
+    fn timing(&self) -> &TimingSettings;
+    /// The hardware description reported with the run.
+    fn hardware(&self) -> Value;
+    /// How often the worker was started again after a crash or a hang.
+    fn worker_restarts(&self) -> u32;
+}
+
+impl Evaluate for Evaluator {
+    fn hello(&self) -> &Value {
+        &self.hello
+    }
+    fn precompile(&mut self, cand: &Candidate, workloads: &[&Workload]) {
+        Evaluator::precompile(self, cand, workloads)
+    }
+    fn evaluate_workload_with(
+        &mut self,
+        cand: &Candidate,
+        w: &Workload,
+        opts: EvalOptions<'_>,
+    ) -> WorkloadResult {
+        Evaluator::evaluate_workload_with(self, cand, w, opts)
+    }
+    fn timing(&self) -> &TimingSettings {
+        &self.settings.timing
+    }
+    fn hardware(&self) -> Value {
+        Evaluator::hardware(self)
+    }
+    fn worker_restarts(&self) -> u32 {
+        Evaluator::worker_restarts(self)
+    }
+}
+
 /// One device's evaluator: a worker with the task loaded.
 pub struct Evaluator {
     pub task: Task,

@@ -10,7 +10,9 @@ use super::tune::Tune;
 use super::world_model::{WorldModelConfig, WorldModelStrategy};
 use super::{Budget, Next, Observation, Proposal, SEED_ORIGIN, Strategy, StrategyKind};
 use crate::candidate::Candidate;
-use crate::eval::{self, EvalOptions, Evaluator, Settings, Status, Verdict, WorkloadResult};
+use crate::eval::{
+    self, EvalOptions, Evaluate, Evaluator, Settings, Status, Verdict, WorkloadResult,
+};
 use crate::llm::{Exchange, Llm, LlmConfig};
 use crate::pyenv::PythonEnv;
 use crate::run_result::{
@@ -130,7 +132,7 @@ pub struct Runner<'a> {
     pub task: Task,
     pub target: Target,
     pub config: RunConfig,
-    evaluator: Evaluator,
+    evaluator: Box<dyn Evaluate>,
     strategy: Box<dyn Strategy>,
     /// Exchanges recorded by the LLM client since the last drain into the store.
     exchanges: Arc<Mutex<Vec<Exchange>>>,
@@ -248,6 +250,39 @@ impl<'a> Runner<'a> {
         env: PythonEnv,
         llm: Option<Llm>,
     ) -> Result<Runner<'a>> {
+        let build = store
+            .path()
+            .parent()
+            .unwrap_or(std::path::Path::new("."))
+            .join("build");
+        Runner::open_with(store, run_id, llm, |task, target, config| {
+            // The task's defaults, with what the run was started with.
+            let settings = Settings {
+                checks: config.checks,
+                timeout_s: config.timeout_s,
+                timing: config.timing.clone(),
+                ..Settings::for_task(task, target)
+            };
+            let ev = Evaluator::start(
+                task.clone(),
+                target,
+                env,
+                build,
+                settings,
+                config.input_secret,
+            )?;
+            Ok(Box::new(ev) as Box<dyn Evaluate>)
+        })
+    }
+
+    /// `open` with the evaluator `start` gives for the run's task, target and configuration: the worker's
+    /// in a run, a scripted one in the runner's tests.
+    pub fn open_with(
+        store: &'a Store,
+        run_id: &str,
+        llm: Option<Llm>,
+        start: impl FnOnce(&Task, Target, &RunConfig) -> Result<Box<dyn Evaluate>>,
+    ) -> Result<Runner<'a>> {
         let row = store.run(run_id)?.ok_or_else(|| {
             anyhow!(
                 "no run `{run_id}` in {}; `ksearch runs` lists them",
@@ -268,28 +303,9 @@ impl<'a> Runner<'a> {
             .strategy
             .require_llm(llm.is_some())
             .map_err(|e| anyhow!(e))?;
-        // The task's defaults, with what the run was started with.
-        let settings = Settings {
-            checks: config.checks,
-            timeout_s: config.timeout_s,
-            timing: config.timing.clone(),
-            ..Settings::for_task(&task, target)
-        };
-        let build = store
-            .path()
-            .parent()
-            .unwrap_or(std::path::Path::new("."))
-            .join("build");
-        let evaluator = Evaluator::start(
-            task.clone(),
-            target,
-            env,
-            build,
-            settings,
-            config.input_secret,
-        )?;
+        let evaluator = start(&task, target, &config)?;
         store.claim_run(run_id)?;
-        store.set_hardware(run_id, &evaluator.hello)?;
+        store.set_hardware(run_id, evaluator.hello())?;
         let seed = load_seed(store, &config)?;
         if config.from_spec && config.strategy != StrategyKind::WorldModel {
             bail!(
@@ -308,7 +324,7 @@ impl<'a> Runner<'a> {
                 llm.set_recorder(Box::new(move |ex: &Exchange| {
                     sink.lock().unwrap().push(ex.clone())
                 }));
-                let mut agent = Agent::new(llm, &task, target, &evaluator.hello);
+                let mut agent = Agent::new(llm, &task, target, evaluator.hello());
                 agent.max_output_tokens = config.llm.as_ref().and_then(|l| l.max_output_tokens);
                 agent.auto_tune = config.tune_budget > 0;
                 let (tb, rs) = (config.tune_budget, config.rng_seed);
@@ -694,7 +710,7 @@ impl<'a> Runner<'a> {
             summary.workloads = feedback.len();
         }
         if summary.passed {
-            summary.verdict = eval::overall_verdict(&results, &self.evaluator.settings.timing);
+            summary.verdict = eval::overall_verdict(&results, self.evaluator.timing());
         }
         self.store
             .finish_attempt(&self.run_id, Phase::Search, seq as i64, &summary)?;
@@ -998,3 +1014,7 @@ mod tests {
         assert_eq!(civil_from_days(11_016), (2000, 2, 29));
     }
 }
+
+#[cfg(test)]
+#[path = "run_tests.rs"]
+mod scripted_tests;
