@@ -9,7 +9,7 @@ use crate::protocol::{
     BuildRef, InputSeeds, PoolSeeds, PrecompileReply, PrecompileRequest, PrecompileWorkload,
     PrepareReply, PrepareRequest, RunReply, RunRequest,
 };
-pub use crate::protocol::{PairVerdict, Split, Timing, TimingSettings, Verdict};
+pub use crate::protocol::{Hardware, PairVerdict, Split, Timing, TimingSettings, Verdict};
 use crate::pyenv::PythonEnv;
 use crate::target::Target;
 use crate::task::{ResolvedWorkload, Task, Workload};
@@ -224,7 +224,7 @@ pub trait Evaluate {
     /// How this evaluator times, for verdicts over several workloads.
     fn timing(&self) -> &TimingSettings;
     /// The hardware description reported with the run.
-    fn hardware(&self) -> Value;
+    fn hardware(&self) -> Hardware;
     /// How often the worker was started again after a crash or a hang.
     fn worker_restarts(&self) -> u32;
 }
@@ -247,7 +247,7 @@ impl Evaluate for Evaluator {
     fn timing(&self) -> &TimingSettings {
         &self.settings.timing
     }
-    fn hardware(&self) -> Value {
+    fn hardware(&self) -> Hardware {
         Evaluator::hardware(self)
     }
     fn worker_restarts(&self) -> u32 {
@@ -344,8 +344,8 @@ impl Evaluator {
         self.worker.restarts
     }
 
-    pub fn hardware(&self) -> Value {
-        self.hello["hardware"].clone()
+    pub fn hardware(&self) -> Hardware {
+        Hardware::from_hello(&self.hello)
     }
 
     /// The workload's whole pool (every reference seed, the supply), for `prepare`.

@@ -114,6 +114,71 @@ pub struct BuildRef<'a> {
     pub buffers: &'a [ResolvedBuffer],
 }
 
+/// The device a worker measures on, from its hello's `hardware` (`docs/formats.md` §3): the fields
+/// ksearch reads are typed; the rest, which differs per target (ISA and caches on a CPU, device
+/// attributes on a GPU), is kept as the worker gave it. A field of an unexpected type reads as absent.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Hardware {
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub kind: Option<String>,
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub name: Option<String>,
+    /// CPU cores (CPU targets).
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub cores: Option<u64>,
+    /// Measured peaks, the roofline's ceilings.
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub peak_bandwidth_gbs: Option<f64>,
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub peak_gflops: Option<f64>,
+    /// What the peaks cover: `one core` or `whole device`.
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub peak_scope: Option<String>,
+    #[serde(flatten)]
+    pub details: serde_json::Map<String, Value>,
+}
+
+impl Hardware {
+    /// The hardware a worker's hello describes; empty when it describes none.
+    pub fn from_hello(hello: &Value) -> Hardware {
+        serde_json::from_value(hello["hardware"].clone()).unwrap_or_default()
+    }
+}
+
+/// A value of the wrong type reads as the type's default rather than failing the whole record.
+fn lenient<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::de::DeserializeOwned + Default,
+{
+    let v = Value::deserialize(d)?;
+    Ok(serde_json::from_value(v).unwrap_or_default())
+}
+
 /// How a run request times (`timing`); `enabled: false` checks only.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct TimingSettings {
@@ -370,6 +435,26 @@ pub const RUN_STATUSES: &[&str] = &[
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hardware_reads_its_typed_fields_leniently_and_keeps_the_rest() {
+        let hello = serde_json::json!({"hardware": {
+            "kind": "cpu", "name": "AMD EPYC", "cores": "eight", "peak_gflops": 117.3,
+            "isa": ["avx2", "fma"], "caches": {"l1d": 32768}
+        }});
+        let hw = Hardware::from_hello(&hello);
+        assert_eq!(hw.name.as_deref(), Some("AMD EPYC"));
+        assert_eq!(hw.cores, None, "a field of the wrong type reads as absent");
+        assert_eq!(hw.peak_gflops, Some(117.3));
+        assert_eq!(hw.details["isa"], serde_json::json!(["avx2", "fma"]));
+        let back = serde_json::to_value(&hw).unwrap();
+        assert_eq!(back["caches"]["l1d"], 32768);
+        assert_eq!(back["kind"], "cpu");
+        assert_eq!(
+            Hardware::from_hello(&serde_json::Value::Null),
+            Hardware::default()
+        );
+    }
 
     /// Field names of a serialisable struct, from a value with every optional field set.
     fn fields(v: Value) -> Vec<String> {

@@ -251,13 +251,12 @@ pub fn run_summary(result: &RunResult) -> String {
         ));
     }
     let hw = &result.hardware;
-    if hw.is_object() {
+    if let Some(name) = &hw.name {
+        let cores = hw.cores.map(|c| format!("{c} cores; ")).unwrap_or_default();
         out.push_str(&format!(
-            "measured on {} ({} cores; peak {:.1} GB/s, {:.1} GFLOP/s measured)\n",
-            hw["name"].as_str().unwrap_or("?"),
-            hw["cores"],
-            hw["peak_bandwidth_gbs"].as_f64().unwrap_or(0.0),
-            hw["peak_gflops"].as_f64().unwrap_or(0.0)
+            "measured on {name} ({cores}peak {:.1} GB/s, {:.1} GFLOP/s measured)\n",
+            hw.peak_bandwidth_gbs.unwrap_or(0.0),
+            hw.peak_gflops.unwrap_or(0.0)
         ));
     }
     match &result.best {

@@ -1,10 +1,9 @@
 //! A run's status, the phases of its evaluations, and its result: the last line of `run --json`, kept with the run in the store and read back typed by
 //! `show`, `runs`, `compare` and the summary table. A result stored by an older ksearch reads with the
-//! fields it lacks empty. The worker's hardware description stays JSON: it is the worker's to define
-//! (`docs/formats.md` §3, hello).
+//! fields it lacks empty.
 
 use crate::candidate::Params;
-use crate::eval::{OverallVerdict, Split, Status, Verdict, WorkloadResult};
+use crate::eval::{Hardware, OverallVerdict, Split, Status, Verdict, WorkloadResult};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -104,8 +103,8 @@ pub struct RunResult {
     /// Held-out workloads scored mid-run and shown to the model (then a validation set, not unseen shapes).
     #[serde(default)]
     pub held_out_checks: usize,
-    #[serde(default)]
-    pub hardware: Value,
+    #[serde(default, deserialize_with = "lenient")]
+    pub hardware: Hardware,
     #[serde(default)]
     pub worker_restarts: u32,
     /// Why the search ended before its budget, if it did.

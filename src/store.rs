@@ -171,10 +171,18 @@ pub struct RunRow {
     pub updated_at: f64,
     pub pid: Option<i64>,
     pub config: Value,
-    pub hardware: Value,
+    /// The worker's hello for the run (its hardware, compiler and sandbox); `RunRow::hardware` reads it.
+    pub hello: Value,
     /// None while the run has not finished (or a stored result does not read).
     pub result: Option<RunResult>,
     pub error: Option<String>,
+}
+
+impl RunRow {
+    /// The device the run measured on (empty before its worker said hello).
+    pub fn hardware(&self) -> crate::eval::Hardware {
+        crate::eval::Hardware::from_hello(&self.hello)
+    }
 }
 
 /// One candidate evaluated in a run (the unit of the budget).
@@ -638,7 +646,7 @@ impl Store {
         Ok(n > 0)
     }
 
-    pub fn set_hardware(&self, run_id: &str, hw: &Value) -> Result<()> {
+    pub fn set_hello(&self, run_id: &str, hw: &Value) -> Result<()> {
         self.conn
             .execute(
                 "UPDATE runs SET hardware=?2, updated_at=?3 WHERE run_id=?1",
@@ -950,7 +958,7 @@ impl Store {
             budget: r.get(5)?,
             status: r.get(6)?,
             config: json(r.get(7)?),
-            hardware: json(r.get(8)?),
+            hello: json(r.get(8)?),
             result: RunResult::from_stored(&json(r.get(9)?)),
             error: r.get(10)?,
             pid: r.get(11)?,

@@ -51,7 +51,7 @@ pub(super) fn compare(store_dir: &Path, a: &str, b: &str, json: bool) -> Result<
         .collect();
     let summary = |r: &crate::store::RunRow| {
         json!({"run_id": r.run_id, "task": r.task, "target": r.target, "strategy": r.strategy, "status": r.status,
-               "hardware": r.hardware["name"],
+               "hardware": r.hardware().name,
                "best": best_candidate(r),
                "speedup_vs_seed": r.result.as_ref().and_then(|x| x.best.as_ref()).and_then(|b| b.speedup_vs_seed)})
     };

@@ -121,7 +121,7 @@ fn show_run(
                 v["id"] = json!(id); v["phase"] = json!(phase); v["candidate"] = json!(cand);
                 v
             }).collect::<Vec<_>>(),
-            "attempts": attempts, "config": shown_config(&row.config), "hardware": row.hardware,
+            "attempts": attempts, "config": shown_config(&row.config), "hardware": row.hardware(), "worker": row.hello,
             "result": row.result, "error": row.error, "created_at": row.created_at, "updated_at": row.updated_at,
             "evaluated_candidates": row.evaluations,
             "strategy_state": store.strategy_state(run_id)?,

@@ -305,7 +305,7 @@ impl<'a> Runner<'a> {
             .map_err(|e| anyhow!(e))?;
         let evaluator = start(&task, target, &config)?;
         store.claim_run(run_id)?;
-        store.set_hardware(run_id, evaluator.hello())?;
+        store.set_hello(run_id, evaluator.hello())?;
         let seed = load_seed(store, &config)?;
         if config.from_spec && config.strategy != StrategyKind::WorldModel {
             bail!(

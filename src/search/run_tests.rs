@@ -3,7 +3,7 @@
 //! which candidate is best is known here.
 
 use super::*;
-use crate::eval::{EvalOptions, Status, Timing, TimingSettings, WorkloadResult};
+use crate::eval::{EvalOptions, Hardware, Status, Timing, TimingSettings, WorkloadResult};
 use serde_json::json;
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -62,8 +62,8 @@ impl Evaluate for Scripted {
     fn timing(&self) -> &TimingSettings {
         &self.timing
     }
-    fn hardware(&self) -> Value {
-        json!({"name": "scripted"})
+    fn hardware(&self) -> Hardware {
+        Hardware::from_hello(&self.hello)
     }
     fn worker_restarts(&self) -> u32 {
         0
@@ -106,7 +106,7 @@ fn open_scripted<'a>(
     let calls = calls.clone();
     Runner::open_with(store, run_id, None, move |_, _, config| {
         Ok(Box::new(Scripted {
-            hello: json!({"hardware": {"name": "scripted"}}),
+            hello: json!({"hardware": {"name": "scripted", "cores": 2, "peak_gflops": 10.0}}),
             timing: config.timing.clone(),
             calls,
             die_at,
@@ -131,6 +131,11 @@ fn a_tune_run_spends_its_budget_chooses_the_fastest_and_confirms_it_with_the_bas
     assert!(!feedback.is_empty() && !held_out.is_empty());
     assert_eq!(result.status, RunStatus::Completed);
     assert_eq!(result.evaluations, 6, "tune's budget counts evaluations");
+    assert_eq!(result.hardware.name.as_deref(), Some("scripted"));
+    assert_eq!(
+        store.run(&run_id).unwrap().unwrap().hardware().cores,
+        Some(2)
+    );
     let calls = calls.borrow();
     let search: Vec<&Call> = calls.iter().take(6 * feedback.len()).collect();
     let candidates: Vec<&String> = search.iter().map(|c| &c.0).collect();
