@@ -703,6 +703,334 @@ pub(crate) fn analyze_tree(tree: &Tree, src: &str) -> Analysis {
     }
 }
 
+/// What one walk over a kernel's body collects: `analyze_kernel`'s visitor, one method per kind of node.
+struct BodyWalk<'s> {
+    src: &'s str,
+    name: &'s str,
+    consts: &'s BTreeMap<String, i64>,
+    device_sigs: &'s BTreeMap<String, Vec<(bool, bool)>>,
+    pointer_names: &'s BTreeSet<String>,
+    aliases: &'s BTreeMap<String, String>,
+    constructs: BTreeMap<String, usize>,
+    written: BTreeSet<String>,
+    /// Pointers moved (`A += row * K`), nothing stored through them.
+    reseated: BTreeSet<String>,
+    read: BTreeSet<String>,
+    atomic_targets: BTreeSet<String>,
+    shared: Vec<SharedArray>,
+    device_calls: BTreeSet<String>,
+    axes: BTreeSet<usize>,
+    gid: bool,
+    stride: bool,
+    /// Positions of identifiers that are written (not read) by a plain assignment.
+    lhs_positions: BTreeSet<usize>,
+}
+
+impl BodyWalk<'_> {
+    fn bump(&mut self, c: &str) {
+        *self.constructs.entry(c.to_string()).or_default() += 1;
+    }
+
+    /// One node of the body; None where the tree lacks a part the grammar promises.
+    fn visit(&mut self, n: Node) -> Option<()> {
+        match n.kind() {
+            "field_expression" => self.field(n),
+            "binary_expression" => self.binary(n),
+            "assignment_expression" => return self.assignment(n),
+            "update_expression" => self.update(n),
+            "declaration" => self.declaration(n),
+            "call_expression" => self.call(n),
+            "gnu_asm_expression" => self.asm(n),
+            "namespace_identifier" => self.namespace(n),
+            "type_identifier" | "primitive_type" => self.type_name(n),
+            "new_expression" => self.bump("device_malloc"),
+            "identifier" => self.identifier(n),
+            _ => {}
+        }
+        Some(())
+    }
+
+    /// A built-in index (`threadIdx.x`, `blockIdx.y`, ...): its axis and kind.
+    fn field(&mut self, n: Node) {
+        let src = self.src;
+        if let Some((b, ax)) = builtin_index(n, src) {
+            self.axes.insert(ax);
+            self.bump(match b {
+                "threadIdx" => "thread_index",
+                "blockIdx" => "block_index",
+                "blockDim" => "block_dim",
+                _ => "grid_dim",
+            });
+        }
+    }
+
+    /// The global-index, grid-stride and lane/warp idioms.
+    fn binary(&mut self, n: Node) {
+        let src = self.src;
+        if global_id(n, src).is_some() {
+            self.gid = true;
+            self.bump("global_thread_id");
+        } else if tiled_global_id(n, src).is_some() {
+            // blockIdx.y * TILE + threadIdx.y: one thread per element as well.
+            self.gid = true;
+        }
+        if grid_stride(n, src).is_some() {
+            self.stride = true;
+            self.bump("grid_stride_loop");
+        }
+        if lane_or_warp(n, src).is_some() {
+            self.bump("lane_warp_id");
+        }
+    }
+
+    /// A store through a pointer (or a pointer moved); the left side's positions are writes, not reads.
+    fn assignment(&mut self, n: Node) -> Option<()> {
+        let (src, pointer_names, aliases) = (self.src, self.pointer_names, self.aliases);
+        let left = n.child_by_field_name("left")?;
+        if reseats_pointer(left, src, pointer_names, aliases) {
+            // `A += row * K`: the pointer moves, nothing is stored.
+            self.reseated.extend(lvalue_base(left, src, aliases));
+            return Some(());
+        }
+        if let Some(b) = lvalue_base(left, src, aliases) {
+            self.written.insert(b.clone());
+            let op = n.child_by_field_name("operator").map(|o| text(o, src));
+            if op == Some("=") {
+                self.lhs_positions.insert(strip_parens(left).start_byte());
+                if let Some(first) = descendants(left).into_iter().find(|x| {
+                    x.kind() == "identifier"
+                        && (pointer_names.contains(text(*x, src))
+                            || aliases.contains_key(text(*x, src)))
+                }) {
+                    self.lhs_positions.insert(first.start_byte());
+                }
+            }
+        }
+        Some(())
+    }
+
+    /// `p[i]++` stores; `p++` moves the pointer.
+    fn update(&mut self, n: Node) {
+        let (src, pointer_names, aliases) = (self.src, self.pointer_names, self.aliases);
+        if let Some(a) = n
+            .child_by_field_name("argument")
+            .filter(|a| reseats_pointer(*a, src, pointer_names, aliases))
+        {
+            self.reseated.extend(lvalue_base(a, src, aliases));
+        } else if let Some(b) = n
+            .child_by_field_name("argument")
+            .and_then(|a| lvalue_base(a, src, aliases))
+        {
+            self.written.insert(b);
+        }
+    }
+
+    /// A `__shared__` array: its element type, dimensions and static size.
+    fn declaration(&mut self, n: Node) {
+        let src = self.src;
+        let consts = self.consts;
+        let is_shared = children(n)
+            .iter()
+            .any(|c| c.kind() == "type_qualifier" && text(*c, src) == "__shared__")
+            || text(n, src).starts_with("__shared__");
+        if is_shared {
+            let dynamic = children(n)
+                .iter()
+                .any(|c| c.kind() == "storage_class_specifier" && text(*c, src) == "extern");
+            let ty = n
+                .child_by_field_name("type")
+                .map(|t| text(t, src).to_string())
+                .unwrap_or_default();
+            for d in children(n)
+                .into_iter()
+                .filter(|c| c.kind().ends_with("declarator") || c.kind() == "identifier")
+            {
+                let mut dims = Vec::new();
+                let mut bytes = type_size(&ty);
+                let mut cur = d;
+                let mut nm = None;
+                loop {
+                    match cur.kind() {
+                        "array_declarator" => {
+                            match cur.child_by_field_name("size") {
+                                Some(s) => {
+                                    dims.insert(0, text(s, src).to_string());
+                                    bytes =
+                                        bytes.zip(eval(s, src, consts)).map(|(b, v)| b * v as u64);
+                                }
+                                None => {
+                                    dims.insert(0, String::new());
+                                    bytes = None;
+                                }
+                            }
+                            cur = cur.child_by_field_name("declarator").unwrap_or(cur);
+                        }
+                        "init_declarator" => {
+                            cur = cur.child_by_field_name("declarator").unwrap_or(cur);
+                        }
+                        "identifier" => {
+                            nm = Some(text(cur, src).to_string());
+                            break;
+                        }
+                        _ => break,
+                    }
+                }
+                if let Some(nm) = nm {
+                    self.bump(if dynamic {
+                        "shared_dynamic"
+                    } else {
+                        "shared_static"
+                    });
+                    self.shared.push(SharedArray {
+                        name: nm,
+                        elem_type: ty.clone(),
+                        dims,
+                        bytes: if dynamic { None } else { bytes },
+                        dynamic,
+                        atomic: false,
+                        line: line(n),
+                    });
+                }
+            }
+        }
+    }
+
+    /// Barriers, warp functions, atomics (their targets written), device calls (their non-const pointer arguments written), and the calls with no Metal equivalent.
+    fn call(&mut self, n: Node) {
+        let (src, pointer_names, aliases) = (self.src, self.pointer_names, self.aliases);
+        let device_sigs = self.device_sigs;
+        let name = self.name;
+        let Some(cname) = call_name(n, src) else {
+            return;
+        };
+        let args: Vec<Node> = n
+            .child_by_field_name("arguments")
+            .map(|a| children(a).into_iter().filter(|c| c.is_named()).collect())
+            .unwrap_or_default();
+        if children(n).iter().any(|c| c.kind() == "kernel_call_syntax") {
+            self.bump("dynamic_parallelism");
+            return;
+        }
+        match cname.as_str() {
+            "__syncthreads" => self.bump("syncthreads"),
+            "__syncwarp" => self.bump("syncwarp"),
+            "__syncthreads_count" | "__syncthreads_and" | "__syncthreads_or" => {
+                self.bump("syncthreads_reduce")
+            }
+            "__shfl_down_sync" | "__shfl_up_sync" => self.bump("shuffle_down_up"),
+            "__shfl_xor_sync" => self.bump("shuffle_xor"),
+            "__shfl_sync" => self.bump("shuffle_indexed"),
+            "__ballot_sync" | "__any_sync" | "__all_sync" => self.bump("warp_vote"),
+            "__activemask" => self.bump("activemask"),
+            "__ldg" => self.bump("ldg"),
+            "printf" => self.bump("printf"),
+            "__threadfence" | "__threadfence_block" | "__threadfence_system" => {
+                self.bump("threadfence")
+            }
+            "clock" | "clock64" => self.bump("clock"),
+            "malloc" | "free" => self.bump("device_malloc"),
+            c if c == name => self.bump("recursion"),
+            c if c.starts_with("__pipeline_") || c.contains("memcpy_async") => {
+                self.bump("async_copy")
+            }
+            c if c.starts_with("tex") || c.starts_with("surf") => self.bump("texture"),
+            c if is_atomic(c) => {
+                if let Some(b) = args.first().and_then(|a| lvalue_base(*a, src, aliases)) {
+                    self.atomic_targets.insert(b.clone());
+                    if pointer_names.contains(&b) {
+                        self.written.insert(b);
+                        self.bump("atomic_global");
+                    } else {
+                        self.bump("atomic_shared");
+                    }
+                }
+                if matches!(c, "atomicCAS" | "atomicCAS_system") {
+                    self.bump("atomic_cas");
+                }
+            }
+            c if c.starts_with("__") && super::rules().metal_functions.contains_key(c) => {
+                self.bump("fast_math")
+            }
+            c if c.ends_with("store_matrix_sync") || c.starts_with("__st") => {
+                // wmma::store_matrix_sync(ptr, ...), __stcs(ptr, v): stores through the first argument.
+                if c.contains("wmma") || c.ends_with("store_matrix_sync") {
+                    self.bump("wmma");
+                }
+                if let Some(b) = args.first().and_then(|a| lvalue_base(*a, src, aliases)) {
+                    self.written.insert(b);
+                }
+            }
+            c => {
+                if let Some(sig) = device_sigs.get(c) {
+                    self.device_calls.insert(c.to_string());
+                    self.bump("device_call");
+                    for (a, (ptr, is_const)) in args.iter().zip(sig) {
+                        if *ptr
+                            && !*is_const
+                            && let Some(b) = lvalue_base(*a, src, aliases)
+                        {
+                            self.written.insert(b);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Inline PTX: asynchronous copies, tensor-core instructions, or other assembly.
+    fn asm(&mut self, n: Node) {
+        let src = self.src;
+        let t = text(n, src);
+        if t.contains("cp.async") {
+            self.bump("async_copy");
+        } else if t.contains("mma") || t.contains("ldmatrix") {
+            self.bump("mma_asm");
+        } else {
+            self.bump("inline_asm");
+        }
+    }
+
+    /// `wmma::` and cooperative groups.
+    fn namespace(&mut self, n: Node) {
+        let src = self.src;
+        match text(n, src) {
+            "wmma" => self.bump("wmma"),
+            "cooperative_groups" | "cg" => self.bump("cooperative_groups"),
+            _ => {}
+        }
+    }
+
+    /// 16-bit floats, doubles, textures, vector types.
+    fn type_name(&mut self, n: Node) {
+        let src = self.src;
+        match text(n, src) {
+            t if let Some(family) = ksearch_model::dialect::half_family(t) => {
+                self.bump(match family {
+                    ksearch_model::dtype::Dtype::Bfloat16 => "bfloat16",
+                    _ => "half",
+                })
+            }
+            "double" => self.bump("double"),
+            "cudaTextureObject_t" | "cudaSurfaceObject_t" => self.bump("texture"),
+            t if VECTOR_TYPES.contains(&t) => self.bump("vector_type"),
+            _ => {}
+        }
+    }
+
+    /// A pointer (or an alias of one) read, unless it is a write's target.
+    fn identifier(&mut self, n: Node) {
+        let (src, pointer_names, aliases) = (self.src, self.pointer_names, self.aliases);
+        let t = text(n, src);
+        if (pointer_names.contains(t) || aliases.contains_key(t))
+            && !self.lhs_positions.contains(&n.start_byte())
+            && !in_atomic_target(n, src)
+        {
+            self.read
+                .insert(aliases.get(t).cloned().unwrap_or_else(|| t.to_string()));
+        }
+    }
+}
+
 fn analyze_kernel(
     f: Node,
     src: &str,
@@ -744,280 +1072,54 @@ fn analyze_kernel(
         .map(|p| p.name.clone())
         .collect();
     let aliases = pointer_aliases(body, src, &pointer_names);
-    let mut constructs: BTreeMap<String, usize> = BTreeMap::new();
-    let mut bump = |c: &str| *constructs.entry(c.to_string()).or_default() += 1;
-    let mut written = BTreeSet::new();
-    let mut reseated = BTreeSet::new();
-    let mut read = BTreeSet::new();
-    let mut atomic_targets = BTreeSet::new();
-    let mut shared = Vec::new();
-    let mut device_calls = BTreeSet::new();
-    let mut axes = BTreeSet::new();
-    let mut gid = false;
-    let mut stride = false;
-    // Positions of identifiers that are written (not read) by a plain assignment.
-    let mut lhs_positions = BTreeSet::new();
+    let mut walk = BodyWalk {
+        src,
+        name: &name,
+        consts,
+        device_sigs,
+        pointer_names: &pointer_names,
+        aliases: &aliases,
+        constructs: BTreeMap::new(),
+        written: BTreeSet::new(),
+        reseated: BTreeSet::new(),
+        read: BTreeSet::new(),
+        atomic_targets: BTreeSet::new(),
+        shared: Vec::new(),
+        device_calls: BTreeSet::new(),
+        axes: BTreeSet::new(),
+        gid: false,
+        stride: false,
+        lhs_positions: BTreeSet::new(),
+    };
     let launch_bounds = descendants(f)
         .into_iter()
         .find(|n| n.kind() == "launch_bounds")
         .and_then(|lb| lb.named_child(0))
         .and_then(|v| eval(v, src, consts));
     if launch_bounds.is_some() {
-        bump("launch_bounds");
+        walk.bump("launch_bounds");
     }
     for p in &params {
         if !p.pointer {
-            bump("scalar_param");
+            walk.bump("scalar_param");
         }
     }
     for n in descendants(body) {
-        match n.kind() {
-            "field_expression" => {
-                if let Some((b, ax)) = builtin_index(n, src) {
-                    axes.insert(ax);
-                    bump(match b {
-                        "threadIdx" => "thread_index",
-                        "blockIdx" => "block_index",
-                        "blockDim" => "block_dim",
-                        _ => "grid_dim",
-                    });
-                }
-            }
-            "binary_expression" => {
-                if global_id(n, src).is_some() {
-                    gid = true;
-                    bump("global_thread_id");
-                } else if tiled_global_id(n, src).is_some() {
-                    // blockIdx.y * TILE + threadIdx.y: one thread per element as well.
-                    gid = true;
-                }
-                if grid_stride(n, src).is_some() {
-                    stride = true;
-                    bump("grid_stride_loop");
-                }
-                if lane_or_warp(n, src).is_some() {
-                    bump("lane_warp_id");
-                }
-            }
-            "assignment_expression" => {
-                let left = n.child_by_field_name("left")?;
-                if reseats_pointer(left, src, &pointer_names, &aliases) {
-                    // `A += row * K`: the pointer moves, nothing is stored.
-                    reseated.extend(lvalue_base(left, src, &aliases));
-                    continue;
-                }
-                if let Some(b) = lvalue_base(left, src, &aliases) {
-                    written.insert(b.clone());
-                    let op = n.child_by_field_name("operator").map(|o| text(o, src));
-                    if op == Some("=") {
-                        lhs_positions.insert(strip_parens(left).start_byte());
-                        if let Some(first) = descendants(left).into_iter().find(|x| {
-                            x.kind() == "identifier"
-                                && (pointer_names.contains(text(*x, src))
-                                    || aliases.contains_key(text(*x, src)))
-                        }) {
-                            lhs_positions.insert(first.start_byte());
-                        }
-                    }
-                }
-            }
-            "update_expression" => {
-                if let Some(a) = n
-                    .child_by_field_name("argument")
-                    .filter(|a| reseats_pointer(*a, src, &pointer_names, &aliases))
-                {
-                    reseated.extend(lvalue_base(a, src, &aliases));
-                } else if let Some(b) = n
-                    .child_by_field_name("argument")
-                    .and_then(|a| lvalue_base(a, src, &aliases))
-                {
-                    written.insert(b);
-                }
-            }
-            "declaration" => {
-                let is_shared = children(n)
-                    .iter()
-                    .any(|c| c.kind() == "type_qualifier" && text(*c, src) == "__shared__")
-                    || text(n, src).starts_with("__shared__");
-                if is_shared {
-                    let dynamic = children(n).iter().any(|c| {
-                        c.kind() == "storage_class_specifier" && text(*c, src) == "extern"
-                    });
-                    let ty = n
-                        .child_by_field_name("type")
-                        .map(|t| text(t, src).to_string())
-                        .unwrap_or_default();
-                    for d in children(n)
-                        .into_iter()
-                        .filter(|c| c.kind().ends_with("declarator") || c.kind() == "identifier")
-                    {
-                        let mut dims = Vec::new();
-                        let mut bytes = type_size(&ty);
-                        let mut cur = d;
-                        let mut nm = None;
-                        loop {
-                            match cur.kind() {
-                                "array_declarator" => {
-                                    match cur.child_by_field_name("size") {
-                                        Some(s) => {
-                                            dims.insert(0, text(s, src).to_string());
-                                            bytes = bytes
-                                                .zip(eval(s, src, consts))
-                                                .map(|(b, v)| b * v as u64);
-                                        }
-                                        None => {
-                                            dims.insert(0, String::new());
-                                            bytes = None;
-                                        }
-                                    }
-                                    cur = cur.child_by_field_name("declarator").unwrap_or(cur);
-                                }
-                                "init_declarator" => {
-                                    cur = cur.child_by_field_name("declarator").unwrap_or(cur);
-                                }
-                                "identifier" => {
-                                    nm = Some(text(cur, src).to_string());
-                                    break;
-                                }
-                                _ => break,
-                            }
-                        }
-                        if let Some(nm) = nm {
-                            bump(if dynamic {
-                                "shared_dynamic"
-                            } else {
-                                "shared_static"
-                            });
-                            shared.push(SharedArray {
-                                name: nm,
-                                elem_type: ty.clone(),
-                                dims,
-                                bytes: if dynamic { None } else { bytes },
-                                dynamic,
-                                atomic: false,
-                                line: line(n),
-                            });
-                        }
-                    }
-                }
-            }
-            "call_expression" => {
-                let Some(cname) = call_name(n, src) else {
-                    continue;
-                };
-                let args: Vec<Node> = n
-                    .child_by_field_name("arguments")
-                    .map(|a| children(a).into_iter().filter(|c| c.is_named()).collect())
-                    .unwrap_or_default();
-                if children(n).iter().any(|c| c.kind() == "kernel_call_syntax") {
-                    bump("dynamic_parallelism");
-                    continue;
-                }
-                match cname.as_str() {
-                    "__syncthreads" => bump("syncthreads"),
-                    "__syncwarp" => bump("syncwarp"),
-                    "__syncthreads_count" | "__syncthreads_and" | "__syncthreads_or" => {
-                        bump("syncthreads_reduce")
-                    }
-                    "__shfl_down_sync" | "__shfl_up_sync" => bump("shuffle_down_up"),
-                    "__shfl_xor_sync" => bump("shuffle_xor"),
-                    "__shfl_sync" => bump("shuffle_indexed"),
-                    "__ballot_sync" | "__any_sync" | "__all_sync" => bump("warp_vote"),
-                    "__activemask" => bump("activemask"),
-                    "__ldg" => bump("ldg"),
-                    "printf" => bump("printf"),
-                    "__threadfence" | "__threadfence_block" | "__threadfence_system" => {
-                        bump("threadfence")
-                    }
-                    "clock" | "clock64" => bump("clock"),
-                    "malloc" | "free" => bump("device_malloc"),
-                    c if c == name => bump("recursion"),
-                    c if c.starts_with("__pipeline_") || c.contains("memcpy_async") => {
-                        bump("async_copy")
-                    }
-                    c if c.starts_with("tex") || c.starts_with("surf") => bump("texture"),
-                    c if is_atomic(c) => {
-                        if let Some(b) = args.first().and_then(|a| lvalue_base(*a, src, &aliases)) {
-                            atomic_targets.insert(b.clone());
-                            if pointer_names.contains(&b) {
-                                written.insert(b);
-                                bump("atomic_global");
-                            } else {
-                                bump("atomic_shared");
-                            }
-                        }
-                        if matches!(c, "atomicCAS" | "atomicCAS_system") {
-                            bump("atomic_cas");
-                        }
-                    }
-                    c if c.starts_with("__") && super::rules().metal_functions.contains_key(c) => {
-                        bump("fast_math")
-                    }
-                    c if c.ends_with("store_matrix_sync") || c.starts_with("__st") => {
-                        // wmma::store_matrix_sync(ptr, ...), __stcs(ptr, v): stores through the first argument.
-                        if c.contains("wmma") || c.ends_with("store_matrix_sync") {
-                            bump("wmma");
-                        }
-                        if let Some(b) = args.first().and_then(|a| lvalue_base(*a, src, &aliases)) {
-                            written.insert(b);
-                        }
-                    }
-                    c => {
-                        if let Some(sig) = device_sigs.get(c) {
-                            device_calls.insert(c.to_string());
-                            bump("device_call");
-                            for (a, (ptr, is_const)) in args.iter().zip(sig) {
-                                if *ptr
-                                    && !*is_const
-                                    && let Some(b) = lvalue_base(*a, src, &aliases)
-                                {
-                                    written.insert(b);
-                                }
-                            }
-                        }
-                    }
-                }
-            }
-            "gnu_asm_expression" => {
-                let t = text(n, src);
-                if t.contains("cp.async") {
-                    bump("async_copy");
-                } else if t.contains("mma") || t.contains("ldmatrix") {
-                    bump("mma_asm");
-                } else {
-                    bump("inline_asm");
-                }
-            }
-            "namespace_identifier" => match text(n, src) {
-                "wmma" => bump("wmma"),
-                "cooperative_groups" | "cg" => bump("cooperative_groups"),
-                _ => {}
-            },
-            "type_identifier" | "primitive_type" => match text(n, src) {
-                t if let Some(family) = ksearch_model::dialect::half_family(t) => {
-                    bump(match family {
-                        ksearch_model::dtype::Dtype::Bfloat16 => "bfloat16",
-                        _ => "half",
-                    })
-                }
-                "double" => bump("double"),
-                "cudaTextureObject_t" | "cudaSurfaceObject_t" => bump("texture"),
-                t if VECTOR_TYPES.contains(&t) => bump("vector_type"),
-                _ => {}
-            },
-            "new_expression" => bump("device_malloc"),
-            "identifier" => {
-                let t = text(n, src);
-                if (pointer_names.contains(t) || aliases.contains_key(t))
-                    && !lhs_positions.contains(&n.start_byte())
-                    && !in_atomic_target(n, src)
-                {
-                    read.insert(aliases.get(t).cloned().unwrap_or_else(|| t.to_string()));
-                }
-            }
-            _ => {}
-        }
+        walk.visit(n)?;
     }
+    let BodyWalk {
+        constructs,
+        written,
+        reseated,
+        mut read,
+        atomic_targets,
+        mut shared,
+        device_calls,
+        axes,
+        gid,
+        stride,
+        ..
+    } = walk;
     // Aliases defined by `T* a = p + off` read `p` at their definition only; that is not a data read.
     for (alias, base) in &aliases {
         if !read_through(body, src, alias) && !read_through_direct(body, src, base, &aliases) {
