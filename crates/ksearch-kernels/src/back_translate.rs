@@ -9,7 +9,7 @@
 //! simd functions, `metal::` math, vector types, atomics, 8x8 `simdgroup_matrix`), not all of MSL. A construct
 //! outside that subset is an error naming the file, the line and the construct, never dropped.
 
-use ksearch_model::candidate::{Candidate, CandidateError, KernelDecl};
+use ksearch_model::candidate::{Candidate, CandidateError, KernelDecl, Plan};
 use ksearch_model::cpplex::{Kind, Tok, lex};
 use ksearch_model::expr::{Env, ExprField};
 use ksearch_model::target::Target;
@@ -168,122 +168,27 @@ pub fn back_translate(
         let body_idents = identifiers(body_src);
 
         // Threads outside the Metal grid: only when the grid is not provably whole threadgroups.
-        let mut ghost: Option<String> = None;
-        if let Some(&first) = launch_ix.first() {
-            let l0 = &plan.launch[first];
-            let grid = l0.grid.clone().unwrap_or_default();
-            let tg = l0.threadgroup.clone().unwrap_or_default();
-            let whole = (0..3).all(|d| whole_groups(c, &grid[d], &tg[d]));
-            let uses_grid = body_idents.contains("threads_per_grid")
-                || body_idents.contains("grid_size")
-                || body_idents.contains("threads_per_threadgroup")
-                || body_idents.contains("simdgroups_per_threadgroup");
-            if !whole || uses_grid {
-                for &i in &launch_ix[1..] {
-                    let l = &plan.launch[i];
-                    if l.grid != l0.grid || l.threadgroup != l0.threadgroup {
-                        return Err(plan_err(format!(
-                            "kernel `{}` is launched with different grids; the body needs its exact Metal grid, so give each grid its own [[kernel]]",
-                            k.name
-                        )));
-                    }
-                }
-            }
-            if !whole {
-                // The grid's names must reach the kernel: dims as scalars, tunables as template ints.
-                let mut c_exprs = Vec::new();
-                for e in &grid {
-                    for v in e.0.vars() {
-                        let is_tunable = plan.tunable.contains_key(&v);
-                        let have = plan.launch[first].template.contains(&v) || scalars.contains(&v);
-                        if !have {
-                            if body_idents.contains(&v) {
-                                return Err(plan_err(format!(
-                                    "kernel `{}`: its grid uses `{v}`, which the back-translated kernel needs as an argument, but the body already uses that name",
-                                    k.name
-                                )));
-                            }
-                            for &i in &launch_ix {
-                                if is_tunable {
-                                    plan.launch[i].template.push(v.clone());
-                                } else {
-                                    plan.launch[i].scalars.push(ExprField(
-                                        ksearch_model::expr::Expr::parse(&v)
-                                            .expect("a name parses"),
-                                    ));
-                                }
-                            }
-                            if !is_tunable {
-                                scalars.push(v.clone());
-                            }
-                        }
-                    }
-                    let by_value: Vec<String> = scalars
-                        .iter()
-                        .filter(|s| !plan.launch[first].template.contains(s))
-                        .cloned()
-                        .collect();
-                    c_exprs.push(grid_expr_c(e, &by_value).map_err(|why| {
-                        plan_err(format!(
-                            "launch of `{}`: grid `{}` is not a whole number of threadgroups, and {why}",
-                            k.name, e.0
-                        ))
-                    })?);
-                }
-                ghost = Some(c_exprs.join(", "));
-                let whole_warps = always_multiple(c, &grid[0], 32)
-                    && always_multiple(c, &tg[0], 32)
-                    && (1..3).all(|d| whole_groups(c, &grid[d], &tg[d]));
-                if !whole_warps
-                    && ["threadgroup_barrier", "simd_", "simdgroup_", "quad_"]
-                        .iter()
-                        .any(|p| body_src.contains(p))
-                {
-                    notes.push(format!(
-                        "kernel `{}`: the Metal grid is not a whole number of threadgroups and the body synchronises; threads outside the grid leave at the start, and barriers / simd functions then run with the threads that remain (as on Metal), which CUDA guarantees only for whole exited warps",
-                        k.name
-                    ));
-                }
-            }
-        }
-
-        // The header: prelude, then the user's header rewritten (shared between kernels).
-        // One output header per source header (`a.h` -> `a.cuh`; `a.h.cuh` if another header took `a.cuh`).
-        let header_name = match &k.header {
-            Some(h) => match header_names.get(h) {
-                Some(n) => n.clone(),
-                None => {
-                    let mut n = format!("{}.cuh", stem(h));
-                    if header_names.values().any(|v| *v == n) || n == PRELUDE_FILE {
-                        n = format!("{h}.cuh");
-                    }
-                    header_names.insert(h.clone(), n.clone());
-                    n
-                }
+        let ghost = ghost_guard(
+            &Kernel {
+                c,
+                k,
+                launch_ix: &launch_ix,
+                body_idents: &body_idents,
+                body_src,
             },
-            None => PRELUDE_FILE.to_string(),
-        };
-        if !headers_done.contains_key(&header_name) {
-            let mut text = format!(
-                "// Generated by `ksearch back-translate`: the Metal built-ins emulated in CUDA, then the kernel's header.\n{PRELUDE}"
-            );
-            if let (Some(h), Some(src)) = (&k.header, &header_text) {
-                let mut counts = BTreeMap::new();
-                let rewritten = rewrite(
-                    src,
-                    &in_dir(h),
-                    &Ctx {
-                        scalars: &[],
-                        user_fns: &user_fns,
-                        is_body: false,
-                    },
-                    &mut counts,
-                    &mut BTreeSet::new(),
-                )?;
-                text.push_str(&format!("\n// ---- {h}, back-translated ----\n{rewritten}"));
-            }
-            headers_done.insert(header_name.clone(), text);
-        }
+            &mut plan,
+            &mut scalars,
+            &mut notes,
+        )
+        .map_err(plan_err)?;
+        let header_name = header_file(
+            k,
+            header_text.as_deref(),
+            &user_fns,
+            &in_dir,
+            &mut header_names,
+            &mut headers_done,
+        )?;
 
         let mut counts = BTreeMap::new();
         let mut attrs = BTreeSet::new();
@@ -339,6 +244,160 @@ pub fn back_translate(
         },
         candidate,
     })
+}
+
+/// One kernel of the candidate being back-translated, with what its body names.
+struct Kernel<'k> {
+    c: &'k Candidate,
+    k: &'k KernelDecl,
+    launch_ix: &'k [usize],
+    body_idents: &'k BTreeSet<String>,
+    body_src: &'k str,
+}
+
+/// The Metal grid as C expressions, for the body to exit the threads outside it, when the grid is not
+/// provably whole threadgroups (None when it is, or nothing launches the kernel); the names the grid uses
+/// are added to the kernel's launches. Err: why the plan cannot be back-translated.
+fn ghost_guard(
+    kn: &Kernel<'_>,
+    plan: &mut Plan,
+    scalars: &mut Vec<String>,
+    notes: &mut Vec<String>,
+) -> Result<Option<String>, String> {
+    let Kernel {
+        c,
+        k,
+        launch_ix,
+        body_idents,
+        body_src,
+    } = *kn;
+    let Some(&first) = launch_ix.first() else {
+        return Ok(None);
+    };
+    let l0 = &plan.launch[first];
+    let grid = l0.grid.clone().unwrap_or_default();
+    let tg = l0.threadgroup.clone().unwrap_or_default();
+    let whole = (0..3).all(|d| whole_groups(c, &grid[d], &tg[d]));
+    let uses_grid = body_idents.contains("threads_per_grid")
+        || body_idents.contains("grid_size")
+        || body_idents.contains("threads_per_threadgroup")
+        || body_idents.contains("simdgroups_per_threadgroup");
+    if !whole || uses_grid {
+        for &i in &launch_ix[1..] {
+            let l = &plan.launch[i];
+            if l.grid != l0.grid || l.threadgroup != l0.threadgroup {
+                return Err(format!(
+                    "kernel `{}` is launched with different grids; the body needs its exact Metal grid, so give each grid its own [[kernel]]",
+                    k.name
+                ));
+            }
+        }
+    }
+    if whole {
+        return Ok(None);
+    }
+    // The grid's names must reach the kernel: dims as scalars, tunables as template ints.
+    let mut c_exprs = Vec::new();
+    for e in &grid {
+        for v in e.0.vars() {
+            let is_tunable = plan.tunable.contains_key(&v);
+            let have = plan.launch[first].template.contains(&v) || scalars.contains(&v);
+            if !have {
+                if body_idents.contains(&v) {
+                    return Err(format!(
+                        "kernel `{}`: its grid uses `{v}`, which the back-translated kernel needs as an argument, but the body already uses that name",
+                        k.name
+                    ));
+                }
+                for &i in launch_ix {
+                    if is_tunable {
+                        plan.launch[i].template.push(v.clone());
+                    } else {
+                        plan.launch[i].scalars.push(ExprField(
+                            ksearch_model::expr::Expr::parse(&v).expect("a name parses"),
+                        ));
+                    }
+                }
+                if !is_tunable {
+                    scalars.push(v.clone());
+                }
+            }
+        }
+        let by_value: Vec<String> = scalars
+            .iter()
+            .filter(|s| !plan.launch[first].template.contains(s))
+            .cloned()
+            .collect();
+        c_exprs.push(grid_expr_c(e, &by_value).map_err(|why| {
+            format!(
+                "launch of `{}`: grid `{}` is not a whole number of threadgroups, and {why}",
+                k.name, e.0
+            )
+        })?);
+    }
+    let whole_warps = always_multiple(c, &grid[0], 32)
+        && always_multiple(c, &tg[0], 32)
+        && (1..3).all(|d| whole_groups(c, &grid[d], &tg[d]));
+    if !whole_warps
+        && ["threadgroup_barrier", "simd_", "simdgroup_", "quad_"]
+            .iter()
+            .any(|p| body_src.contains(p))
+    {
+        notes.push(format!(
+                    "kernel `{}`: the Metal grid is not a whole number of threadgroups and the body synchronises; threads outside the grid leave at the start, and barriers / simd functions then run with the threads that remain (as on Metal), which CUDA guarantees only for whole exited warps",
+                    k.name
+                ));
+    }
+    Ok(Some(c_exprs.join(", ")))
+}
+
+/// The CUDA header a kernel includes: the prelude (Metal's built-ins in CUDA), then its Metal header
+/// rewritten; one per Metal header, shared by the kernels that include it (`a.h` -> `a.cuh`, or
+/// `a.h.cuh` when another header took `a.cuh`). Returns its file name; `done` collects the texts.
+fn header_file(
+    k: &KernelDecl,
+    header_text: Option<&str>,
+    user_fns: &BTreeSet<String>,
+    in_dir: &dyn Fn(&str) -> String,
+    header_names: &mut BTreeMap<String, String>,
+    headers_done: &mut BTreeMap<String, String>,
+) -> Result<String, BackTranslateError> {
+    let header_name = match &k.header {
+        Some(h) => match header_names.get(h) {
+            Some(n) => n.clone(),
+            None => {
+                let mut n = format!("{}.cuh", stem(h));
+                if header_names.values().any(|v| *v == n) || n == PRELUDE_FILE {
+                    n = format!("{h}.cuh");
+                }
+                header_names.insert(h.clone(), n.clone());
+                n
+            }
+        },
+        None => PRELUDE_FILE.to_string(),
+    };
+    if !headers_done.contains_key(&header_name) {
+        let mut text = format!(
+            "// Generated by `ksearch back-translate`: the Metal built-ins emulated in CUDA, then the kernel's header.\n{PRELUDE}"
+        );
+        if let (Some(h), Some(src)) = (&k.header, header_text) {
+            let mut counts = BTreeMap::new();
+            let rewritten = rewrite(
+                src,
+                &in_dir(h),
+                &Ctx {
+                    scalars: &[],
+                    user_fns,
+                    is_body: false,
+                },
+                &mut counts,
+                &mut BTreeSet::new(),
+            )?;
+            text.push_str(&format!("\n// ---- {h}, back-translated ----\n{rewritten}"));
+        }
+        headers_done.insert(header_name.clone(), text);
+    }
+    Ok(header_name)
 }
 
 fn scalar_names(v: &[ExprField]) -> Vec<String> {

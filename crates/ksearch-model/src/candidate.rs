@@ -273,7 +273,8 @@ impl Candidate {
         Ok(c)
     }
 
-    /// Checks that need no task: names, references between kernels and launches, tunables.
+    /// Checks that need no task: names, references between kernels and launches, tunables. Long by design:
+    /// independent checks in the plan's order, each with its own message naming the field.
     pub fn validate(&self) -> Result<(), String> {
         let p = &self.plan;
         if p.kernel.is_empty() {

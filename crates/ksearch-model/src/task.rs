@@ -212,6 +212,8 @@ impl Task {
             .filter(move |w| w.held_out == held_out)
     }
 
+    /// Every check of a task.toml, in the order its sections appear. Long by design: each check is a few
+    /// independent lines with its own message naming the field and the fix, and one list reads best.
     fn validate(&self, file: &Path) -> Result<(), TaskError> {
         let t = &self.toml;
         if let Some(c) = &t.cuda_source {

@@ -816,50 +816,17 @@ impl WorldModelStrategy {
                 }),
             )
         } else if let Some((best_hash, _)) = &cyc.best {
-            let best = Self::find(history, best_hash).expect("best").clone();
-            // K-Search edits the last attempt (the cycle's best beside it); the default climbs from the best.
-            let last = cyc
-                .last
-                .as_ref()
-                .and_then(|h| Self::find(history, h))
-                .filter(|l| self.cfg.improve_from == ImproveFrom::Last && l.hash != best.hash)
-                .cloned();
-            let mut extra = json!({
-                "best_code": agent::code(&best.candidate), "best_perf": agent::perf(&best, seed),
-                "best_hash": best.hash, "best_is_parent": best.hash == parent_hash,
-                "failure": cyc.last_failure.clone().unwrap_or_default(), "last_code": "",
-            });
-            if let Some(l) = &last {
-                extra["last_code"] = json!(agent::code(&l.candidate));
-                extra["last_perf"] = json!(agent::perf(l, seed));
-                extra["last_hash"] = json!(l.hash);
-            }
-            (
-                "improve.j2",
-                "improve",
-                last.map_or(best.candidate, |l| l.candidate),
-                extra,
-            )
+            let (base, extra) = self.improve_prompt(history, &cyc, best_hash, &parent_hash, seed);
+            ("improve.j2", "improve", base, extra)
         } else {
-            let last = cyc.last.as_ref().and_then(|h| Self::find(history, h));
-            let current = last
-                .map(|o| agent::code(&o.candidate))
-                .unwrap_or_else(|| "(no usable code yet)".into());
-            // From the specification, a fix builds on the last attempt (else, with none, it is whole).
-            let base = match (&parent, last) {
-                (None, Some(l)) => l.candidate.clone(),
-                _ => parent_candidate,
-            };
-            (
-                "debug.j2",
-                "debug",
-                base,
-                json!({
-                    "parent_code": parent_code,
-                    "failure": cyc.last_failure.clone().unwrap_or_else(|| "the previous reply was unusable".into()),
-                    "current_code": current,
-                }),
-            )
+            let (base, extra) = Self::debug_prompt(
+                history,
+                &cyc,
+                parent.is_none(),
+                parent_candidate,
+                parent_code,
+            );
+            ("debug.j2", "debug", base, extra)
         };
         let mut ctx = self.agent.ctx(common);
         for extra in [extra, hint] {
@@ -868,10 +835,80 @@ impl WorldModelStrategy {
             }
         }
         let prompt = crate::prompts::render(template, ctx).map_err(Stop)?;
-        match self
+        let reply = self
             .agent
-            .candidate(purpose, prompt, &base, self.cfg.tries)?
-        {
+            .candidate(purpose, prompt, &base, self.cfg.tries)?;
+        Ok(self.take_reply(history, &cyc, purpose, reply))
+    }
+
+    /// An IMPROVE round's base and prompt parts: the cycle's best (and by K-Search's rule its last attempt)
+    /// with their code and performance.
+    fn improve_prompt(
+        &self,
+        history: &[Observation],
+        cyc: &Cycle,
+        best_hash: &str,
+        parent_hash: &str,
+        seed: Option<&Observation>,
+    ) -> (Candidate, Value) {
+        let best = Self::find(history, best_hash).expect("best").clone();
+        // K-Search edits the last attempt (the cycle's best beside it); the default climbs from the best.
+        let last = cyc
+            .last
+            .as_ref()
+            .and_then(|h| Self::find(history, h))
+            .filter(|l| self.cfg.improve_from == ImproveFrom::Last && l.hash != best.hash)
+            .cloned();
+        let mut extra = json!({
+            "best_code": agent::code(&best.candidate), "best_perf": agent::perf(&best, seed),
+            "best_hash": best.hash, "best_is_parent": best.hash == parent_hash,
+            "failure": cyc.last_failure.clone().unwrap_or_default(), "last_code": "",
+        });
+        if let Some(l) = &last {
+            extra["last_code"] = json!(agent::code(&l.candidate));
+            extra["last_perf"] = json!(agent::perf(l, seed));
+            extra["last_hash"] = json!(l.hash);
+        }
+        (last.map_or(best.candidate, |l| l.candidate), extra)
+    }
+
+    /// A DEBUG round's base and prompt parts: the last attempt's code and why it failed.
+    fn debug_prompt(
+        history: &[Observation],
+        cyc: &Cycle,
+        no_parent: bool,
+        parent_candidate: Candidate,
+        parent_code: String,
+    ) -> (Candidate, Value) {
+        let last = cyc.last.as_ref().and_then(|h| Self::find(history, h));
+        let current = last
+            .map(|o| agent::code(&o.candidate))
+            .unwrap_or_else(|| "(no usable code yet)".into());
+        // From the specification, a fix builds on the last attempt (else, with none, it is whole).
+        let base = match (no_parent, last) {
+            (true, Some(l)) => l.candidate.clone(),
+            _ => parent_candidate,
+        };
+        (
+            base,
+            json!({
+                "parent_code": parent_code,
+                "failure": cyc.last_failure.clone().unwrap_or_else(|| "the previous reply was unusable".into()),
+                "current_code": current,
+            }),
+        )
+    }
+
+    /// The LLM's candidate for this round, proposed; None (a failed round) for an unusable or already
+    /// measured one.
+    fn take_reply(
+        &mut self,
+        history: &[Observation],
+        cyc: &Cycle,
+        purpose: &str,
+        reply: Result<(Candidate, String), String>,
+    ) -> Option<Proposal> {
+        match reply {
             Ok((c, change)) => {
                 let hash = c.hash();
                 if history.iter().any(|o| o.hash == hash) {
@@ -882,7 +919,7 @@ impl WorldModelStrategy {
                             "the reply is identical to candidate {hash}, which was already measured"
                         ),
                     );
-                    return Ok(None);
+                    return None;
                 }
                 if let Some(cy) = self.st.cycle.as_mut() {
                     cy.proposed.push(hash.clone());
@@ -893,16 +930,16 @@ impl WorldModelStrategy {
                         result: "(being measured)".into(),
                     });
                 }
-                Ok(Some(Proposal {
+                Some(Proposal {
                     candidate: c,
                     parent: cyc.parent.clone(),
                     origin: format!("world-model: {purpose} {}", cyc.node),
                     compare_with: self.compare_with(),
-                }))
+                })
             }
             Err(e) => {
                 self.fail_round(purpose, String::new(), e);
-                Ok(None)
+                None
             }
         }
     }

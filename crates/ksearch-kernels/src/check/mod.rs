@@ -224,27 +224,59 @@ pub fn check_body_with(
         return Ok(deep);
     }
     rules::text_rules(body_file, &toks, &directives, &mut out);
+    let (helpers, constants) = header_rules(header, &mut out);
+    let params = spec.params(body);
+    let guarded = body_flow(
+        spec, body_file, body, &toks, &params, helpers, constants, &mut out,
+    );
+    launch_rules(spec, launch, &params, guarded, body_file, &mut out);
+    if compile {
+        compile_body(spec, header, body_file, body, &toks, &mut out)?;
+    }
+    Ok(finish(out))
+}
 
+/// The rules of a kernel's header; what the body's flow needs from it: its helper functions (which
+/// argument each writes through) and its `constant` names.
+fn header_rules(
+    header: Option<(&str, &str)>,
+    out: &mut Vec<Finding>,
+) -> (HashMap<String, Vec<Option<String>>>, Vec<String>) {
     let mut helpers = HashMap::new();
     let mut constants = Vec::new();
     if let Some((hfile, htext)) = header {
         let (hclean, hdirs) = lex::clean(htext);
         let htoks = lex::tokens(&hclean);
-        rules::text_rules(hfile, &htoks, &hdirs, &mut out);
-        let fns = rules::program_scope(hfile, &htoks, &rules::constant_macros(&hdirs), &mut out);
-        rules::recursion(hfile, &htoks, &fns, &mut out);
-        rules::threadgroup_outside_kernel(hfile, &htoks, &fns, &mut out);
+        rules::text_rules(hfile, &htoks, &hdirs, out);
+        let fns = rules::program_scope(hfile, &htoks, &rules::constant_macros(&hdirs), out);
+        rules::recursion(hfile, &htoks, &fns, out);
+        rules::threadgroup_outside_kernel(hfile, &htoks, &fns, out);
         helpers = rules::helper_map(&fns);
         constants = rules::constant_names(&htoks);
     }
 
-    let params = spec.params(body);
-    let mut flow = rules::Flow::new(body_file, &toks);
+    (helpers, constants)
+}
+
+/// The body's flow rules (address spaces, barriers, races, names MLX reserves); whether the body
+/// compares a thread index with a size somewhere (a guard).
+#[allow(clippy::too_many_arguments)] // the body, its tokens and what the header and signature give it
+fn body_flow(
+    spec: &KernelSpec,
+    body_file: &str,
+    body: &str,
+    toks: &[lex::Tok],
+    params: &[signature::Param],
+    helpers: HashMap<String, Vec<Option<String>>>,
+    constants: Vec<String>,
+    out: &mut Vec<Finding>,
+) -> bool {
+    let mut flow = rules::Flow::new(body_file, toks);
     flow.helpers = helpers;
     for n in constants {
         flow.spaces.insert(n, "constant".into());
     }
-    for p in &params {
+    for p in params {
         if p.pointer {
             flow.spaces.insert(p.name.clone(), p.space.to_string());
         }
@@ -275,7 +307,19 @@ pub fn check_body_with(
     flow.run(0, toks.len());
     let guarded = flow.guarded;
     out.append(&mut flow.findings);
+    guarded
+}
 
+/// What the plan's launch must respect on Metal: a guard where the grid overshoots the data, the
+/// threadgroup and buffer limits, no name MLX adds itself, no float64.
+fn launch_rules(
+    spec: &KernelSpec,
+    launch: &LaunchInfo,
+    params: &[signature::Param],
+    guarded: bool,
+    body_file: &str,
+    out: &mut Vec<Finding>,
+) {
     let (pfile, pline) = (&launch.plan_at.0, launch.plan_at.1);
     if let Some(reason) = &launch.overshoot
         && !guarded
@@ -350,12 +394,20 @@ pub fn check_body_with(
             ));
         }
     }
+}
 
-    if !compile {
-        return Ok(finish(out));
-    }
+/// The body compiled as MLX would instantiate it, with a size probe after every threadgroup declaration;
+/// the compiler's errors placed in the user's files, and the threadgroup memory total.
+fn compile_body(
+    spec: &KernelSpec,
+    header: Option<(&str, &str)>,
+    body_file: &str,
+    body: &str,
+    toks: &[lex::Tok],
+    out: &mut Vec<Finding>,
+) -> Result<(), CheckError> {
     // Compile, with a size probe after every threadgroup declaration of the body.
-    let probed = with_probes(body, &rules::threadgroup_decls(&toks));
+    let probed = with_probes(body, &rules::threadgroup_decls(toks));
     let mut files = vec![body_file];
     if let Some((h, _)) = header {
         files.push(h);
@@ -406,8 +458,8 @@ pub fn check_body_with(
             message,
         ));
     }
-    threadgroup_total(body_file, &outcome.threadgroup, &targs, &mut out);
-    Ok(finish(out))
+    threadgroup_total(body_file, &outcome.threadgroup, &targs, out);
+    Ok(())
 }
 
 /// Brackets nested deeper than Clang's limit, Apple's compiler included (`-fbracket-depth`, 256).

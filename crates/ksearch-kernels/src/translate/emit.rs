@@ -145,7 +145,8 @@ impl<'a> Rw<'a> {
         if self.metal() { i.metal } else { i.cuda }
     }
 
-    /// A construct in `n` itself that cannot be translated on this target: (code, construct, detail).
+    /// A construct in `n` itself that cannot be translated on this target: (code, construct, detail). Long
+    /// by design: one match over node kinds, each arm one construct and its diagnostic, read as a table.
     fn blocker(&self, n: Node) -> Option<(&'static str, &'static str, String)> {
         let src = self.src;
         let t = text(n, src);
@@ -447,7 +448,8 @@ impl<'a> Rw<'a> {
         self.splice(n)
     }
 
-    /// The rewrite of one node, or None to render its children.
+    /// The rewrite of one node, or None to render its children. Long by design: one match over node
+    /// kinds, each arm a CUDA construct and its Metal spelling.
     fn rewrite(&mut self, n: Node) -> Option<String> {
         let src = self.src;
         let t = text(n, src);
@@ -682,6 +684,8 @@ impl<'a> Rw<'a> {
         None
     }
 
+    /// A CUDA call as Metal spells it: cooperative-group methods, warp functions, atomics, math. Long by
+    /// design: one match over the call's name, a table of small cases read top to bottom.
     fn metal_call(&mut self, n: Node) -> Option<String> {
         let src = self.src;
         let name = call_name(n, src)?;
