@@ -35,6 +35,7 @@ pub mod reply;
 pub mod report;
 pub mod run_result;
 pub mod sandbox;
+pub mod scripted;
 pub mod search;
 pub mod store;
 pub mod units;

@@ -1112,3 +1112,120 @@ fn from_spec_is_refused_with_a_seed_a_candidate_or_a_strategy_that_needs_one() {
     let runs = last_json(&run(store.path(), &["runs", "--json"]));
     assert_eq!(runs.as_array().map(Vec::len).unwrap_or(0), 0, "{runs}");
 }
+
+/// The world-model strategy in-process: the real runner, strategy and HTTP client against the scripted
+/// LLM, with a scripted evaluator in place of the worker (`ksearch::scripted`), so the cycle is tested
+/// in a second rather than through Python. A candidate's time follows its tunables as a real matmul's
+/// would (i-k-j, tiles, register blocking each pay); one whose kernel source differs from the seed's is
+/// the fixture's broken kernel and does not compile.
+#[test]
+fn the_world_model_cycle_runs_in_process_on_a_scripted_evaluator() {
+    use ksearch::candidate::Candidate;
+    use ksearch::eval::{Evaluate, Settings, Status};
+    use ksearch::scripted::ScriptedEvaluator;
+    use ksearch::search::StrategyKind;
+    use ksearch::search::run::{self, LlmSettings, NewRun, Runner};
+    use ksearch::search::world_model::WorldModelConfig;
+    use ksearch::store::{RunStatus, Store};
+    use ksearch::target::Target;
+    use ksearch::task::Task;
+
+    let server = llm_server(|_| None);
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let task = Task::load(&repo().join("tasks/matmul")).unwrap();
+    let seed_dir = task.find_seed(Target::Cpu, None).unwrap().dir.clone();
+    let seed = Candidate::load(&seed_dir).unwrap();
+    let llm = LlmSettings {
+        spec: "llamacpp:scripted".into(),
+        config: ksearch::llm::LlmConfig {
+            base_url: Some(format!("{}/v1", server.url())),
+            ..Default::default()
+        },
+        max_output_tokens: None,
+    };
+    let run_id = run::create(
+        &store,
+        NewRun {
+            task: &task,
+            target: Target::Cpu,
+            seed: Some(&seed),
+            seed_name: "naive".into(),
+            settings: Settings::for_task(&task, Target::Cpu),
+            strategy: StrategyKind::WorldModel,
+            budget: 9,
+            llm: Some(llm.clone()),
+            tune_budget: 0,
+            tune_total: None,
+            world_model: WorldModelConfig {
+                window: 2,
+                ..Default::default()
+            },
+        },
+    )
+    .unwrap();
+    let client = run::make_llm(&store, &llm.spec, &llm.config).unwrap();
+    let seed_source = seed.files["matmul.c"].clone();
+    let mut calls = None;
+    let mut runner = Runner::open_with(&store, &run_id, Some(client), |_, _, config| {
+        let ev = ScriptedEvaluator::new(config.timing.clone(), move |c, _| {
+            if c.files["matmul.c"] != seed_source {
+                return Err((
+                    Status::CompileError,
+                    "scripted: the fixture's broken kernel".into(),
+                ));
+            }
+            let p = c.params();
+            let on = |k: &str| p.get(k).copied().unwrap_or(0);
+            let speed = (1 + 3 * on("LOOP_ORDER")) as f64
+                * if on("BN") > 0 && on("BK") > 0 {
+                    2.0
+                } else {
+                    1.0
+                }
+                * on("MR").max(1) as f64
+                * (on("UNROLL").max(1) as f64).sqrt();
+            Ok(1e-3 / speed)
+        });
+        calls = Some(ev.calls());
+        Ok(Box::new(ev) as Box<dyn Evaluate>)
+    })
+    .unwrap();
+    let r = runner.execute(|_| {}).unwrap();
+    drop(runner);
+    assert_eq!(r.status, RunStatus::Completed, "{:?}", r.stopped);
+    assert_eq!(r.rounds, Some(9), "the budget counts rounds");
+    let unmeasured = r.rounds_without_candidate.unwrap_or(0);
+    assert_eq!(r.evaluations, 10 - unmeasured);
+    let best = r.best.as_ref().expect("a best candidate");
+    assert_eq!(
+        best.params["MR"], 4,
+        "the tiled, register-blocked candidate: {best:?}"
+    );
+    assert!(best.speedup_vs_seed.unwrap() > 30.0, "{best:?}");
+    // Its held-out workloads and its feedback workloads again with the baselines, after the search.
+    let calls = calls.unwrap();
+    let calls = calls.lock().unwrap();
+    let retimed: Vec<&str> = calls
+        .iter()
+        .filter(|c| c.retime_baselines)
+        .map(|c| c.candidate.as_str())
+        .collect();
+    assert!(!retimed.is_empty() && retimed.iter().all(|c| *c == best.candidate));
+    // The tree: the LLM's hypotheses, the loop order and the tiled one solved.
+    let state = store.strategy_state(&run_id).unwrap().unwrap();
+    let wm: ksearch::search::world_model::tree::WorldModel =
+        serde_json::from_value(state["wm"].clone()).unwrap();
+    let tree = ksearch::search::world_model::wire::tree_json(&wm);
+    let nodes = tree["nodes"].as_array().unwrap();
+    assert!(nodes.len() >= 5, "{tree}");
+    let solved: Vec<&str> = nodes
+        .iter()
+        .filter(|n| n["status"] == "solved")
+        .map(|n| n["node_id"].as_str().unwrap())
+        .collect();
+    assert!(
+        solved.contains(&"loop") && solved.contains(&"loop_tiles"),
+        "{solved:?}"
+    );
+}
