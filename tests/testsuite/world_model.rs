@@ -1113,20 +1113,27 @@ fn from_spec_is_refused_with_a_seed_a_candidate_or_a_strategy_that_needs_one() {
     assert_eq!(runs.as_array().map(Vec::len).unwrap_or(0), 0, "{runs}");
 }
 
-/// The world-model strategy in-process: the real runner, strategy and HTTP client against the scripted
-/// LLM, with a scripted evaluator in place of the worker (`ksearch::scripted`), so the cycle is tested
-/// in a second rather than through Python. A candidate's time follows its tunables as a real matmul's
-/// would (i-k-j, tiles, register blocking each pay); one whose kernel source differs from the seed's is
-/// the fixture's broken kernel and does not compile.
-#[test]
-fn the_world_model_cycle_runs_in_process_on_a_scripted_evaluator() {
+/// A search run in-process: the real runner, strategy and HTTP client against the scripted LLM, with a
+/// scripted evaluator in place of the worker (`ksearch::scripted`), so a strategy is tested in a second
+/// rather than through Python. A candidate's time follows its tunables as a real matmul's would (i-k-j,
+/// tiles, register blocking each pay); one whose kernel source differs from the seed's is the fixture's
+/// broken kernel and does not compile. Returns the store's folder, the run, its result and the calls.
+fn scripted_search(
+    strategy: ksearch::search::StrategyKind,
+    budget: usize,
+    tune_budget: usize,
+) -> (
+    tempfile::TempDir,
+    String,
+    ksearch::run_result::RunResult,
+    Vec<ksearch::scripted::Call>,
+) {
     use ksearch::candidate::Candidate;
     use ksearch::eval::{Evaluate, Settings, Status};
     use ksearch::scripted::ScriptedEvaluator;
-    use ksearch::search::StrategyKind;
     use ksearch::search::run::{self, LlmSettings, NewRun, Runner};
     use ksearch::search::world_model::WorldModelConfig;
-    use ksearch::store::{RunStatus, Store};
+    use ksearch::store::Store;
     use ksearch::target::Target;
     use ksearch::task::Task;
 
@@ -1152,10 +1159,10 @@ fn the_world_model_cycle_runs_in_process_on_a_scripted_evaluator() {
             seed: Some(&seed),
             seed_name: "naive".into(),
             settings: Settings::for_task(&task, Target::Cpu),
-            strategy: StrategyKind::WorldModel,
-            budget: 9,
+            strategy,
+            budget,
             llm: Some(llm.clone()),
-            tune_budget: 0,
+            tune_budget,
             tune_total: None,
             world_model: WorldModelConfig {
                 window: 2,
@@ -1193,6 +1200,15 @@ fn the_world_model_cycle_runs_in_process_on_a_scripted_evaluator() {
     .unwrap();
     let r = runner.execute(|_| {}).unwrap();
     drop(runner);
+    let calls = calls.unwrap().lock().unwrap().clone();
+    (dir, run_id, r, calls)
+}
+
+/// The world-model cycle in-process (`scripted_search`).
+#[test]
+fn the_world_model_cycle_runs_in_process_on_a_scripted_evaluator() {
+    use ksearch::store::{RunStatus, Store};
+    let (dir, run_id, r, calls) = scripted_search(ksearch::search::StrategyKind::WorldModel, 9, 0);
     assert_eq!(r.status, RunStatus::Completed, "{:?}", r.stopped);
     assert_eq!(r.rounds, Some(9), "the budget counts rounds");
     let unmeasured = r.rounds_without_candidate.unwrap_or(0);
@@ -1204,8 +1220,6 @@ fn the_world_model_cycle_runs_in_process_on_a_scripted_evaluator() {
     );
     assert!(best.speedup_vs_seed.unwrap() > 30.0, "{best:?}");
     // Its held-out workloads and its feedback workloads again with the baselines, after the search.
-    let calls = calls.unwrap();
-    let calls = calls.lock().unwrap();
     let retimed: Vec<&str> = calls
         .iter()
         .filter(|c| c.retime_baselines)
@@ -1213,6 +1227,7 @@ fn the_world_model_cycle_runs_in_process_on_a_scripted_evaluator() {
         .collect();
     assert!(!retimed.is_empty() && retimed.iter().all(|c| *c == best.candidate));
     // The tree: the LLM's hypotheses, the loop order and the tiled one solved.
+    let store = Store::open(dir.path()).unwrap();
     let state = store.strategy_state(&run_id).unwrap().unwrap();
     let wm: ksearch::search::world_model::tree::WorldModel =
         serde_json::from_value(state["wm"].clone()).unwrap();
@@ -1228,4 +1243,57 @@ fn the_world_model_cycle_runs_in_process_on_a_scripted_evaluator() {
         solved.contains(&"loop") && solved.contains(&"loop_tiles"),
         "{solved:?}"
     );
+}
+
+/// `evolve` and the hybrid search (`once`, whose passing candidate is tuned) in-process.
+#[test]
+fn evolve_and_the_hybrid_search_run_in_process_on_a_scripted_evaluator() {
+    use ksearch::search::StrategyKind;
+    use ksearch::store::{RunStatus, Store};
+    let (dir, run_id, r, _) = scripted_search(StrategyKind::Evolve, 4, 0);
+    assert_eq!(r.status, RunStatus::Completed, "{:?}", r.stopped);
+    // The scripted LLM knows two candidates only (one per kind of prompt); evolve stops when its proposals
+    // keep repeating them, and says so.
+    assert!(
+        r.rounds.is_some_and(|n| (1..=4).contains(&n)),
+        "{:?}",
+        r.rounds
+    );
+    let why = r.stopped.as_deref().unwrap_or("");
+    assert!(r.rounds == Some(4) || why.contains("repeated"), "{why}");
+    assert!(r.tuning_evaluations.is_none(), "no tuning asked for");
+    // Exploitation's reply (tiles and register blocks) is the only candidate more than 5x the seed.
+    let best = r.best.as_ref().unwrap();
+    assert!(best.speedup_vs_seed.unwrap() > 5.0, "{best:?}");
+    let store = Store::open(dir.path()).unwrap();
+    let origins: Vec<String> = store
+        .attempts(&run_id, None)
+        .unwrap()
+        .into_iter()
+        .map(|a| a.origin)
+        .collect();
+    assert!(
+        origins.iter().any(|o| o.starts_with("evolve: island")),
+        "{origins:?}"
+    );
+
+    let (dir, run_id, r, _) = scripted_search(StrategyKind::Once, 5, 2);
+    assert_eq!(r.status, RunStatus::Completed, "{:?}", r.stopped);
+    assert_eq!(r.stopped.as_deref(), Some("the single generation is done"));
+    // One generation, then its two tuning variants (not rounds).
+    assert_eq!(r.tuning_evaluations, Some(2), "{r:?}");
+    let store = Store::open(dir.path()).unwrap();
+    let origins: Vec<String> = store
+        .attempts(&run_id, None)
+        .unwrap()
+        .into_iter()
+        .map(|a| a.origin)
+        .collect();
+    assert_eq!(
+        origins.iter().filter(|o| *o == "once").count(),
+        1,
+        "{origins:?}"
+    );
+    let tuning = origins.iter().filter(|o| o.starts_with("hybrid: tune"));
+    assert_eq!(tuning.count(), 2, "{origins:?}");
 }
