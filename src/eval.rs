@@ -687,30 +687,11 @@ impl Evaluator {
             .incumbent
             .filter(|(h, _)| *h != hash && self.settings.timing.enabled && self.can_time())
             .and_then(|(h, c)| Some((h, c, c.resolve(&self.task, &rw).ok()?)));
-        let prepared_at = std::time::Instant::now();
-        let prepared = if self.can_time() {
-            self.prepare(&rw, &baselines, opts.retime_baselines)
-        } else {
-            Ok(PrepareReply::default()) // nothing will run here (mlx-metal off a Mac)
-        };
-        result.prepare_s = prepared_at.elapsed().as_secs_f64();
-        // The baselines' times as `prepare` gave them: reported beside a candidate that passed, only.
-        let mut baselines_timed = match prepared {
-            Ok(p) => {
-                result.baselines_timed_now = p.baselines_timed_now;
-                p.baselines
-            }
-            Err(m) => {
-                return fail(
-                    result,
-                    (
-                        Status::Error,
-                        format!("preparing workload {} for the run failed: {m}", rw.name),
-                        Value::Null,
-                    ),
-                );
-            }
-        };
+        let mut baselines_timed =
+            match self.prepare_for(&rw, &baselines, opts.retime_baselines, &mut result) {
+                Ok(b) => b,
+                Err(m) => return fail(result, (Status::Error, m, Value::Null)),
+            };
         // A restarted worker has forgotten its builds: compile again and retry once.
         for _ in 0..2 {
             let key = match self.compile(cand, &rw) {
@@ -743,26 +724,17 @@ impl Evaluator {
             let body = serde_json::to_value(&request).expect("a run request serialises");
             match self.worker.request("run", body, deadline) {
                 Ok(Reply::Ok(r)) => {
-                    match serde_json::from_value::<RunReply>(r) {
-                        Ok(reply) => self.fill(
-                            &mut result,
-                            &rw,
-                            reply,
-                            std::mem::take(&mut baselines_timed),
-                            incumbent.as_ref().map(|x| x.0),
-                        ),
-                        Err(e) => {
-                            return fail(
-                                result,
-                                (
-                                    Status::Error,
-                                    format!("the worker's run result is malformed: {e}"),
-                                    Value::Null,
-                                ),
-                            );
+                    return match serde_json::from_value::<RunReply>(r) {
+                        Ok(reply) => {
+                            let times = std::mem::take(&mut baselines_timed);
+                            self.fill(&mut result, &rw, reply, times, incumbent.map(|x| x.0));
+                            result
                         }
-                    }
-                    return result;
+                        Err(e) => {
+                            let m = format!("the worker's run result is malformed: {e}");
+                            fail(result, (Status::Error, m, Value::Null))
+                        }
+                    };
                 }
                 Ok(Reply::Err { kind, .. }) if kind == "not_compiled" => {
                     self.modules.clear();
@@ -792,6 +764,28 @@ impl Evaluator {
                 Value::Null,
             ),
         )
+    }
+
+    /// The run's own work for the workload (`prepare`; nothing where nothing runs, as mlx-metal off a Mac),
+    /// its time noted in `result`; the baselines' times it gave, reported beside a candidate that passes.
+    fn prepare_for(
+        &mut self,
+        rw: &ResolvedWorkload,
+        baselines: &[String],
+        retime: bool,
+        result: &mut WorkloadResult,
+    ) -> Result<BTreeMap<String, Timing>, String> {
+        let prepared_at = std::time::Instant::now();
+        let prepared = if self.can_time() {
+            self.prepare(rw, baselines, retime)
+        } else {
+            Ok(PrepareReply::default())
+        };
+        result.prepare_s = prepared_at.elapsed().as_secs_f64();
+        let p = prepared
+            .map_err(|m| format!("preparing workload {} for the run failed: {m}", rw.name))?;
+        result.baselines_timed_now = p.baselines_timed_now;
+        Ok(p.baselines)
     }
 
     /// The incumbent's build for this workload; None (so it is not compared) when it no longer compiles.

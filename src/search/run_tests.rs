@@ -88,7 +88,13 @@ fn a_tune_run_spends_its_budget_chooses_the_fastest_and_confirms_it_with_the_bas
     assert_eq!(result.evaluations, 6, "tune's budget counts evaluations");
     assert_eq!(result.hardware.name.as_deref(), Some("scripted"));
     assert_eq!(
-        store.run(&run_id).unwrap().unwrap().hardware().kind.as_deref(),
+        store
+            .run(&run_id)
+            .unwrap()
+            .unwrap()
+            .hardware()
+            .kind
+            .as_deref(),
         Some("scripted")
     );
     let calls = triples(&calls.lock().unwrap());

@@ -925,7 +925,9 @@ fn bump(counts: &mut BTreeMap<String, usize>, what: &str) {
 }
 
 /// Rewrites one Metal source (a body, or a header when `!ctx.is_body`) into the MLX-CUDA dialect.
-/// `attrs` collects the thread attributes a body names.
+/// `attrs` collects the thread attributes a body names. Long by design: one pass over the tokens with a
+/// case per Metal construct (literals, attributes, swizzles, `metal::` names, address spaces, atomics,
+/// types, built-ins), read top to bottom as a table.
 fn rewrite(
     src: &str,
     file: &str,
