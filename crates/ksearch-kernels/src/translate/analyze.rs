@@ -1126,9 +1126,7 @@ fn analyze_kernel(
             read.remove(base);
         }
     }
-    // The first access in execution order decides what a written pointer is: written first → an output
-    // (later reads see the kernel's own writes); updated first (`+=`) → an output the host zeroed; read
-    // first → in place (the old values come from the caller).
+    // Every access in execution order, for the roles.
     let mut events = Vec::new();
     access_events(
         body,
@@ -1138,34 +1136,16 @@ fn analyze_kernel(
         device_sigs,
         &mut events,
     );
-    for p in params.iter_mut().filter(|p| p.pointer) {
-        p.atomic = atomic_targets.contains(&p.name);
-        let first = events.iter().find(|(n, _)| n == &p.name).map(|e| e.1);
-        // A `const` pointer is never an output: a write the analysis saw is reported, not believed.
-        p.const_written = p.is_const && written.contains(&p.name);
-        let writes = written.contains(&p.name) && !p.is_const;
-        p.role = match (writes, read.contains(&p.name), first) {
-            (false, _, _) => ParamRole::Input,
-            (true, _, _) if p.atomic => ParamRole::Output,
-            (true, true, Some(Access::Read)) => ParamRole::InOut,
-            (true, _, Some(Access::Update)) => {
-                p.accumulates = true;
-                ParamRole::Output
-            }
-            (true, _, _) => ParamRole::Output,
-        };
-    }
-    for p in params.iter_mut().filter(|p| p.role == ParamRole::InOut) {
-        // Moving the pointer would move the input half only; a read, or an update (`x_out[i] = x[i] + v`),
-        // after the thread's own write would see the old value.
-        let mut wrote = false;
-        let mut stale = false;
-        for (_, a) in events.iter().filter(|(n, _)| n == &p.name) {
-            stale |= wrote && matches!(a, Access::Read | Access::Update);
-            wrote |= matches!(a, Access::Write | Access::Update);
-        }
-        p.read_after_write = reseated.contains(&p.name) || stale;
-    }
+    assign_roles(
+        &mut params,
+        &events,
+        &Accesses {
+            written: &written,
+            read: &read,
+            reseated: &reseated,
+            atomic_targets: &atomic_targets,
+        },
+    );
     for s in shared.iter_mut() {
         s.atomic = atomic_targets.contains(&s.name);
     }
@@ -1206,6 +1186,62 @@ fn analyze_kernel(
         }),
         def_range: (f.start_byte(), f.end_byte()),
     };
+    count_signature_constructs(&mut k);
+    k.concepts = concepts_of(&k.constructs);
+    k.brief = brief(&k, Target::MlxMetal);
+    Some(k)
+}
+
+/// What the body does with each pointer, as the walk saw it.
+struct Accesses<'a> {
+    written: &'a BTreeSet<String>,
+    read: &'a BTreeSet<String>,
+    reseated: &'a BTreeSet<String>,
+    atomic_targets: &'a BTreeSet<String>,
+}
+
+/// Each pointer parameter's role. The first access in execution order (`events`) decides what a written
+/// pointer is: written first, an output (later reads see the kernel's own writes); updated first (`+=`),
+/// an output the host zeroed; read first, in place (the old values come from the caller).
+fn assign_roles(params: &mut [Param], events: &[(String, Access)], acc: &Accesses<'_>) {
+    let Accesses {
+        written,
+        read,
+        reseated,
+        atomic_targets,
+    } = *acc;
+    for p in params.iter_mut().filter(|p| p.pointer) {
+        p.atomic = atomic_targets.contains(&p.name);
+        let first = events.iter().find(|(n, _)| n == &p.name).map(|e| e.1);
+        // A `const` pointer is never an output: a write the analysis saw is reported, not believed.
+        p.const_written = p.is_const && written.contains(&p.name);
+        let writes = written.contains(&p.name) && !p.is_const;
+        p.role = match (writes, read.contains(&p.name), first) {
+            (false, _, _) => ParamRole::Input,
+            (true, _, _) if p.atomic => ParamRole::Output,
+            (true, true, Some(Access::Read)) => ParamRole::InOut,
+            (true, _, Some(Access::Update)) => {
+                p.accumulates = true;
+                ParamRole::Output
+            }
+            (true, _, _) => ParamRole::Output,
+        };
+    }
+    for p in params.iter_mut().filter(|p| p.role == ParamRole::InOut) {
+        // Moving the pointer would move the input half only; a read, or an update (`x_out[i] = x[i] + v`),
+        // after the thread's own write would see the old value.
+        let mut wrote = false;
+        let mut stale = false;
+        for (_, a) in events.iter().filter(|(n, _)| n == &p.name) {
+            stale |= wrote && matches!(a, Access::Read | Access::Update);
+            wrote |= matches!(a, Access::Write | Access::Update);
+        }
+        p.read_after_write = reseated.contains(&p.name) || stale;
+    }
+}
+
+/// Constructs the signature shows: in-place parameters, template types and ints.
+fn count_signature_constructs(k: &mut KernelAnalysis) {
     if k.params.iter().any(|p| p.role == ParamRole::InOut) {
         *k.constructs.entry("inplace".into()).or_default() += 1;
     }
@@ -1216,17 +1252,19 @@ fn analyze_kernel(
     if !k.template_ints.is_empty() {
         *k.constructs.entry("template_int".into()).or_default() += k.template_ints.len();
     }
+}
+
+/// The knowledge concepts the constructs call for, in first-seen order, the launch grid's always first.
+fn concepts_of(constructs: &BTreeMap<String, usize>) -> Vec<String> {
     let mut concepts = vec!["launch_grid_counts_threads".to_string()];
-    for c in k.constructs.keys() {
+    for c in constructs.keys() {
         for id in super::rules().concepts.get(c).into_iter().flatten() {
             if !concepts.contains(id) {
                 concepts.push(id.clone());
             }
         }
     }
-    k.concepts = concepts;
-    k.brief = brief(&k, Target::MlxMetal);
-    Some(k)
+    concepts
 }
 
 /// Is identifier `n` the target pointer of an atomic call (`atomicAdd(&p[i], v)`)?
