@@ -169,8 +169,10 @@ impl Hardware {
     }
 }
 
-/// A value of the wrong type reads as the type's default rather than failing the whole record.
-fn lenient<'de, D, T>(d: D) -> Result<T, D::Error>
+/// A field that does not read (of the wrong type, or a float serde wrote as `null` for being NaN or
+/// infinite) reads as its default instead of failing the whole record: the worker's hardware, and run
+/// results stored by older versions (`run_result`).
+pub(crate) fn lenient<'de, D, T>(d: D) -> Result<T, D::Error>
 where
     D: serde::Deserializer<'de>,
     T: serde::de::DeserializeOwned + Default,

@@ -4,6 +4,7 @@
 
 use crate::candidate::Params;
 use crate::eval::{Hardware, OverallVerdict, Split, Status, Verdict, WorkloadResult};
+use crate::protocol::lenient;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -279,17 +280,6 @@ impl From<&WorkloadResult> for WorkloadRow {
             overhead_s: r.overhead_s(),
         }
     }
-}
-
-/// A field that does not read (a float serde wrote as `null` for being NaN or infinite, in it or inside it)
-/// reads as its default instead of costing the whole result.
-fn lenient<'de, D, T>(d: D) -> Result<T, D::Error>
-where
-    D: serde::Deserializer<'de>,
-    T: serde::de::DeserializeOwned + Default,
-{
-    let v = Value::deserialize(d)?;
-    Ok(serde_json::from_value(v).unwrap_or_default())
 }
 
 impl RunResult {

@@ -1245,11 +1245,18 @@ fn the_world_model_cycle_runs_in_process_on_a_scripted_evaluator() {
     );
 }
 
+/// Why each of a run's attempts was made (`Attempt::origin`), as the store keeps them.
+fn attempt_origins(store: &Path, run_id: &str) -> Vec<String> {
+    let store = ksearch::store::Store::open(store).unwrap();
+    let attempts = store.attempts(run_id, None).unwrap();
+    attempts.into_iter().map(|a| a.origin).collect()
+}
+
 /// `evolve` and the hybrid search (`once`, whose passing candidate is tuned) in-process.
 #[test]
 fn evolve_and_the_hybrid_search_run_in_process_on_a_scripted_evaluator() {
     use ksearch::search::StrategyKind;
-    use ksearch::store::{RunStatus, Store};
+    use ksearch::store::RunStatus;
     let (dir, run_id, r, _) = scripted_search(StrategyKind::Evolve, 4, 0);
     assert_eq!(r.status, RunStatus::Completed, "{:?}", r.stopped);
     // The scripted LLM knows two candidates only (one per kind of prompt); evolve stops when its proposals
@@ -1265,13 +1272,7 @@ fn evolve_and_the_hybrid_search_run_in_process_on_a_scripted_evaluator() {
     // Exploitation's reply (tiles and register blocks) is the only candidate more than 5x the seed.
     let best = r.best.as_ref().unwrap();
     assert!(best.speedup_vs_seed.unwrap() > 5.0, "{best:?}");
-    let store = Store::open(dir.path()).unwrap();
-    let origins: Vec<String> = store
-        .attempts(&run_id, None)
-        .unwrap()
-        .into_iter()
-        .map(|a| a.origin)
-        .collect();
+    let origins = attempt_origins(dir.path(), &run_id);
     assert!(
         origins.iter().any(|o| o.starts_with("evolve: island")),
         "{origins:?}"
@@ -1282,13 +1283,7 @@ fn evolve_and_the_hybrid_search_run_in_process_on_a_scripted_evaluator() {
     assert_eq!(r.stopped.as_deref(), Some("the single generation is done"));
     // One generation, then its two tuning variants (not rounds).
     assert_eq!(r.tuning_evaluations, Some(2), "{r:?}");
-    let store = Store::open(dir.path()).unwrap();
-    let origins: Vec<String> = store
-        .attempts(&run_id, None)
-        .unwrap()
-        .into_iter()
-        .map(|a| a.origin)
-        .collect();
+    let origins = attempt_origins(dir.path(), &run_id);
     assert_eq!(
         origins.iter().filter(|o| *o == "once").count(),
         1,
