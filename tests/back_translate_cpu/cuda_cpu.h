@@ -1,15 +1,18 @@
 // CPU emulation of the CUDA names the back-translation prelude and the seeds' device code use: one block (or
-// one thread-block cluster) at a time, one std::thread per CUDA thread, warps exchanging values through slots
-// and barriers. For checking semantics only.
+// one thread-block cluster) at a time, each CUDA thread a fiber of one OS thread (ucontext), switched at
+// barriers; warps exchange values through slots and barriers. For checking semantics only. Fibers rather than
+// one std::thread per CUDA thread: on two cores, hundreds of threads meeting at barriers spent most of their
+// time in the kernel's scheduler (3 minutes for the attention decode cases, 80 s of it in system calls).
 #include <algorithm>
-#include <barrier>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
-#include <thread>
 #include <vector>
+#include <ucontext.h>
 #define __device__
 #define __host__
 #define __global__
@@ -20,7 +23,7 @@ struct int2 { int x, y; }; struct int3 { int x, y, z; }; struct int4 { int x, y,
 struct uint2 { unsigned x, y; }; struct uint3 { unsigned x, y, z; }; struct uint4 { unsigned x, y, z, w; };
 struct ulong2 { unsigned long x, y; };
 inline uint3 make_uint3(unsigned a, unsigned b, unsigned c) { return {a, b, c}; }
-inline thread_local uint3 threadIdx, blockIdx;
+inline uint3 threadIdx, blockIdx;  // the running fiber's (saved and restored at every switch)
 inline uint3 blockDim, gridDim;
 // 16-bit floats with real values (storage bits b, conversions rounded to nearest even), so 16-bit device code
 // can run here too: __half through the compiler's _Float16, bfloat16 by rounding a float's top half.
@@ -67,20 +70,66 @@ template <class T> T atomicMax(T* p, T v) { T o = *p; *p = o > v ? o : v; return
 template <class T> T atomicMin(T* p, T v) { T o = *p; *p = o < v ? o : v; return o; }
 template <class T> T atomicCAS(T* p, T c, T v) { T o = *p; if (o == c) *p = v; return o; }
 template <class T> T atomicExch(T* p, T v) { T o = *p; *p = v; return o; }
+// The fibers of the cluster running now, and the scheduler they return to.
+struct CpuFiber;
+inline ucontext_t g_scheduler;
+inline std::vector<CpuFiber>* g_fibers;
+inline size_t g_current;
+inline unsigned long g_progress;  // barrier arrivals and finished fibers: a round without any is a deadlock
+void cpu_yield();
+// A barrier of n fibers: the last to arrive releases the others, who wait by yielding.
+struct CpuBarrier {
+  unsigned n, arrived = 0;
+  unsigned long generation = 0;
+  explicit CpuBarrier(unsigned n) : n(n) {}
+  void arrive_and_wait() {
+    ++g_progress;
+    const unsigned long g = generation;
+    if (++arrived == n) {
+      arrived = 0;
+      ++generation;
+      return;
+    }
+    while (generation == g) cpu_yield();
+  }
+};
 struct CpuBlock {
-  std::unique_ptr<std::barrier<>> block;
-  std::vector<std::unique_ptr<std::barrier<>>> warps;
+  std::unique_ptr<CpuBarrier> block;
+  std::vector<std::unique_ptr<CpuBarrier>> warps;
   std::vector<int> slots;
   std::vector<float4> arena = std::vector<float4>(4096);  // shared memory handed out by cpu_block_shared (64 KB)
 };
 // The blocks of the cluster running now (one, outside clusters) and its barrier.
 struct CpuCluster {
   std::vector<std::unique_ptr<CpuBlock>> blocks;
-  std::unique_ptr<std::barrier<>> all;
+  std::unique_ptr<CpuBarrier> all;
 };
-inline thread_local CpuBlock* g_block;
-inline thread_local CpuCluster* g_cluster;
-inline thread_local unsigned g_rank, g_arena_used;
+inline CpuBlock* g_block;
+inline CpuCluster* g_cluster;
+inline unsigned g_rank, g_arena_used;
+// One CUDA thread: its context, stack and the per-thread names it sees while it runs.
+struct CpuFiber {
+  ucontext_t ctx;
+  std::unique_ptr<char[]> stack;
+  uint3 thread, block;
+  CpuBlock* in_block;
+  unsigned rank, arena_used;
+  bool done = false;
+  void enter() { threadIdx = thread; blockIdx = block; g_block = in_block; g_rank = rank; g_arena_used = arena_used; }
+  void leave() { arena_used = g_arena_used; }
+};
+inline void cpu_yield() {
+  CpuFiber& me = (*g_fibers)[g_current];
+  me.leave();
+  swapcontext(&me.ctx, &g_scheduler);
+  me.enter();
+}
+inline const std::function<void()>* g_kernel;
+inline void cpu_fiber_main() {
+  (*g_kernel)();
+  (*g_fibers)[g_current].done = true;
+  ++g_progress;
+}  // returns to g_scheduler (uc_link)
 inline unsigned cpu_lin() { return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z); }
 inline void __syncthreads() { g_block->block->arrive_and_wait(); }
 inline void __syncwarp(unsigned = 0xffffffffu) { g_block->warps[cpu_lin() / 32]->arrive_and_wait(); }
@@ -127,30 +176,56 @@ inline void cpu_launch(uint3 threads, uint3 tg, const std::function<void()>& f, 
   gridDim = grid;
   blockDim = block;
   unsigned n = block.x * block.y * block.z;
+  constexpr size_t kStack = 256 << 10;  // a CUDA thread's locals: registers and small arrays
+  std::vector<CpuFiber> fibers;
+  g_fibers = &fibers;
   for (unsigned bz = 0; bz < grid.z; ++bz)
     for (unsigned by = 0; by < grid.y; ++by)
       for (unsigned bx0 = 0; bx0 < grid.x; bx0 += cx) {
         CpuCluster c;
-        c.all = std::make_unique<std::barrier<>>(n * cx);
+        c.all = std::make_unique<CpuBarrier>(n * cx);
         for (unsigned r = 0; r < cx; ++r) {
           auto b = std::make_unique<CpuBlock>();
-          b->block = std::make_unique<std::barrier<>>(n);
-          for (unsigned w = 0; w < (n + 31) / 32; ++w) b->warps.push_back(std::make_unique<std::barrier<>>(std::min(32u, n - 32 * w)));
+          b->block = std::make_unique<CpuBarrier>(n);
+          for (unsigned w = 0; w < (n + 31) / 32; ++w) b->warps.push_back(std::make_unique<CpuBarrier>(std::min(32u, n - 32 * w)));
           b->slots.assign(n, 0);
           c.blocks.push_back(std::move(b));
         }
-        std::vector<std::thread> ts;
+        g_cluster = &c;
+        g_kernel = &f;
+        fibers.resize(n * cx);
         for (unsigned r = 0; r < cx; ++r)
-          for (unsigned t = 0; t < n; ++t)
-            ts.emplace_back([&, r, t] {
-              g_cluster = &c;
-              g_block = c.blocks[r].get();
-              g_rank = r;
-              g_arena_used = 0;
-              blockIdx = {bx0 + r, by, bz};
-              threadIdx = {t % block.x, (t / block.x) % block.y, t / (block.x * block.y)};
-              f();
-            });
-        for (auto& t : ts) t.join();
+          for (unsigned t = 0; t < n; ++t) {
+            CpuFiber& fb = fibers[r * n + t];
+            if (!fb.stack) fb.stack.reset(new char[kStack]);  // not zeroed: pages are touched as used
+            fb.thread = {t % block.x, (t / block.x) % block.y, t / (block.x * block.y)};
+            fb.block = {bx0 + r, by, bz};
+            fb.in_block = c.blocks[r].get();
+            fb.rank = r;
+            fb.arena_used = 0;
+            fb.done = false;
+            getcontext(&fb.ctx);
+            fb.ctx.uc_stack.ss_sp = fb.stack.get();
+            fb.ctx.uc_stack.ss_size = kStack;
+            fb.ctx.uc_link = &g_scheduler;
+            makecontext(&fb.ctx, cpu_fiber_main, 0);
+          }
+        // Round robin until every fiber has finished; a round in which none arrived anywhere or finished
+        // would repeat forever (a barrier some threads never reach: a hang on the GPU too).
+        for (bool left = true; left;) {
+          left = false;
+          const unsigned long before = g_progress;
+          for (size_t i = 0; i < fibers.size(); ++i) {
+            if (fibers[i].done) continue;
+            g_current = i;
+            fibers[i].enter();
+            swapcontext(&g_scheduler, &fibers[i].ctx);
+            left |= !fibers[i].done;
+          }
+          if (left && g_progress == before) {
+            std::fprintf(stderr, "cpu_launch: every thread left waits at a barrier the others never reach\n");
+            std::abort();
+          }
+        }
       }
 }

@@ -1,7 +1,7 @@
 // The shipped CUDA expert decode of attention (tasks/attention/seeds/mlx-cuda/expert: decode.cuh, launched as
 // decode.cu in clusters of NC blocks, for NC = 0 as decode_last.cu in one launch, or as decode_split.cu then
 // decode_combine.cu with decode_combine.cuh) on the CPU emulation of tests/back_translate_cpu/cuda_cpu.h
-// (one std::thread per CUDA thread): it must match softmax(q k^T / sqrt(D)) v computed here in double. The
+// (each CUDA thread a fiber, switched at barriers): it must match softmax(q k^T / sqrt(D)) v computed here in double. The
 // blocks of a cluster run at once, and so do all the split blocks of a one-launch decode (their signatures
 // are std::atomic_ref accesses between seq_cst fences, so several blocks may see every signature, merge and
 // wipe); other launches run block after block. The cluster primitives (rank, size, barrier, distributed

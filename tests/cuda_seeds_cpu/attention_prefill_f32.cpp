@@ -1,6 +1,6 @@
 // The shipped CUDA expert prefill of attention for float32 (tasks/attention/seeds/mlx-cuda/expert: attn.cuh's
-// prefill_f32, launched as prefill.cu) on the CPU emulation of tests/back_translate_cpu/cuda_cpu.h (one
-// std::thread per CUDA thread, blocks in turn): it must match softmax(q k^T / sqrt(D)) v computed here in
+// prefill_f32, launched as prefill.cu) on the CPU emulation of tests/back_translate_cpu/cuda_cpu.h (each
+// CUDA thread a fiber, blocks in turn): it must match softmax(q k^T / sqrt(D)) v computed here in
 // double, with the causal diagonal offset by Tk - Tq. The FMA path keeps a tile's scores in shared memory, one
 // row per query row written by the even thread of its pair and read by both after __syncwarp; shapes reach
 // a last key tile shorter than 32, a pass with rows past Tq, query tiles of one and several passes, a chunked

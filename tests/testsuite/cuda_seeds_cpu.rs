@@ -1,5 +1,5 @@
 //! The CUDA expert seeds' device code run on the CPU: tests/back_translate_cpu/cuda_cpu.h emulates the CUDA
-//! names (one std::thread per CUDA thread, blocks in turn), so index arithmetic, merges and the cross-block
+//! names (each CUDA thread a fiber switched at barriers, blocks in turn), so index arithmetic, merges and the cross-block
 //! protocol of a shipped kernel are checked here, not only on the H200: float32 and, with the tensor-core
 //! primitives emulated by the driver, fp16 and bf16; thread-block clusters (the blocks of one run at once,
 //! each with its own shared memory, which the others read).
