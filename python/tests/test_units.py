@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -328,6 +329,41 @@ def test_pool_computes_a_reference_once_and_keeps_it_on_disk(tmp_path) -> None:
     assert np.array_equal(a.inputs["A"], pool.reference(task, layout, "fp", 7).inputs["A"])
     sup = pool.supply(task, layout, 99, 10, limit_bytes=16 * 5)
     assert len(sup) == 5 and len({x["A"].tobytes() for x in sup}) == 5  # distinct, and within the bytes
+
+
+def test_the_reference_cache_keeps_to_its_budget_removing_the_oldest_and_counts_the_folder_rarely(
+        tmp_path, monkeypatch) -> None:
+    """Past its disk budget the cache removes its oldest sets (down to 90% of the budget); the folder is counted
+    at the first save and when the budget is passed, not at every save (thousands of files made each save slow)."""
+    from ksearch_worker.task import Task
+
+    task = Task(dir=tmp_path, inputs=[("A", "uniform(1, 2)")], outputs=["C"], tolerances={},
+                reference=lambda inputs, dims: {"C": 2.0 * inputs["A"]}, make_inputs=None, baselines={})
+    layout = Layout.of({"n": 1000}, {"A": (1000,), "C": (1000,)}, {"A": "float64", "C": "float64"}, ["A"], ["C"])
+    cache = tmp_path / "cache"
+    one = Pool(str(cache))
+    one.reference(task, layout, "fp", 0)
+    size = next(cache.glob("*.npz")).stat().st_size
+    counts = []
+    glob = Path.glob
+
+    def counting(self, pattern):  # type: ignore[no-untyped-def]
+        counts.append(pattern)
+        return glob(self, pattern)
+
+    monkeypatch.setattr(Path, "glob", counting)
+    pool = Pool(str(cache), disk_bytes=20 * size)
+    for seed in range(1, 40):
+        pool.reference(task, layout, "fp", seed)
+        path = pool._path(("fp", layout.key(), seed))
+        assert path is not None
+        os.utime(path, (1e9 + seed, 1e9 + seed))  # a strictly increasing age, whatever the clock's resolution
+    listed = len(counts)
+    files = list(cache.glob("*.npz"))
+    assert 0 < sum(f.stat().st_size for f in files) <= 20 * size
+    assert pool._path(("fp", layout.key(), 39)) in files, "the newest set is kept"
+    assert pool._path(("fp", layout.key(), 1)) not in files, "the oldest sets went first"
+    assert listed < 10, f"the folder was listed {listed} times for 39 saves"
 
 
 def test_sets_drawn_on_threads_are_the_sets_drawn_one_by_one(tmp_path, monkeypatch) -> None:
