@@ -446,8 +446,7 @@ impl Evaluator {
         rw: &ResolvedWorkload,
     ) -> Result<String, (Status, String, Value)> {
         let header = match self.target {
-            Target::Cpu => cand
-                .c_header(&self.task, rw)
+            Target::Cpu => crate::codegen::c_header(cand, &self.task, rw)
                 .map_err(|m| (Status::Invalid, m, Value::Null))?,
             _ => String::new(),
         };
@@ -491,8 +490,8 @@ impl Evaluator {
                 .kernel
                 .iter()
                 .map(|k| {
-                    json!({"name": k.name, "source": cand.mlx_source(k),
-                           "header": cand.mlx_header(k), "header_name": k.header})
+                    json!({"name": k.name, "source": crate::codegen::mlx_source(cand, k),
+                           "header": crate::codegen::mlx_header(cand, k), "header_name": k.header})
                 })
                 .collect();
             return match self.worker.request(

@@ -87,7 +87,7 @@ fn spec(task: &Task, c: &Candidate) -> Result<Value> {
         .map(|k| {
             (
                 k.name.clone(),
-                json!({"source": c.mlx_source(k), "header": c.mlx_header(k), "header_name": k.header}),
+                json!({"source": crate::codegen::mlx_source(c, k), "header": crate::codegen::mlx_header(c, k), "header_name": k.header}),
             )
         })
         .collect();

@@ -15,7 +15,7 @@
 
 // The lower crates' modules, re-exported under their old paths: `crate::task` here and `ksearch::task` in
 // the tests name the one module in `ksearch-model` (likewise for `ksearch-kernels`).
-pub use ksearch_kernels::{back_translate, check, jail, knowledge, translate};
+pub use ksearch_kernels::{back_translate, check, codegen, jail, knowledge, translate};
 pub use ksearch_model::{candidate, cpplex, dialect, dtype, expr, names, rng, target, task};
 
 pub mod assertions;

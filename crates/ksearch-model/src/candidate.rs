@@ -117,6 +117,29 @@ pub struct Candidate {
 /// Values of every tunable.
 pub type Params = BTreeMap<String, i64>;
 
+/// A CPU kernel's C signature: the plan's launch arguments with their C types.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CSignature {
+    pub kernel: String,
+    pub params: Vec<CParam>,
+}
+
+/// One argument: its C type (`const float*`, `int64_t`) and name.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CParam {
+    pub ty: String,
+    pub name: String,
+}
+
+impl CParam {
+    fn new(ty: String, name: &str) -> CParam {
+        CParam {
+            ty,
+            name: name.to_string(),
+        }
+    }
+}
+
 /// One workload's launch program, everything evaluated; the worker's `run` request carries it.
 #[derive(Debug, Clone, Serialize)]
 pub struct ResolvedPlan {
@@ -490,30 +513,9 @@ impl Candidate {
             }
         }
         if p.target == Target::Cpu {
-            self.c_prototypes(task, None)?;
+            self.c_signatures(task, None)?;
         }
         Ok(())
-    }
-
-    /// A kernel's header as MLX is handed it: compacted (`cpplex::compact`: no comments, same lines), and
-    /// its last line ended, as MLX writes its own code right after the header (`#include <mma.h>` without a
-    /// newline would run into that code). Empty without a header.
-    pub fn mlx_header(&self, k: &KernelDecl) -> String {
-        let h = k
-            .header
-            .as_ref()
-            .map(|h| crate::cpplex::compact(&self.files[h]))
-            .unwrap_or_default();
-        if h.is_empty() || h.ends_with('\n') {
-            h
-        } else {
-            format!("{h}\n")
-        }
-    }
-
-    /// A kernel's body as MLX is handed it: compacted like the header.
-    pub fn mlx_source(&self, k: &KernelDecl) -> String {
-        crate::cpplex::compact(&self.files[&k.source])
     }
 
     /// The chosen value of every tunable.
@@ -706,8 +708,14 @@ impl Candidate {
         Ok(ResolvedPlan { buffers, launches })
     }
 
-    /// C prototypes of every kernel, from the dtypes of one workload (or the first workload).
-    fn c_prototypes(&self, task: &Task, rw: Option<&ResolvedWorkload>) -> Result<String, String> {
+    /// Each kernel's C signature on the CPU target, from the dtypes of one workload (or the first
+    /// workload), in kernel-name order. A kernel launched twice must take the same argument types (names
+    /// may differ); the C text is generated from these by the kernels crate (`codegen::c_header`).
+    pub fn c_signatures(
+        &self,
+        task: &Task,
+        rw: Option<&ResolvedWorkload>,
+    ) -> Result<Vec<CSignature>, String> {
         let first;
         let rw = match rw {
             Some(rw) => rw,
@@ -735,14 +743,14 @@ impl Candidate {
             d.c_type()
                 .ok_or_else(|| format!("`{n}` is {d}, which the cpu target cannot pass to C"))
         };
-        let mut protos: BTreeMap<&str, String> = BTreeMap::new();
+        let mut sigs: BTreeMap<&str, CSignature> = BTreeMap::new();
         for l in &self.plan.launch {
-            let mut args = Vec::new();
+            let mut params = Vec::new();
             for n in &l.inputs {
-                args.push(format!("const {}* {n}", ctype(n)?));
+                params.push(CParam::new(format!("const {}*", ctype(n)?), n));
             }
             for n in &l.outputs {
-                args.push(format!("{}* {n}", ctype(n)?));
+                params.push(CParam::new(format!("{}*", ctype(n)?), n));
             }
             for (i, s) in l.scalars.iter().enumerate() {
                 let src = s.0.src();
@@ -751,37 +759,29 @@ impl Candidate {
                 } else {
                     format!("s{i}")
                 };
-                args.push(format!("int64_t {name}"));
+                params.push(CParam::new("int64_t".into(), &name));
             }
-            let proto = format!("void {}({});", l.kernel, args.join(", "));
-            if let Some(prev) = protos.get(l.kernel.as_str()) {
-                // Same kernel launched twice: the argument types must agree (names may differ).
-                if strip_names(prev) != strip_names(&proto) {
+            let types = |ps: &[CParam]| ps.iter().map(|p| p.ty.clone()).collect::<Vec<_>>();
+            if let Some(prev) = sigs.get(l.kernel.as_str()) {
+                if types(&prev.params) != types(&params) {
                     return Err(format!(
-                        "kernel `{}` is launched with two different signatures:\n  {prev}\n  {proto}",
-                        l.kernel
+                        "kernel `{}` is launched with two different signatures:\n  ({})\n  ({})",
+                        l.kernel,
+                        types(&prev.params).join(", "),
+                        types(&params).join(", ")
                     ));
                 }
             } else {
-                protos.insert(&l.kernel, proto);
+                sigs.insert(
+                    &l.kernel,
+                    CSignature {
+                        kernel: l.kernel.clone(),
+                        params,
+                    },
+                );
             }
         }
-        Ok(protos.into_values().collect::<Vec<_>>().join("\n"))
-    }
-
-    /// The header force-included into every CPU kernel: tunables as macros, and the prototypes, so a
-    /// kernel whose definition differs from the plan fails to compile instead of misreading memory.
-    pub fn c_header(&self, task: &Task, rw: &ResolvedWorkload) -> Result<String, String> {
-        let mut out = String::from(
-            "/* Generated by ksearch from plan.toml: tunable values and kernel prototypes. */\n\
-             #include <stdint.h>\n#include <stddef.h>\n",
-        );
-        for (k, v) in self.params() {
-            out.push_str(&format!("#define {k} {v}\n"));
-        }
-        out.push_str(&self.c_prototypes(task, Some(rw))?);
-        out.push('\n');
-        Ok(out)
+        Ok(sigs.into_values().collect())
     }
 
     /// Every file name the candidate has, in its plan and among its files, against the one rule
@@ -841,17 +841,6 @@ fn check_kernel_file_names(plan: &Plan) -> Result<(), String> {
     Ok(())
 }
 
-fn strip_names(proto: &str) -> String {
-    proto
-        .split(',')
-        .map(|a| {
-            let a = a.trim();
-            a.rsplit_once(' ').map(|(t, _)| t).unwrap_or(a).to_string()
-        })
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
 fn buffer_dtype(task: &Task, rw: &ResolvedWorkload, dtype: &str) -> Result<Dtype, String> {
     if let Ok(d) = dtype.parse() {
         return Ok(d);
@@ -905,22 +894,6 @@ default = 2
         Candidate {
             plan,
             files: [("k.c".to_string(), "void k(){}".to_string())].into(),
-        }
-    }
-
-    #[test]
-    fn a_header_for_mlx_ends_its_last_line() {
-        let mut c = plan("");
-        assert_eq!(c.mlx_header(&c.plan.kernel[0].clone()), "", "no header");
-        c.plan.kernel[0].header = Some("k.h".into());
-        for (text, given) in [
-            ("#include <mma.h>", "#include <mma.h>\n"),
-            ("#include <mma.h>\n", "#include <mma.h>\n"),
-            ("", ""),
-            ("// why\n  int f();  // what", "\nint f();\n"),
-        ] {
-            c.files.insert("k.h".into(), text.into());
-            assert_eq!(c.mlx_header(&c.plan.kernel[0].clone()), given);
         }
     }
 
@@ -1179,10 +1152,29 @@ default = 2
     }
 
     #[test]
-    fn strip_names_compares_types_only() {
-        assert_eq!(
-            strip_names("void k(const float* x, float* y, int64_t N);"),
-            strip_names("void k(const float* a, float* b, int64_t s0);")
+    fn a_kernel_launched_twice_must_take_the_same_types_and_names_may_differ() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tasks/softmax");
+        let task = Task::load(&root).unwrap();
+        let mut c = Candidate::load(&root.join("seeds/cpu/naive")).unwrap();
+        let one = c.c_signatures(&task, None).unwrap();
+        assert_eq!(one.len(), 1);
+        let types: Vec<_> = one[0].params.iter().map(|p| p.ty.as_str()).collect();
+        assert_eq!(&types[..2], ["const float*", "float*"]);
+        // The same launch again under other scalar names: still one signature.
+        let mut again = c.plan.launch[0].clone();
+        for (i, s) in again.scalars.iter_mut().enumerate() {
+            s.0 = Expr::parse(&format!("{} + {i}", s.0.src())).unwrap();
+        }
+        c.plan.launch.push(again);
+        assert_eq!(c.c_signatures(&task, None).unwrap().len(), 1);
+        // A launch passing one pointer fewer: refused, with both type lists.
+        let mut fewer = c.plan.launch[0].clone();
+        fewer.inputs.clear();
+        c.plan.launch.push(fewer);
+        let err = c.c_signatures(&task, None).unwrap_err();
+        assert!(
+            err.contains("two different signatures") && err.contains("(float*"),
+            "{err}"
         );
     }
 }

@@ -21,6 +21,8 @@ pub struct Tok {
     pub kind: Kind,
     pub text: String,
     pub line: usize,
+    /// Offset of the first character, in characters.
+    pub pos: usize,
 }
 
 /// Where the logical line from `i` ends (at its newline, not taken): backslash-newline pairs continue it.
@@ -33,6 +35,23 @@ fn logical_line_end(b: &[char], mut i: usize, line: &mut usize) -> usize {
         i += 1;
     }
     i
+}
+
+/// The delimiter of a raw string `R"delim(` starting at `i`: at most 16 characters, none a space, a
+/// backslash or a parenthesis (C++'s rule), so an `R"` that opens none is read as an ordinary literal.
+fn raw_string_delimiter(b: &[char], i: usize) -> Option<String> {
+    if b[i] != 'R' || b.get(i + 1) != Some(&'"') {
+        return None;
+    }
+    let open: String = b[i + 2..]
+        .iter()
+        .take(17)
+        .take_while(|&&x| x != '(')
+        .collect();
+    let valid = open.len() <= 16
+        && b.get(i + 2 + open.len()) == Some(&'(')
+        && !open.contains(|x: char| x.is_whitespace() || x == '\\' || x == ')');
+    valid.then_some(open)
 }
 
 /// Every character of `src` in exactly one token, in order (concatenating the texts gives `src` back).
@@ -72,9 +91,8 @@ pub fn lex(src: &str) -> Vec<Tok> {
             }
             i = (i + 2).min(b.len());
             kind = Kind::Comment;
-        } else if c == 'R' && b.get(i + 1) == Some(&'"') {
+        } else if let Some(open) = raw_string_delimiter(&b, i) {
             // a raw string R"delim( ... )delim", newlines and all
-            let open: String = b[i + 2..].iter().take_while(|&&x| x != '(').collect();
             let close: Vec<char> = format!("){open}\"").chars().collect();
             i += 2 + open.len();
             while i < b.len() && !b[i..].starts_with(&close) {
@@ -86,10 +104,14 @@ pub fn lex(src: &str) -> Vec<Tok> {
             i = (i + close.len()).min(b.len());
             kind = Kind::Str;
         } else if c == '"' || c == '\'' {
-            // a literal ends at its quote; an unterminated one at the end of its line (the newline is not its)
+            // a literal ends at its quote; an unterminated one at the end of its line (the newline is not
+            // its). A backslash-newline inside continues it on the next line (`asm("...\n \` over lines).
             i += 1;
             while i < b.len() && b[i] != c && b[i] != '\n' {
-                if b[i] == '\\' && b.get(i + 1).is_some_and(|&x| x != '\n') {
+                if b[i] == '\\' && i + 1 < b.len() {
+                    if b[i + 1] == '\n' {
+                        line += 1;
+                    }
                     i += 1;
                 }
                 i += 1;
@@ -139,6 +161,7 @@ pub fn lex(src: &str) -> Vec<Tok> {
             kind,
             text: b[start..i].iter().collect(),
             line: start_line,
+            pos: start,
         });
     }
     toks
@@ -265,6 +288,19 @@ mod tests {
         );
         let toks = lex("'a\nb");
         assert_eq!((toks[0].text.as_str(), toks[2].line), ("'a", 2));
+        // A backslash-newline continues a literal; the token after it is on the line after.
+        let toks = lex("s = \"a\\\nb\"; c");
+        assert_eq!(toks[4].text, "\"a\\\nb\"");
+        assert_eq!(
+            (toks[7].text.as_str(), toks[7].line, toks[7].pos),
+            ("c", 2, 12)
+        );
+        // An `R"` that opens no raw string is an ordinary literal (a blanked one, or a typo).
+        let toks = lex("R\"  \" x");
+        assert_eq!(
+            (toks[0].text.as_str(), toks[1].text.as_str()),
+            ("R", "\"  \"")
+        );
         for src in [raw, "a; // c \\\nb;\n", "x = 'q\n"] {
             assert_eq!(
                 lex(src).iter().map(|t| t.text.as_str()).collect::<String>(),

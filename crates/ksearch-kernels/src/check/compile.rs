@@ -2,6 +2,7 @@
 //! (`metal/shim/`), and reading its messages back as (file, line, message).
 
 use super::CheckError;
+use ksearch_model::cpplex::{self, Kind};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -535,86 +536,53 @@ pub fn shim_dialect(unit: &str) -> String {
     let unit = super::spaces::variants_dropped(&unit);
     let unit = member_spaces_blanked(&unit);
     let unit = const_beside_constant_blanked(&unit);
-    let b = unit.as_bytes();
+    program_scope_constants_made_static(&unit)
+}
+
+/// A program-scope `constant T name` (not `constant const`/`constexpr`, already constant) becomes
+/// `static const T name`; inside a function or struct, `constant` stays an address space.
+fn program_scope_constants_made_static(unit: &str) -> String {
+    let toks = cpplex::lex(unit);
     let mut out = String::with_capacity(unit.len() + 64);
-    let (mut i, mut last) = (0, 0);
     // Braces opened, each marked when it is a namespace's (whose body is still program scope).
     let mut scopes: Vec<bool> = Vec::new();
     let mut namespace_next = false;
     let mut at_start = true;
-    let word_at = |i: usize| -> &str {
-        let end = b[i..]
-            .iter()
-            .position(|c| !(c.is_ascii_alphanumeric() || *c == b'_'))
-            .map_or(b.len(), |p| i + p);
-        &unit[i..end]
-    };
-    while i < b.len() {
-        let c = b[i];
-        let line_start = i == 0 || b[i - 1] == b'\n';
-        if c == b'/' && b.get(i + 1) == Some(&b'/') {
-            i = b[i..]
-                .iter()
-                .position(|c| *c == b'\n')
-                .map_or(b.len(), |p| i + p);
-        } else if c == b'/' && b.get(i + 1) == Some(&b'*') {
-            i = unit[i + 2..].find("*/").map_or(b.len(), |p| i + 2 + p + 2);
-        } else if c == b'"' || c == b'\'' {
-            let mut j = i + 1;
-            while j < b.len() && b[j] != c && b[j] != b'\n' {
-                j += if b[j] == b'\\' { 2 } else { 1 };
+    for (i, t) in toks.iter().enumerate() {
+        let mut text = t.text.as_str();
+        match (t.kind, text) {
+            (Kind::Space | Kind::Comment | Kind::Preproc | Kind::Str, _) => {}
+            (Kind::Punct, "{") => {
+                scopes.push(namespace_next);
+                namespace_next = false;
+                at_start = true;
             }
-            i = j + 1;
-        } else if c == b'#'
-            && (line_start
-                || unit[..i]
-                    .rsplit('\n')
-                    .next()
-                    .is_some_and(|l| l.trim().is_empty()))
-        {
-            // A preprocessor line (with its continuations).
-            let mut j = i;
-            while j < b.len() && !(b[j] == b'\n' && b[j - 1] != b'\\') {
-                j += 1;
+            (Kind::Punct, "}") => {
+                scopes.pop();
+                at_start = true;
             }
-            i = j;
-        } else if c == b'{' {
-            scopes.push(namespace_next);
-            namespace_next = false;
-            at_start = true;
-            i += 1;
-        } else if c == b'}' {
-            scopes.pop();
-            at_start = true;
-            i += 1;
-        } else if c == b';' {
-            at_start = true;
-            namespace_next = false;
-            i += 1;
-        } else if c.is_ascii_whitespace() {
-            i += 1;
-        } else if c.is_ascii_alphabetic() || c == b'_' {
-            let w = word_at(i);
-            if scopes.iter().all(|ns| *ns) && at_start && w == "constant" {
-                let mut j = i + w.len();
-                while j < b.len() && b[j].is_ascii_whitespace() {
-                    j += 1;
+            (Kind::Punct, ";") => {
+                at_start = true;
+                namespace_next = false;
+            }
+            (Kind::Ident, w) => {
+                if scopes.iter().all(|ns| *ns) && at_start && w == "constant" {
+                    let next = toks[i + 1..]
+                        .iter()
+                        .find(|n| !matches!(n.kind, Kind::Space | Kind::Comment));
+                    if next.is_some_and(|n| {
+                        n.kind == Kind::Ident && !matches!(n.text.as_str(), "const" | "constexpr")
+                    }) {
+                        text = "static const";
+                    }
                 }
-                if j < b.len() && !matches!(word_at(j), "const" | "constexpr" | "") {
-                    out.push_str(&unit[last..i]);
-                    out.push_str("static const");
-                    last = i + w.len();
-                }
+                namespace_next |= at_start && matches!(w, "namespace" | "extern");
+                at_start = namespace_next && at_start;
             }
-            namespace_next |= at_start && matches!(w, "namespace" | "extern");
-            at_start = namespace_next && at_start;
-            i += w.len().max(1);
-        } else {
-            at_start = false;
-            i += 1;
+            _ => at_start = false,
         }
+        out.push_str(text);
     }
-    out.push_str(&unit[last..]);
     out
 }
 

@@ -1,5 +1,9 @@
-//! A small C++ lexer for the rules: comments, string literals and preprocessor lines are blanked out
-//! (line numbers kept), the rest becomes tokens with their line.
+//! The checker's view of C++, over the one lossless lexer ([`ksearch_model::cpplex`]): the source with
+//! comments, literal contents and preprocessor lines blanked (every character keeps its place, so lines
+//! and offsets still point into the file), and the code's tokens with C++'s multi-character operators
+//! joined and attribute brackets `[[` kept apart (bracket matching counts them one by one).
+
+use ksearch_model::cpplex::{self, Kind};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Tok {
@@ -21,97 +25,49 @@ impl Tok {
     }
 }
 
+/// Every character but a newline as a space.
+fn blank(text: &str, out: &mut String) {
+    out.extend(text.chars().map(|c| if c == '\n' { '\n' } else { ' ' }));
+}
+
 /// The source with comments, string and character literals replaced by spaces, and a list of
-/// preprocessor lines `(line, text)`; newlines stay where they were.
+/// preprocessor lines `(line, text)` (continuations joined); newlines stay where they were. A literal keeps
+/// its quotes (so `printf("...")` still reads as a call).
 pub fn clean(src: &str) -> (String, Vec<(usize, String)>) {
-    let b: Vec<char> = src.chars().collect();
     let mut out = String::with_capacity(src.len());
     let mut pp = Vec::new();
-    let (mut i, mut line, mut at_line_start) = (0, 1, true);
-    while i < b.len() {
-        let c = b[i];
-        if c == '\n' {
-            out.push('\n');
-            line += 1;
-            at_line_start = true;
-            i += 1;
-            continue;
-        }
-        if at_line_start && c == '#' {
-            // A directive, with its continuation lines.
-            let start_line = line;
-            let mut text = String::new();
-            while i < b.len() && b[i] != '\n' {
-                if b[i] == '\\' && b.get(i + 1) == Some(&'\n') {
-                    out.push(' ');
-                    out.push('\n');
-                    line += 1;
-                    i += 2;
+    for t in cpplex::lex(src) {
+        match t.kind {
+            Kind::Comment => blank(&t.text, &mut out),
+            Kind::Preproc => {
+                pp.push((t.line, t.text.replace("\\\n", "")));
+                blank(&t.text, &mut out);
+            }
+            Kind::Str => {
+                // `"..."` or `'.'`: the quotes stay, and a backslash that continues the literal on the
+                // next line, so the cleaned text reads as the same literal. A raw string `R"d(...)d"`,
+                // whose lines need no backslash, is blanked whole.
+                let open = t.text.find(['"', '\'']).map_or(0, |q| q + 1);
+                let (head, rest) = t.text.split_at(open);
+                if head.len() != 1 {
+                    blank(&t.text, &mut out);
                     continue;
                 }
-                text.push(b[i]);
-                out.push(' ');
-                i += 1;
-            }
-            pp.push((start_line, text));
-            continue;
-        }
-        if !c.is_whitespace() {
-            at_line_start = false;
-        }
-        if c == '/' && b.get(i + 1) == Some(&'/') {
-            while i < b.len() && b[i] != '\n' {
-                out.push(' ');
-                i += 1;
-            }
-            continue;
-        }
-        if c == '/' && b.get(i + 1) == Some(&'*') {
-            out.push_str("  ");
-            i += 2;
-            while i < b.len() && !(b[i] == '*' && b.get(i + 1) == Some(&'/')) {
-                if b[i] == '\n' {
-                    out.push('\n');
-                    line += 1;
-                } else {
-                    out.push(' ');
+                let quote = head.chars().next();
+                let (inner, close) = match rest.chars().last() {
+                    Some(c) if Some(c) == quote => rest.split_at(rest.len() - 1),
+                    _ => (rest, ""),
+                };
+                out.push_str(head);
+                let mut chars = inner.chars().peekable();
+                while let Some(c) = chars.next() {
+                    let continues = c == '\\' && chars.peek() == Some(&'\n');
+                    out.push(if c == '\n' || continues { c } else { ' ' });
                 }
-                i += 1;
+                out.push_str(close);
             }
-            if i < b.len() {
-                out.push_str("  ");
-                i += 2;
-            }
-            continue;
+            _ => out.push_str(&t.text),
         }
-        if c == '"' || c == '\'' {
-            // Keep the quotes (so `printf("...")` still reads as a call), blank the contents.
-            out.push(c);
-            i += 1;
-            while i < b.len() && b[i] != c && b[i] != '\n' {
-                if b[i] == '\\' && b.get(i + 1) == Some(&'\n') {
-                    // A line continued inside the literal (`asm("...\n \` over lines): the line count
-                    // goes on.
-                    out.push_str(" \n");
-                    line += 1;
-                    i += 2;
-                    continue;
-                }
-                if b[i] == '\\' && i + 1 < b.len() {
-                    out.push(' ');
-                    i += 1;
-                }
-                out.push(' ');
-                i += 1;
-            }
-            if i < b.len() && b[i] == c {
-                out.push(c);
-                i += 1;
-            }
-            continue;
-        }
-        out.push(c);
-        i += 1;
     }
     (out, pp)
 }
@@ -122,70 +78,69 @@ const PUNCT2: [&str; 19] = [
     "%=", "&=", "|=",
 ];
 
-/// Tokens of cleaned text (see [`clean`]).
-pub fn tokens(clean: &str) -> Vec<Tok> {
-    let b: Vec<char> = clean.chars().collect();
+/// The code tokens of a text (cleaned, or one directive's): no spaces or comments, a directive's `#` and
+/// its words as tokens, operators joined by longest match.
+pub fn tokens(text: &str) -> Vec<Tok> {
     let mut out = Vec::new();
-    let (mut i, mut line) = (0, 1);
-    while i < b.len() {
-        let c = b[i];
-        if c == '\n' {
-            line += 1;
-            i += 1;
-        } else if c.is_whitespace() {
-            i += 1;
-        } else if c.is_ascii_alphabetic() || c == '_' {
-            let s = i;
-            while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == '_') {
-                i += 1;
-            }
-            out.push(Tok {
-                text: b[s..i].iter().collect(),
-                line,
-                pos: s,
-            });
-        } else if c.is_ascii_digit()
-            || (c == '.' && b.get(i + 1).is_some_and(|d| d.is_ascii_digit()))
-        {
-            let s = i;
-            // A sign belongs to the number only after an exponent letter: e/E in a decimal literal,
-            // p/P in a hexadecimal one (in `0x1E+1` the E is a digit and + an operator).
-            let hex = c == '0' && matches!(b.get(i + 1), Some('x' | 'X'));
-            while i < b.len()
-                && (b[i].is_ascii_alphanumeric()
-                    || b[i] == '.'
-                    || b[i] == '_'
-                    || ((b[i] == '+' || b[i] == '-')
-                        && if hex {
-                            matches!(b[i - 1], 'p' | 'P')
-                        } else {
-                            matches!(b[i - 1], 'e' | 'E')
-                        }))
-            {
-                i += 1;
-            }
-            out.push(Tok {
-                text: b[s..i].iter().collect(),
-                line,
-                pos: s,
-            });
-        } else {
-            let rest: String = b[i..(i + 3).min(b.len())].iter().collect();
-            let p = PUNCT3
-                .iter()
-                .chain(PUNCT2.iter())
-                .find(|p| rest.starts_with(**p))
-                .map(|p| p.to_string())
-                .unwrap_or_else(|| c.to_string());
-            out.push(Tok {
-                text: p.clone(),
-                line,
-                pos: i,
-            });
-            i += p.chars().count();
-        }
-    }
+    code_tokens(text, 0, 0, &mut out);
     out
+}
+
+fn code_tokens(text: &str, line0: usize, pos0: usize, out: &mut Vec<Tok>) {
+    let toks = cpplex::lex(text);
+    let mut i = 0;
+    while i < toks.len() {
+        let t = &toks[i];
+        let (line, pos) = (line0 + t.line, pos0 + t.pos);
+        match t.kind {
+            Kind::Space | Kind::Comment => {}
+            Kind::Preproc => {
+                out.push(Tok {
+                    text: "#".into(),
+                    line,
+                    pos,
+                });
+                code_tokens(&t.text[1..], line - 1, pos + 1, out);
+            }
+            Kind::Punct => {
+                // The run of punctuation that touches, split by longest match.
+                let mut run = String::new();
+                let mut j = i;
+                while j < toks.len()
+                    && toks[j].kind == Kind::Punct
+                    && toks[j].pos == t.pos + run.chars().count()
+                {
+                    run.push_str(&toks[j].text);
+                    j += 1;
+                }
+                let (mut k, mut at) = (0, pos);
+                while k < run.len() {
+                    let rest = &run[k..];
+                    let first = rest.chars().next().map_or(1, char::len_utf8);
+                    let p = PUNCT3
+                        .iter()
+                        .chain(PUNCT2.iter())
+                        .find(|p| rest.starts_with(**p))
+                        .map_or(&rest[..first], |p| *p);
+                    out.push(Tok {
+                        text: p.to_string(),
+                        line,
+                        pos: at,
+                    });
+                    k += p.len();
+                    at += p.chars().count();
+                }
+                i = j;
+                continue;
+            }
+            _ => out.push(Tok {
+                text: t.text.clone(),
+                line,
+                pos,
+            }),
+        }
+        i += 1;
+    }
 }
 
 /// Index of the token closing the bracket opened at `open` (`(`, `[` or `{`), or the last token.
@@ -224,8 +179,57 @@ mod tests {
         let names: Vec<_> = t.iter().map(|t| (t.text.as_str(), t.line)).collect();
         assert_eq!(
             names,
-            [("a", 1), ("b", 3), ("\"", 3), ("\"", 3), ("c", 3), ("d", 5)]
+            [("a", 1), ("b", 3), ("\"      \"", 3), ("c", 3), ("d", 5)]
         );
+    }
+
+    #[test]
+    fn the_view_keeps_offsets_and_reads_what_the_lexer_reads() {
+        // Raw strings, digit separators and a directive after a comment, as a compiler reads them.
+        let src =
+            "s = R\"x(a \"b\" // c\n)x\"; int n = 1'024;\n/* c */ #define K 4\nf[[buffer(0)]]";
+        let (c, pp) = clean(src);
+        assert_eq!(c.chars().count(), src.chars().count());
+        assert_eq!(pp, vec![(3, "#define K 4".to_string())]);
+        let t = tokens(&c);
+        let chars: Vec<char> = src.chars().collect();
+        for tok in t
+            .iter()
+            .filter(|t| t.is_ident() || t.text.starts_with(|c: char| c.is_ascii_digit()))
+        {
+            let at: String = chars[tok.pos..tok.pos + tok.text.chars().count()]
+                .iter()
+                .collect();
+            assert_eq!(at, tok.text, "offsets point into the source");
+        }
+        let words: Vec<_> = t.iter().map(|t| t.text.as_str()).collect();
+        assert_eq!(
+            &words[..4],
+            ["s", "=", ";", "int"],
+            "a raw string is blanked whole"
+        );
+        assert!(
+            words.contains(&"1'024") && !words.contains(&"b") && !words.contains(&"K"),
+            "{words:?}"
+        );
+        // A literal continued over lines stays one literal, and the code after it is code.
+        let (cont, _) = clean("asm(\"a \\\n b\"); x");
+        let cont: Vec<_> = tokens(&cont)
+            .into_iter()
+            .map(|t| (t.text, t.line))
+            .collect();
+        assert_eq!(
+            cont[3..],
+            [(")".into(), 2), (";".into(), 2), ("x".into(), 2)]
+        );
+        let tail: Vec<_> = words[words.len() - 9..].to_vec();
+        assert_eq!(tail, ["f", "[", "[", "buffer", "(", "0", ")", "]", "]"]);
+        // A directive's own text reads as `#` and its words.
+        let d: Vec<_> = tokens("#define X(a) a")
+            .into_iter()
+            .map(|t| t.text)
+            .collect();
+        assert_eq!(d, ["#", "define", "X", "(", "a", ")", "a"]);
     }
 
     #[test]

@@ -1180,7 +1180,10 @@ fn check_with(
                 };
                 // What MLX is handed: the compacted body and header (comments naming a buffer or an
                 // attribute must not change the signature).
-                let (body, header) = (c.mlx_source(k), c.mlx_header(k));
+                let (body, header) = (
+                    crate::codegen::mlx_source(c, k),
+                    crate::codegen::mlx_header(c, k),
+                );
                 let texts = [body.as_str(), header.as_str()];
                 let names: Vec<String> = l.inputs.iter().chain(&l.outputs).cloned().collect();
                 let inferred = infer::dtypes(&texts, &names, l.atomic_outputs);
@@ -1201,8 +1204,8 @@ fn check_with(
             continue;
         };
         // MLX's signature generation and compiler see the compacted text (same lines, no comments).
-        let body = &c.mlx_source(k);
-        let header_text = c.mlx_header(k);
+        let body = &crate::codegen::mlx_source(c, k);
+        let header_text = crate::codegen::mlx_header(c, k);
         let header = k
             .header
             .as_ref()

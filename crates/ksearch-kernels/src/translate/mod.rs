@@ -503,7 +503,7 @@ pub fn check_metal(
             plan_at: ("plan.toml".into(), 0),
         };
         // As MLX would be handed them (compacted: same lines, no comments).
-        let header_text = c.mlx_header(k);
+        let header_text = crate::codegen::mlx_header(c, k);
         let header = k
             .header
             .as_ref()
@@ -512,7 +512,7 @@ pub fn check_metal(
             &spec,
             header,
             &k.source,
-            &c.mlx_source(k),
+            &crate::codegen::mlx_source(c, k),
             &info,
             i < COMPILE_CHECKED,
         )
