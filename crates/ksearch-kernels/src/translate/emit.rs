@@ -1319,7 +1319,7 @@ pub(crate) fn translate_tree(
     let scope = FileScope::read(root, src);
     let spaces = call_site_spaces(&analysis, root, src);
     if e.metal {
-        e.helper_attrs = helper_attributes(&scope.top, src, target, &spaces);
+        e.helper_attrs = helper_attributes(&scope.top, src, target, &e.groups);
     }
     e.header_items(&scope.top, flat, &spaces);
     if analysis.kernels.len() > 1 {
@@ -1475,6 +1475,20 @@ struct Emitter<'s> {
     body_macros: Vec<(String, String)>,
     /// Metal: the MLX attributes each helper uses (`helper_attributes`).
     helper_attrs: BTreeMap<String, Vec<String>>,
+    /// Metal: the cooperative groups the file declares (`groups::declared`), read once for every rewriter.
+    groups: Groups,
+}
+
+/// Cooperative-group names and their kinds.
+type Groups = BTreeMap<String, super::groups::Group>;
+
+/// The cooperative groups a rewriter of `src` maps (Metal only).
+fn declared_groups(src: &str, target: Target) -> Groups {
+    if target == Target::MlxMetal {
+        super::groups::declared(src)
+    } else {
+        Groups::new()
+    }
 }
 
 impl<'s> Emitter<'s> {
@@ -1490,6 +1504,7 @@ impl<'s> Emitter<'s> {
             device_lines: 0,
             body_macros: Vec::new(),
             helper_attrs: BTreeMap::new(),
+            groups: declared_groups(src, target),
         }
     }
 
@@ -1584,7 +1599,7 @@ impl<'s> Emitter<'s> {
         let src = self.src;
         let name = function_parts(f, src).map(|p| p.0).unwrap_or_default();
         self.device_lines += f.end_position().row - f.start_position().row + 1;
-        let mut rw = rewriter(src, self.target, None, &name);
+        let mut rw = rewriter(src, self.target, None, &name, &self.groups);
         rw.helper_attrs = self.helper_attrs.clone();
         if self.metal
             && let Some((_, plist)) = function_parts(f, src)
@@ -1766,7 +1781,7 @@ impl<'s> Emitter<'s> {
         let Some(body) = def.child_by_field_name("body") else {
             return;
         };
-        let mut rw = rewriter(self.src, self.target, Some(k), &k.name);
+        let mut rw = rewriter(self.src, self.target, Some(k), &k.name, &self.groups);
         rw.helper_attrs = self.helper_attrs.clone();
         let (shared_memory, smem_templates) =
             self.dynamic_shared(k, host, &mut rw, &mut parts.tunables);
@@ -2128,7 +2143,13 @@ fn metal_helper_head(s: &str) -> String {
     }
 }
 
-fn rewriter<'a>(src: &'a str, target: Target, k: Option<&'a KernelAnalysis>, name: &str) -> Rw<'a> {
+fn rewriter<'a>(
+    src: &'a str,
+    target: Target,
+    k: Option<&'a KernelAnalysis>,
+    name: &str,
+    groups: &Groups,
+) -> Rw<'a> {
     let mut rw = Rw {
         src,
         target,
@@ -2149,11 +2170,7 @@ fn rewriter<'a>(src: &'a str, target: Target, k: Option<&'a KernelAnalysis>, nam
         blocked: BTreeMap::new(),
         noted: BTreeSet::new(),
         dead: BTreeMap::new(),
-        groups: if target == Target::MlxMetal {
-            super::groups::declared(src)
-        } else {
-            BTreeMap::new()
-        },
+        groups: groups.clone(),
     };
     if let Some(k) = k {
         for s in &k.shared {
@@ -2367,7 +2384,7 @@ fn helper_attributes(
     top: &[Node],
     src: &str,
     target: Target,
-    spaces: &BTreeMap<(String, usize), Option<&'static str>>,
+    groups: &Groups,
 ) -> BTreeMap<String, Vec<String>> {
     let mut attrs: BTreeMap<String, Vec<String>> = BTreeMap::new();
     // Helpers calling helpers: iterate until nothing changes (bounded by the number of helpers).
@@ -2391,7 +2408,7 @@ fn helper_attributes(
             let Some(body) = f.child_by_field_name("body") else {
                 continue;
             };
-            let mut rw = rewriter(src, target, None, &name);
+            let mut rw = rewriter(src, target, None, &name, groups);
             rw.helper_attrs = attrs.clone();
             let text = rw.splice(body);
             let own: BTreeSet<String> = children(plist)
@@ -2403,7 +2420,6 @@ fn helper_attributes(
                 .filter(|(a, _)| contains_word(&text, a) && !own.contains(*a))
                 .map(|(a, _)| a.to_string())
                 .collect();
-            let _ = spaces;
             if !used.is_empty() {
                 next.insert(name, used);
             }
