@@ -2,7 +2,7 @@
 //! the Metal checker (`check`: a Metal source or mlx-metal candidate compiled against a shim, plus rules),
 //! back-translation of Metal to CUDA for the H200 (`back_translate`), the CUDA-to-MLX knowledge rendered
 //! into prompts (`knowledge`), the text each target's compiler is handed besides a candidate's files
-//! (`codegen`), and the confinement of the compiler `check` runs (`jail`).
+//! (`codegen`), local includes found as a compiler finds them (`includes`), and the confinement of the compiler `check` runs (`jail`).
 //!
 //! Architecture invariants:
 //! - Depends on the model (`ksearch_model`) only: nothing here evaluates, searches, stores or asks an LLM.
@@ -17,6 +17,7 @@
 pub mod back_translate;
 pub mod check;
 pub mod codegen;
+pub mod includes;
 pub mod jail;
 pub mod knowledge;
 pub mod translate;

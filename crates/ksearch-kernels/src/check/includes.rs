@@ -1,6 +1,6 @@
 //! The local headers of a complete Metal source: its quoted includes (and angle includes that are not
-//! Metal's own), found as Apple's compiler finds them — next to the including file first, then in the
-//! include folders given with `-I` — followed transitively.
+//! Metal's own), found as Apple's compiler finds them (`crate::includes`: next to the including file first,
+//! then in the include folders given with `-I`), followed transitively.
 //!
 //! The compiler that checks the source runs confined to a scratch folder (crates/ksearch-kernels/src/jail.rs) and cannot walk the
 //! user's tree, so every header found is copied there, each include root as a folder of its own
@@ -14,11 +14,6 @@
 use super::CheckError;
 use std::collections::{BTreeSet, VecDeque};
 use std::path::{Component, Path, PathBuf};
-
-/// Headers followed at most (a guard against include trees that are not a kernel's).
-const MAX_FILES: usize = 2000;
-/// Bytes of headers copied at most.
-const MAX_BYTES: u64 = 64 << 20;
 
 /// One local header.
 #[derive(Debug, Clone)]
@@ -52,20 +47,6 @@ struct Pending {
     text: String,
 }
 
-/// The name a line includes (and whether it is quoted), if it is an `#include` of a literal name.
-pub(crate) fn included(directive: &str) -> Option<(String, bool)> {
-    let d = directive.trim_start_matches('#').trim_start();
-    let rest = d.strip_prefix("include")?.trim();
-    let (quoted, name) = if let Some(r) = rest.strip_prefix('"') {
-        (true, r.split('"').next()?)
-    } else if let Some(r) = rest.strip_prefix('<') {
-        (false, r.split('>').next()?)
-    } else {
-        return None; // a macro-made include: the compiler reports it if it is missing
-    };
-    (!name.is_empty()).then(|| (name.to_string(), quoted))
-}
-
 /// Metal's own library headers (the shim stands for them), when no local file has the name.
 fn metal_header(name: &str) -> bool {
     name.starts_with("metal_") || name == "simd/simd.h"
@@ -91,37 +72,12 @@ pub(super) fn normal(p: &Path) -> Option<PathBuf> {
 
 /// Follows the includes of `text` (the file `main`, shown as `shown`) through `dirs`.
 pub fn gather(main: &Path, shown: &str, text: &str, dirs: &[PathBuf]) -> Result<Local, CheckError> {
-    let own = main.parent().unwrap_or(Path::new(".")).to_path_buf();
-    let shown_own = Path::new(shown)
-        .parent()
-        .unwrap_or(Path::new(""))
-        .to_path_buf();
-    // Each root: the folder on disk (its real path: a header is read only when its own real path lies
-    // below it, so no link leads out), how it is shown.
-    let mut roots: Vec<(PathBuf, PathBuf)> = Vec::new();
-    for (k, (d, shown_d)) in std::iter::once((own, shown_own))
-        .chain(dirs.iter().map(|d| (d.clone(), d.clone())))
-        .enumerate()
-    {
-        let real = d.canonicalize().map_err(|e| CheckError::Io {
-            file: d.clone(),
-            err: if k == 0 {
-                e
-            } else {
-                std::io::Error::new(e.kind(), format!("{e} (a folder given with -I)"))
-            },
-        })?;
-        if !real.is_dir() {
-            return Err(CheckError::Io {
-                file: d.clone(),
-                err: std::io::Error::new(
-                    std::io::ErrorKind::NotFound,
-                    "not a folder (given with -I / --include)",
-                ),
-            });
-        }
-        roots.push((real, shown_d));
-    }
+    // Each root's real path (a header is read only when its own real path lies below it, so no link
+    // leads out) and how it is shown.
+    let roots = crate::includes::roots(main, shown, dirs).map_err(|b| CheckError::Io {
+        file: b.folder,
+        err: b.err,
+    })?;
     let mut local = Local {
         roots: (0..roots.len()).map(|r| format!("inc{r}")).collect(),
         ..Default::default()
@@ -135,7 +91,7 @@ pub fn gather(main: &Path, shown: &str, text: &str, dirs: &[PathBuf]) -> Result<
         at: None,
         text: text.to_string(),
     }]);
-    let mut bytes = 0u64;
+    let mut count = crate::includes::Taken::default();
     while let Some(Pending {
         shown: from_shown,
         at: from,
@@ -144,7 +100,7 @@ pub fn gather(main: &Path, shown: &str, text: &str, dirs: &[PathBuf]) -> Result<
     {
         let (_, directives) = super::lex::clean(&text);
         for (line, d) in directives {
-            let Some((name, quoted)) = included(&d) else {
+            let Some((name, quoted)) = crate::includes::included(&d) else {
                 continue;
             };
             // The including file's own folder first (quoted includes only), then every root in order.
@@ -160,8 +116,8 @@ pub fn gather(main: &Path, shown: &str, text: &str, dirs: &[PathBuf]) -> Result<
             tries.extend((0..roots.len()).map(|r| (r, PathBuf::from(&name))));
             let found = tries.into_iter().find_map(|(r, raw)| {
                 let rel = normal(&raw)?;
-                let real = roots[r].0.join(&rel).canonicalize().ok()?;
-                (real.is_file() && real.starts_with(&roots[r].0)).then_some((r, raw, rel, real))
+                let real = roots[r].real.join(&rel).canonicalize().ok()?;
+                (real.is_file() && real.starts_with(&roots[r].real)).then_some((r, raw, rel, real))
             });
             let Some((r, raw, rel, real)) = found else {
                 if !metal_header(&name) {
@@ -183,38 +139,33 @@ pub fn gather(main: &Path, shown: &str, text: &str, dirs: &[PathBuf]) -> Result<
             if taken.contains(&(r, rel.clone())) {
                 continue;
             }
-            if taken.len() >= MAX_FILES {
-                return Err(CheckError::Includes(format!(
-                    "{from_shown}:{line}: more than {MAX_FILES} local headers: is an -I folder wider than the kernel's own headers?"
-                )));
-            }
+            let first = copies.get(&real).cloned();
+            let size = match first {
+                Some(_) => 0, // a second name of a file already copied
+                None => std::fs::metadata(&real).map(|m| m.len()).unwrap_or(0),
+            };
+            count
+                .take(size)
+                .map_err(|why| CheckError::Includes(format!("{from_shown}:{line}: {why}")))?;
             let scratch = format!("inc{r}/{}", rel.display());
             taken.insert((r, rel.clone()));
-            if let Some(first) = copies.get(&real) {
+            if let Some(first) = first {
                 // Already copied under another root: this name leads to that copy.
                 let up = "../".repeat(rel.components().count());
                 local.headers.push(Header {
-                    shown: roots[r].1.join(&rel).display().to_string(),
+                    shown: roots[r].shown.join(&rel).display().to_string(),
                     scratch,
                     text: format!("#include \"{up}{first}\"\n"),
                 });
                 continue;
             }
             copies.insert(real.clone(), scratch.clone());
-            let size = std::fs::metadata(&real).map(|m| m.len()).unwrap_or(0);
-            bytes += size;
-            if bytes > MAX_BYTES {
-                return Err(CheckError::Includes(format!(
-                    "{from_shown}:{line}: local headers over {} MB in all",
-                    MAX_BYTES >> 20
-                )));
-            }
             let text = std::fs::read(&real).map_err(|e| CheckError::Io {
                 file: real.clone(),
                 err: e,
             })?;
             let text = ksearch_model::cpplex::decode_source(&text);
-            let shown = roots[r].1.join(&rel).display().to_string();
+            let shown = roots[r].shown.join(&rel).display().to_string();
             local.headers.push(Header {
                 shown: shown.clone(),
                 scratch,

@@ -2,8 +2,8 @@
 //! would: real kernels keep their types, constants and `__device__` helpers in headers beside them
 //! (`common.cuh`), and without those a translation cannot compile.
 //!
-//! A quoted include (or an angle include that names a local file) is looked for next to the including
-//! file, then in each folder given with `-I`, and its text replaces the `#include` line, once per file
+//! A quoted include (or an angle include that names a local file) is looked for as `crate::includes`
+//! says (next to the including file, then in each folder given with `-I`), and its text replaces the `#include` line, once per file
 //! (include guards and `#pragma once` are what nearly every header has). A header is read only when its
 //! real path lies below the translated file's folder or an `-I` folder, so no link or `..` leads out. An
 //! include found nowhere stays as written (CUDA's own headers; a missing one is T033).
@@ -15,11 +15,6 @@
 use super::TranslateError;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-
-/// Headers read at most (a guard against include trees that are not a kernel's).
-const MAX_FILES: usize = 2000;
-/// Bytes of headers read at most.
-const MAX_BYTES: u64 = 64 << 20;
 
 /// A run of lines of the flattened text that came from one file.
 #[derive(Debug, Clone)]
@@ -302,41 +297,11 @@ pub fn flatten(
     text: &str,
     dirs: &[PathBuf],
 ) -> Result<Flat, TranslateError> {
-    let own = main.parent().unwrap_or(Path::new("."));
-    let own = if own.as_os_str().is_empty() {
-        Path::new(".")
-    } else {
-        own
-    };
     // Real paths of the folders a header may lie below, with how each is shown.
-    let mut roots: Vec<(PathBuf, PathBuf)> = Vec::new();
-    for (k, d) in std::iter::once(own)
-        .chain(dirs.iter().map(PathBuf::as_path))
-        .enumerate()
-    {
-        let real = d.canonicalize().map_err(|err| TranslateError::Read {
-            file: d.to_path_buf(),
-            err,
-        })?;
-        if !real.is_dir() {
-            return Err(TranslateError::Read {
-                file: d.to_path_buf(),
-                err: std::io::Error::new(
-                    std::io::ErrorKind::NotFound,
-                    "not a folder (given with -I / --include)",
-                ),
-            });
-        }
-        let shown_root = if k == 0 {
-            Path::new(shown)
-                .parent()
-                .unwrap_or(Path::new(""))
-                .to_path_buf()
-        } else {
-            d.to_path_buf()
-        };
-        roots.push((real, shown_root));
-    }
+    let roots = crate::includes::roots(main, shown, dirs).map_err(|b| TranslateError::Read {
+        file: b.folder,
+        err: b.err,
+    })?;
     let main_real = main.canonicalize().unwrap_or_else(|_| main.to_path_buf());
     let mut seen: BTreeSet<PathBuf> = BTreeSet::from([main_real.clone()]);
     let mut flat = Flat {
@@ -345,7 +310,7 @@ pub fn flatten(
         headers: Vec::new(),
     };
     let mut rows = 0usize;
-    let mut bytes = 0u64;
+    let mut count = crate::includes::Taken::default();
     let mut stack = vec![Open::new(
         text,
         main_real.parent().unwrap_or(Path::new("/")).to_path_buf(),
@@ -390,20 +355,20 @@ pub fn flatten(
         let found = directive
             .as_deref()
             .filter(|_| kept)
-            .and_then(crate::check::includes::included)
+            .and_then(crate::includes::included)
             .and_then(|(name, quoted)| {
                 // The including file's own folder first (quoted includes), then each root in order.
                 let mut tries: Vec<PathBuf> = Vec::new();
                 if quoted {
                     tries.push(top.dir.join(&name));
                 }
-                tries.extend(roots.iter().map(|(r, _)| r.join(&name)));
+                tries.extend(roots.iter().map(|r| r.real.join(&name)));
                 tries.into_iter().find_map(|p| {
                     let real = p.canonicalize().ok()?;
-                    let (root, shown_root) = roots.iter().find(|(r, _)| real.starts_with(r))?;
+                    let (_, root) = crate::includes::root_of(&roots, &real)?;
                     real.is_file().then(|| {
-                        let below = real.strip_prefix(root).unwrap_or(&real).to_path_buf();
-                        (real, shown_root.join(below).display().to_string())
+                        let below = real.strip_prefix(&root.real).unwrap_or(&real).to_path_buf();
+                        (real, root.shown.join(below).display().to_string())
                     })
                 })
             });
@@ -414,22 +379,11 @@ pub fn flatten(
             if !seen.insert(real.clone()) {
                 continue;
             }
-            if seen.len() > MAX_FILES {
-                return Err(TranslateError::Includes(format!(
-                    "{}:{}: more than {MAX_FILES} local headers: is an -I folder wider than the kernel's own headers?",
-                    top.shown,
-                    i + 1
-                )));
-            }
-            bytes += std::fs::metadata(&real).map(|m| m.len()).unwrap_or(0);
-            if bytes > MAX_BYTES {
-                return Err(TranslateError::Includes(format!(
-                    "{}:{}: local headers over {} MB in all",
-                    top.shown,
-                    i + 1,
-                    MAX_BYTES >> 20
-                )));
-            }
+            count
+                .take(std::fs::metadata(&real).map(|m| m.len()).unwrap_or(0))
+                .map_err(|why| {
+                    TranslateError::Includes(format!("{}:{}: {why}", top.shown, i + 1))
+                })?;
             let htext =
                 ksearch_model::cpplex::read_source(&real).map_err(|err| TranslateError::Read {
                     file: real.clone(),
