@@ -174,7 +174,16 @@ def judge(task: Task, layout: Layout, ref: ReferenceSet, run: CheckRun, any_nan_
     return check, problems
 
 
-WARMUP_SETS = 64  # sets the warm-up goes through before the plan grows for sampling
+# The sets the warm-up goes through before the plan grows for sampling: 64, or fewer where they would pass
+# WARMUP_BYTES (a kernel on large inputs is slow, so its warm-up makes few calls; softmax's 64 sets of 4 MB
+# cost 2.3 s to draw at each worker start).
+WARMUP_SETS = 64
+WARMUP_BYTES = 32 << 20
+
+
+def _warmup_bytes(cfg: TimingConfig) -> int:
+    return min(cfg.supply_bytes, WARMUP_BYTES)
+
 
 
 def _plan(r: RunRequest, task: Task, state: RunState, layout: Layout) -> TimedPlan:
@@ -183,7 +192,7 @@ def _plan(r: RunRequest, task: Task, state: RunState, layout: Layout) -> TimedPl
     candidate's order seed among the sampled calls (so no position tells a checked call from another)."""
     cfg = r.timing
     refs = [state.pool.reference(task, layout, r.fingerprint, s) for s in r.timed_checks]
-    supply = state.pool.supply(task, layout, r.supply, WARMUP_SETS, cfg.supply_bytes)
+    supply = state.pool.supply(task, layout, r.supply, WARMUP_SETS, _warmup_bytes(cfg))
     plan = TimedPlan(sets=list(supply), ids=[("supply", r.supply, i) for i in range(len(supply))], checked={})
 
     def extend(first: int, calls: int) -> int:
@@ -437,7 +446,7 @@ def prepare(req: Mapping[str, Any], task: Task | None, target: Target, state: Ru
                 raise WorkerError("device_lost", f"the device cannot run the worker's own kernels: {exc}; "
                                   "a fresh worker is started") from None
         if timing.enabled:
-            state.pool.supply(task, layout, supply, SUPPLY_PREPARED_SETS, timing.supply_bytes)
+            state.pool.supply(task, layout, supply, SUPPLY_PREPARED_SETS, _warmup_bytes(timing))
             if names:
                 with split.phase("baselines_s"):
                     result["baselines"], result["baselines_timed_now"] = _baselines(
