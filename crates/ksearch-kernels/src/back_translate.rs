@@ -100,6 +100,27 @@ pub fn back_translate_dir(dir: &Path) -> Result<BackTranslation, BackTranslateEr
     back_translate(&c, &dir.join("plan.toml").display().to_string())
 }
 
+/// The launches of kernel `name` and the scalars they pass, which must agree: they become `name[0]` in
+/// one body.
+fn launches_of(plan: &Plan, name: &str) -> Result<(Vec<usize>, Vec<String>), String> {
+    let launch_ix: Vec<usize> = (0..plan.launch.len())
+        .filter(|&i| plan.launch[i].kernel == name)
+        .collect();
+    let scalar_lists: BTreeSet<Vec<String>> = launch_ix
+        .iter()
+        .map(|&i| scalar_names(&plan.launch[i].scalars))
+        .collect();
+    if scalar_lists.len() > 1 {
+        return Err(format!(
+            "kernel `{name}` is launched with different scalar lists {scalar_lists:?}; its body can read only one set"
+        ));
+    }
+    Ok((
+        launch_ix,
+        scalar_lists.into_iter().next().unwrap_or_default(),
+    ))
+}
+
 /// Back-translates a loaded `mlx-metal` candidate; `plan_file` names it in messages.
 pub fn back_translate(
     c: &Candidate,
@@ -133,21 +154,7 @@ pub fn back_translate(
     let mut header_names: BTreeMap<String, String> = BTreeMap::new();
 
     for (ki, k) in c.plan.kernel.iter().enumerate() {
-        // The scalars of every launch of this kernel must agree: they become `name[0]` in one body.
-        let launch_ix: Vec<usize> = (0..plan.launch.len())
-            .filter(|&i| plan.launch[i].kernel == k.name)
-            .collect();
-        let scalar_lists: BTreeSet<Vec<String>> = launch_ix
-            .iter()
-            .map(|&i| scalar_names(&plan.launch[i].scalars))
-            .collect();
-        if scalar_lists.len() > 1 {
-            return Err(plan_err(format!(
-                "kernel `{}` is launched with different scalar lists {:?}; its body can read only one set",
-                k.name, scalar_lists
-            )));
-        }
-        let mut scalars: Vec<String> = scalar_lists.into_iter().next().unwrap_or_default();
+        let (launch_ix, mut scalars) = launches_of(&plan, &k.name).map_err(plan_err)?;
         let file_of = |name: &str| {
             c.files.get(name).ok_or_else(|| {
                 plan_err(format!(

@@ -136,7 +136,10 @@ mod tests {
         assert_eq!(root_of(&r, &r[1].real.join("h.cuh")).unwrap().0, 1);
         // Nested roots: a header below both belongs to the first.
         let nested = roots(&main, "k.cu", &[d.path().to_path_buf()]).unwrap();
-        assert_eq!(root_of(&nested, &nested[1].real.join("h.cuh")).unwrap().0, 0);
+        assert_eq!(
+            root_of(&nested, &nested[1].real.join("h.cuh")).unwrap().0,
+            0
+        );
         let e = roots(&main, "k.cu", &[d.path().join("none")]).unwrap_err();
         assert!(e.err.to_string().contains("-I"), "{}", e.err);
         assert!(

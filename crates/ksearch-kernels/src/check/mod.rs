@@ -866,51 +866,14 @@ fn check_source_with(
                 .map(|h| (h.scratch.as_str(), h.text.as_str())),
         );
     }
-    // An Apple SDK framework header (`<MetalPerformancePrimitives/MetalPerformancePrimitives.h>`) that the
-    // compiler cannot find stops it there: the Mac has it, this machine does not, so what follows is not
-    // compiled here. That is a warning naming the header; errors the compiler gave before it stand, and the
-    // rules above have read every file.
-    let stopped = outcome.errors.iter().position(|d| {
-        // Included as a system header (`<...>`): a quoted one is the user's file.
-        framework_missing(&d.message)
-            .is_some_and(|name| texts.iter().any(|(_, t)| t.contains(&format!("<{name}>"))))
-    });
-    let mut errors = outcome.errors;
-    if let Some(at) = stopped {
-        let d = errors.remove(at);
-        errors.truncate(at);
-        let name = framework_missing(&d.message).unwrap_or_default();
-        out.push(rules::finding(
-            "M005",
-            Severity::Warning,
-            &shown(&d.file),
-            d.line,
-            format!(
-                "`<{name}>` is an Apple SDK framework header this machine does not have: the compile step was skipped from this include on (syntax, types and threadgroup sizes after it are not checked); the checker's own rules still ran on every file"
-            ),
-        ));
-    }
-    for d in errors {
-        if address_space_overload(&d, &texts) {
-            continue;
-        }
-        let (f, line, message) = if d.file == "<shim>" {
-            (file.to_string(), 1, shim_message(&d.message))
-        } else {
-            let hint = local.is_some()
-                && (d.message.contains("No such file") || d.message.contains("file not found"));
-            let message = if hint {
-                format!(
-                    "{} (not next to the including file nor in an include folder: add its folder with -I DIR; a name that climbs out of the folders with `..`, or a link out of them, is not followed)",
-                    d.message
-                )
-            } else {
-                d.message
-            };
-            (shown(&d.file), d.line, message)
-        };
-        out.push(rules::finding("M001", Severity::Error, &f, line, message));
-    }
+    compiler_findings(
+        outcome.errors,
+        &texts,
+        file,
+        local.is_some(),
+        &shown,
+        &mut out,
+    );
     let probes: Vec<(String, usize, u64, usize)> = outcome
         .threadgroup
         .iter()
@@ -927,6 +890,62 @@ fn check_source_with(
         }
     }
     Ok(finish(complete_source_hazards(out)))
+}
+
+/// The compiler's errors as findings, each file named as the user names it (`shown`); `texts` are the
+/// compiled files by the compiler's name for them.
+fn compiler_findings(
+    mut errors: Vec<compile::Diag>,
+    texts: &[(&str, &str)],
+    file: &str,
+    following_includes: bool,
+    shown: &dyn Fn(&str) -> String,
+    out: &mut Vec<Finding>,
+) {
+    // An Apple SDK framework header (`<MetalPerformancePrimitives/MetalPerformancePrimitives.h>`) that the
+    // compiler cannot find stops it there: the Mac has it, this machine does not, so what follows is not
+    // compiled here. That is a warning naming the header; errors the compiler gave before it stand, and the
+    // rules above have read every file.
+    let stopped = errors.iter().position(|d| {
+        // Included as a system header (`<...>`): a quoted one is the user's file.
+        framework_missing(&d.message)
+            .is_some_and(|name| texts.iter().any(|(_, t)| t.contains(&format!("<{name}>"))))
+    });
+    if let Some(at) = stopped {
+        let d = errors.remove(at);
+        errors.truncate(at);
+        let name = framework_missing(&d.message).unwrap_or_default();
+        out.push(rules::finding(
+            "M005",
+            Severity::Warning,
+            &shown(&d.file),
+            d.line,
+            format!(
+                "`<{name}>` is an Apple SDK framework header this machine does not have: the compile step was skipped from this include on (syntax, types and threadgroup sizes after it are not checked); the checker's own rules still ran on every file"
+            ),
+        ));
+    }
+    for d in errors {
+        if address_space_overload(&d, texts) {
+            continue;
+        }
+        let (f, line, message) = if d.file == "<shim>" {
+            (file.to_string(), 1, shim_message(&d.message))
+        } else {
+            let hint = following_includes
+                && (d.message.contains("No such file") || d.message.contains("file not found"));
+            let message = if hint {
+                format!(
+                    "{} (not next to the including file nor in an include folder: add its folder with -I DIR; a name that climbs out of the folders with `..`, or a link out of them, is not followed)",
+                    d.message
+                )
+            } else {
+                d.message
+            };
+            (shown(&d.file), d.line, message)
+        };
+        out.push(rules::finding("M001", Severity::Error, &f, line, message));
+    }
 }
 
 /// The header named by a compiler's "file not found" message when it is an Apple SDK framework header:

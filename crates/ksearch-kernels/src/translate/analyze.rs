@@ -726,7 +726,36 @@ struct BodyWalk<'s> {
     lhs_positions: BTreeSet<usize>,
 }
 
-impl BodyWalk<'_> {
+impl<'s> BodyWalk<'s> {
+    fn new(
+        src: &'s str,
+        name: &'s str,
+        consts: &'s BTreeMap<String, i64>,
+        device_sigs: &'s BTreeMap<String, Vec<(bool, bool)>>,
+        pointer_names: &'s BTreeSet<String>,
+        aliases: &'s BTreeMap<String, String>,
+    ) -> Self {
+        BodyWalk {
+            src,
+            name,
+            consts,
+            device_sigs,
+            pointer_names,
+            aliases,
+            constructs: BTreeMap::new(),
+            written: BTreeSet::new(),
+            reseated: BTreeSet::new(),
+            read: BTreeSet::new(),
+            atomic_targets: BTreeSet::new(),
+            shared: Vec::new(),
+            device_calls: BTreeSet::new(),
+            axes: BTreeSet::new(),
+            gid: false,
+            stride: false,
+            lhs_positions: BTreeSet::new(),
+        }
+    }
+
     fn bump(&mut self, c: &str) {
         *self.constructs.entry(c.to_string()).or_default() += 1;
     }
@@ -1031,6 +1060,32 @@ impl BodyWalk<'_> {
     }
 }
 
+/// A kernel's parameters as declared, each with its first role: a pointer (or a floating-point scalar,
+/// which a plan's int32 scalars cannot carry: an input of one element) is an input until the body
+/// says otherwise, anything else a scalar.
+fn kernel_params(plist: Node, src: &str, template_types: &[String]) -> Vec<Param> {
+    children(plist)
+        .into_iter()
+        .filter(|p| p.kind() == "parameter_declaration")
+        .filter_map(|p| param_info(p, src))
+        .map(|(name, elem_type, pointer, is_const)| Param {
+            role: if pointer || is_float_scalar(&elem_type, template_types) {
+                ParamRole::Input
+            } else {
+                ParamRole::Scalar
+            },
+            name,
+            elem_type,
+            pointer,
+            is_const,
+            atomic: false,
+            accumulates: false,
+            const_written: false,
+            read_after_write: false,
+        })
+        .collect()
+}
+
 fn analyze_kernel(
     f: Node,
     src: &str,
@@ -1045,52 +1100,14 @@ fn analyze_kernel(
         other: template_other,
         order: template_order,
     } = template_params(f, src);
-    let mut params: Vec<Param> = children(plist)
-        .into_iter()
-        .filter(|p| p.kind() == "parameter_declaration")
-        .filter_map(|p| param_info(p, src))
-        .map(|(name, elem_type, pointer, is_const)| Param {
-            // A floating-point scalar cannot be a plan scalar (int32): it is an input of one element.
-            role: if pointer || is_float_scalar(&elem_type, &template_types) {
-                ParamRole::Input
-            } else {
-                ParamRole::Scalar
-            },
-            name,
-            elem_type,
-            pointer,
-            is_const,
-            atomic: false,
-            accumulates: false,
-            const_written: false,
-            read_after_write: false,
-        })
-        .collect();
+    let mut params = kernel_params(plist, src, &template_types);
     let pointer_names: BTreeSet<String> = params
         .iter()
         .filter(|p| p.pointer)
         .map(|p| p.name.clone())
         .collect();
     let aliases = pointer_aliases(body, src, &pointer_names);
-    let mut walk = BodyWalk {
-        src,
-        name: &name,
-        consts,
-        device_sigs,
-        pointer_names: &pointer_names,
-        aliases: &aliases,
-        constructs: BTreeMap::new(),
-        written: BTreeSet::new(),
-        reseated: BTreeSet::new(),
-        read: BTreeSet::new(),
-        atomic_targets: BTreeSet::new(),
-        shared: Vec::new(),
-        device_calls: BTreeSet::new(),
-        axes: BTreeSet::new(),
-        gid: false,
-        stride: false,
-        lhs_positions: BTreeSet::new(),
-    };
+    let mut walk = BodyWalk::new(src, &name, consts, device_sigs, &pointer_names, &aliases);
     let launch_bounds = descendants(f)
         .into_iter()
         .find(|n| n.kind() == "launch_bounds")
