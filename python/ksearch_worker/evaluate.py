@@ -181,8 +181,9 @@ WARMUP_SETS = 64
 WARMUP_BYTES = 32 << 20
 
 
-def _warmup_bytes(cfg: TimingConfig) -> int:
-    return min(cfg.supply_bytes, WARMUP_BYTES)
+def _warmup_sets(state: RunState, task: Task, layout: Layout, seed: int, cfg: TimingConfig) -> list[Arrays]:
+    """The supply sets of stream `seed` the warm-up goes through (drawn on first use, by `prepare`)."""
+    return state.pool.supply(task, layout, seed, WARMUP_SETS, min(cfg.supply_bytes, WARMUP_BYTES))
 
 
 
@@ -192,7 +193,7 @@ def _plan(r: RunRequest, task: Task, state: RunState, layout: Layout) -> TimedPl
     candidate's order seed among the sampled calls (so no position tells a checked call from another)."""
     cfg = r.timing
     refs = [state.pool.reference(task, layout, r.fingerprint, s) for s in r.timed_checks]
-    supply = state.pool.supply(task, layout, r.supply, WARMUP_SETS, _warmup_bytes(cfg))
+    supply = _warmup_sets(state, task, layout, r.supply, cfg)
     plan = TimedPlan(sets=list(supply), ids=[("supply", r.supply, i) for i in range(len(supply))], checked={})
 
     def extend(first: int, calls: int) -> int:
@@ -387,10 +388,6 @@ def _candidate(r: RunRequest, task: Task, target: Target, state: RunState, layou
             "baselines": {}, **extra}
 
 
-# Supply sets `prepare` draws: those every candidate's warm-up goes through. Timing draws the rest when its
-# samples need them (the same sets: each has its seed), so a run pays for the sets its kernels' times call
-# for; drawing 256 MB of sets up front cost a CPU workload 0.45 s at every worker start.
-SUPPLY_PREPARED_SETS = WARMUP_SETS
 
 
 def precompile(req: Mapping[str, Any], task: Task | None, target: Target) -> dict[str, Any]:
@@ -446,7 +443,9 @@ def prepare(req: Mapping[str, Any], task: Task | None, target: Target, state: Ru
                 raise WorkerError("device_lost", f"the device cannot run the worker's own kernels: {exc}; "
                                   "a fresh worker is started") from None
         if timing.enabled:
-            state.pool.supply(task, layout, supply, SUPPLY_PREPARED_SETS, _warmup_bytes(timing))
+            # Only the warm-up's sets: timing draws the rest when its samples need them (the same sets,
+            # each has its seed); 256 MB drawn up front cost a CPU workload 0.45 s at every worker start.
+            _warmup_sets(state, task, layout, supply, timing)
             if names:
                 with split.phase("baselines_s"):
                     result["baselines"], result["baselines_timed_now"] = _baselines(

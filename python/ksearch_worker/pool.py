@@ -154,7 +154,7 @@ class Pool:
         self._supplies: dict[tuple[str, int], Supply] = {}
         self.reference_s = 0.0
         self.draw_s = 0.0
-        self._count = threading.Lock()
+        self._lock = threading.Lock()  # guards `computed` and `_disk_total` (sets are made on threads)
         # Bytes on disk as last counted plus what this worker wrote since; None until the first save. The
         # folder is counted (every file stat'ed) only then and when the budget is passed, not at every save:
         # a user's cache of thousands of sets made each save cost 0.2 s.
@@ -203,7 +203,7 @@ class Pool:
         expected = self._load(key, layout)
         if expected is None:
             expected = reference_outputs(task, layout, inputs)
-            with self._count:
+            with self._lock:
                 self.computed += 1
             self._save(key, expected)
         return inputs, expected, t1 - t0, time.perf_counter() - t1
@@ -248,7 +248,7 @@ class Pool:
                 np.savez(f, **expected)  # type: ignore[arg-type]  # numpy's stub takes the names as flags
             written = tmp.stat().st_size
             os.replace(tmp, path)
-            with self._count:
+            with self._lock:
                 if self._disk_total is None:
                     self._disk_total = self._counted()[1]
                 else:

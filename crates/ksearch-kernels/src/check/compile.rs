@@ -66,7 +66,7 @@ pub fn library_functions() -> &'static std::collections::BTreeSet<String> {
     static NAMES: std::sync::OnceLock<std::collections::BTreeSet<String>> =
         std::sync::OnceLock::new();
     NAMES.get_or_init(|| {
-        let toks = super::lex::tokens(&super::lex::clean(SHIM).0);
+        let toks = super::lex::view(SHIM).toks;
         let mut names = std::collections::BTreeSet::new();
         for w in toks.windows(3) {
             // The simd and quad functions the shim declares outright (`simd_shuffle_and_fill_down(`); not

@@ -98,7 +98,7 @@ pub fn gather(main: &Path, shown: &str, text: &str, dirs: &[PathBuf]) -> Result<
         text,
     }) = queue.pop_front()
     {
-        let (_, directives) = super::lex::clean(&text);
+        let directives = super::lex::directives(&text);
         for (line, d) in directives {
             let Some((name, quoted)) = crate::includes::included(&d) else {
                 continue;

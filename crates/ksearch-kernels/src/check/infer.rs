@@ -2,7 +2,7 @@
 //! uses each tensor (`int v = data[i]`, `const device half* p = x + o`, `y[i] = static_cast<half>(...)`,
 //! `reinterpret_cast<const device float4*>(x)`, the value an atomic output receives). Unknown stays float32.
 
-use super::lex::{Tok, clean, tokens};
+use super::lex::{Tok, view};
 use ksearch_model::dtype::Dtype;
 use std::collections::BTreeMap;
 
@@ -29,8 +29,7 @@ pub fn dtype_of_type(t: &str) -> Option<Dtype> {
 pub fn dtypes(sources: &[&str], names: &[String], atomic: bool) -> BTreeMap<String, Dtype> {
     let mut out = BTreeMap::new();
     for src in sources {
-        let (c, _) = clean(src);
-        let t = tokens(&c);
+        let t = view(src).toks;
         for n in names {
             if out.contains_key(n) {
                 continue;

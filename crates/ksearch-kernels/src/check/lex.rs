@@ -30,46 +30,82 @@ fn blank(text: &str, out: &mut String) {
     out.extend(text.chars().map(|c| if c == '\n' { '\n' } else { ' ' }));
 }
 
-/// The source with comments, string and character literals replaced by spaces, and a list of
-/// preprocessor lines `(line, text)` (continuations joined); newlines stay where they were. A literal keeps
-/// its quotes (so `printf("...")` still reads as a call).
-pub fn clean(src: &str) -> (String, Vec<(usize, String)>) {
-    let mut out = String::with_capacity(src.len());
-    let mut pp = Vec::new();
-    for t in cpplex::lex(src) {
+/// A file as the rules read it, from one lexing pass: its code tokens (no spaces, comments or directives;
+/// a literal's contents blanked, a raw string dropped), its preprocessor lines `(line, text)` (continuations
+/// joined), and the cleaned text the tokens' offsets point into (comments, literal contents and directives
+/// blanked, every newline where it was).
+#[derive(Debug)]
+pub struct View {
+    pub clean: String,
+    pub toks: Vec<Tok>,
+    pub directives: Vec<(usize, String)>,
+}
+
+pub fn view(src: &str) -> View {
+    let mut clean = String::with_capacity(src.len());
+    let mut directives = Vec::new();
+    let mut code = Vec::new();
+    for mut t in cpplex::lex(src) {
         match t.kind {
-            Kind::Comment => blank(&t.text, &mut out),
+            Kind::Space => clean.push_str(&t.text),
+            Kind::Comment => blank(&t.text, &mut clean),
             Kind::Preproc => {
-                pp.push((t.line, t.text.replace("\\\n", "")));
-                blank(&t.text, &mut out);
+                directives.push((t.line, t.text.replace("\\\n", "")));
+                blank(&t.text, &mut clean);
             }
             Kind::Str => {
-                // `"..."` or `'.'`: the quotes stay, and a backslash that continues the literal on the
-                // next line, so the cleaned text reads as the same literal. A raw string `R"d(...)d"`,
-                // whose lines need no backslash, is blanked whole.
-                let open = t.text.find(['"', '\'']).map_or(0, |q| q + 1);
-                let (head, rest) = t.text.split_at(open);
-                if head.len() != 1 {
-                    blank(&t.text, &mut out);
-                    continue;
+                t.text = blanked_literal(&t.text);
+                clean.push_str(&t.text);
+                if t.text.contains(['"', '\'']) {
+                    code.push(t); // a raw string is blanked whole: no token
                 }
-                let quote = head.chars().next();
-                let (inner, close) = match rest.chars().last() {
-                    Some(c) if Some(c) == quote => rest.split_at(rest.len() - 1),
-                    _ => (rest, ""),
-                };
-                out.push_str(head);
-                let mut chars = inner.chars().peekable();
-                while let Some(c) = chars.next() {
-                    let continues = c == '\\' && chars.peek() == Some(&'\n');
-                    out.push(if c == '\n' || continues { c } else { ' ' });
-                }
-                out.push_str(close);
             }
-            _ => out.push_str(&t.text),
+            _ => {
+                clean.push_str(&t.text);
+                code.push(t);
+            }
         }
     }
-    (out, pp)
+    View {
+        clean,
+        toks: joined(&code, 0, 0),
+        directives,
+    }
+}
+
+/// The preprocessor lines of `src`, `(line, text)`, continuations joined.
+pub fn directives(src: &str) -> Vec<(usize, String)> {
+    cpplex::lex(src)
+        .into_iter()
+        .filter(|t| t.kind == Kind::Preproc)
+        .map(|t| (t.line, t.text.replace("\\\n", "")))
+        .collect()
+}
+
+/// A literal as the rules see it: `"..."` or `'.'` keeps its quotes (so `printf("...")` still reads as a
+/// call) and a backslash that continues it on the next line, its contents blanked; a raw string
+/// `R"d(...)d"`, whose lines need no backslash, is blanked whole.
+fn blanked_literal(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let open = text.find(['"', '\'']).map_or(0, |q| q + 1);
+    let (head, rest) = text.split_at(open);
+    if head.len() != 1 {
+        blank(text, &mut out);
+        return out;
+    }
+    let quote = head.chars().next();
+    let (inner, close) = match rest.chars().last() {
+        Some(c) if Some(c) == quote => rest.split_at(rest.len() - 1),
+        _ => (rest, ""),
+    };
+    out.push_str(head);
+    let mut chars = inner.chars().peekable();
+    while let Some(c) = chars.next() {
+        let continues = c == '\\' && chars.peek() == Some(&'\n');
+        out.push(if c == '\n' || continues { c } else { ' ' });
+    }
+    out.push_str(close);
+    out
 }
 
 const PUNCT3: [&str; 3] = ["<<=", ">>=", "..."];
@@ -78,69 +114,80 @@ const PUNCT2: [&str; 19] = [
     "%=", "&=", "|=",
 ];
 
-/// The code tokens of a text (cleaned, or one directive's): no spaces or comments, a directive's `#` and
-/// its words as tokens, operators joined by longest match.
+/// The code tokens of a text as written (one directive's, or the shim): no spaces or comments, a
+/// directive's `#` and its words as tokens, operators joined by longest match; literals keep their text.
 pub fn tokens(text: &str) -> Vec<Tok> {
     let mut out = Vec::new();
-    code_tokens(text, 0, 0, &mut out);
+    raw_tokens(text, 0, 0, &mut out);
     out
 }
 
-fn code_tokens(text: &str, line0: usize, pos0: usize, out: &mut Vec<Tok>) {
-    let toks = cpplex::lex(text);
-    let mut i = 0;
-    while i < toks.len() {
-        let t = &toks[i];
-        let (line, pos) = (line0 + t.line, pos0 + t.pos);
+fn raw_tokens(text: &str, line0: usize, pos0: usize, out: &mut Vec<Tok>) {
+    let mut code = Vec::new();
+    for t in cpplex::lex(text) {
         match t.kind {
             Kind::Space | Kind::Comment => {}
             Kind::Preproc => {
+                out.extend(joined(&code, line0, pos0));
+                code.clear();
+                let (line, pos) = (line0 + t.line, pos0 + t.pos);
                 out.push(Tok {
                     text: "#".into(),
                     line,
                     pos,
                 });
-                code_tokens(&t.text[1..], line - 1, pos + 1, out);
+                raw_tokens(&t.text[1..], line - 1, pos + 1, out);
             }
-            Kind::Punct => {
-                // The run of punctuation that touches, split by longest match.
-                let mut run = String::new();
-                let mut j = i;
-                while j < toks.len()
-                    && toks[j].kind == Kind::Punct
-                    && toks[j].pos == t.pos + run.chars().count()
-                {
-                    run.push_str(&toks[j].text);
-                    j += 1;
-                }
-                let (mut k, mut at) = (0, pos);
-                while k < run.len() {
-                    let rest = &run[k..];
-                    let first = rest.chars().next().map_or(1, char::len_utf8);
-                    let p = PUNCT3
-                        .iter()
-                        .chain(PUNCT2.iter())
-                        .find(|p| rest.starts_with(**p))
-                        .map_or(&rest[..first], |p| *p);
-                    out.push(Tok {
-                        text: p.to_string(),
-                        line,
-                        pos: at,
-                    });
-                    k += p.len();
-                    at += p.chars().count();
-                }
-                i = j;
-                continue;
-            }
-            _ => out.push(Tok {
+            _ => code.push(t),
+        }
+    }
+    out.extend(joined(&code, line0, pos0));
+}
+
+/// Code tokens (lexer tokens, spaces and comments left out) as the rules' tokens: each run of touching
+/// punctuation split by longest match, lines and offsets moved by `line0` and `pos0`.
+fn joined(code: &[cpplex::Tok], line0: usize, pos0: usize) -> Vec<Tok> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < code.len() {
+        let t = &code[i];
+        let (line, pos) = (line0 + t.line, pos0 + t.pos);
+        if t.kind != Kind::Punct {
+            out.push(Tok {
                 text: t.text.clone(),
                 line,
                 pos,
-            }),
+            });
+            i += 1;
+            continue;
         }
-        i += 1;
+        let mut run = String::new();
+        while i < code.len()
+            && code[i].kind == Kind::Punct
+            && code[i].pos == t.pos + run.chars().count()
+        {
+            run.push_str(&code[i].text);
+            i += 1;
+        }
+        let (mut k, mut at) = (0, pos);
+        while k < run.len() {
+            let rest = &run[k..];
+            let first = rest.chars().next().map_or(1, char::len_utf8);
+            let p = PUNCT3
+                .iter()
+                .chain(PUNCT2.iter())
+                .find(|p| rest.starts_with(**p))
+                .map_or(&rest[..first], |p| *p);
+            out.push(Tok {
+                text: p.to_string(),
+                line,
+                pos: at,
+            });
+            k += p.len();
+            at += p.chars().count();
+        }
     }
+    out
 }
 
 /// Index of the token closing the bracket opened at `open` (`(`, `[` or `{`), or the last token.
@@ -171,11 +218,14 @@ mod tests {
     #[test]
     fn comments_strings_and_directives_are_blanked_with_lines_kept() {
         let src = "a // double\n/* x\n y */ b \"double\" c\n#pragma once\nd";
-        let (c, pp) = clean(src);
+        let View {
+            clean: c,
+            toks: t,
+            directives: pp,
+        } = view(src);
         assert_eq!(c.lines().count(), 5);
         assert!(!c.contains("double"));
         assert_eq!(pp, vec![(4, "#pragma once".to_string())]);
-        let t = tokens(&c);
         let names: Vec<_> = t.iter().map(|t| (t.text.as_str(), t.line)).collect();
         assert_eq!(
             names,
@@ -188,10 +238,13 @@ mod tests {
         // Raw strings, digit separators and a directive after a comment, as a compiler reads them.
         let src =
             "s = R\"x(a \"b\" // c\n)x\"; int n = 1'024;\n/* c */ #define K 4\nf[[buffer(0)]]";
-        let (c, pp) = clean(src);
+        let View {
+            clean: c,
+            toks: t,
+            directives: pp,
+        } = view(src);
         assert_eq!(c.chars().count(), src.chars().count());
         assert_eq!(pp, vec![(3, "#define K 4".to_string())]);
-        let t = tokens(&c);
         let chars: Vec<char> = src.chars().collect();
         for tok in t
             .iter()
@@ -213,8 +266,8 @@ mod tests {
             "{words:?}"
         );
         // A literal continued over lines stays one literal, and the code after it is code.
-        let (cont, _) = clean("asm(\"a \\\n b\"); x");
-        let cont: Vec<_> = tokens(&cont)
+        let cont: Vec<_> = view("asm(\"a \\\n b\"); x")
+            .toks
             .into_iter()
             .map(|t| (t.text, t.line))
             .collect();
@@ -235,7 +288,11 @@ mod tests {
     #[test]
     fn a_string_continued_over_lines_keeps_the_line_count() {
         let src = "asm(\"\\n \\\n  add \\n \\\n  \");\n#else\nx";
-        let (c, pp) = clean(src);
+        let View {
+            clean: c,
+            directives: pp,
+            ..
+        } = view(src);
         assert_eq!(c.lines().count(), src.lines().count());
         assert_eq!(pp, vec![(4, "#else".to_string())]);
     }

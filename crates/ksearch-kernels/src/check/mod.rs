@@ -213,12 +213,13 @@ pub fn check_body_with(
     compile: bool,
 ) -> Result<Vec<Finding>, CheckError> {
     let mut out = Vec::new();
-    let (clean, directives) = lex::clean(body);
-    let toks = lex::tokens(&clean);
+    let lex::View {
+        toks, directives, ..
+    } = lex::view(body);
     let mut deep = Vec::new();
     deep.extend(too_deep(body_file, &toks));
     if let Some((hfile, htext)) = header {
-        deep.extend(too_deep(hfile, &lex::tokens(&lex::clean(htext).0)));
+        deep.extend(too_deep(hfile, &lex::view(htext).toks));
     }
     if !deep.is_empty() {
         return Ok(deep);
@@ -245,8 +246,11 @@ fn header_rules(
     let mut helpers = HashMap::new();
     let mut constants = Vec::new();
     if let Some((hfile, htext)) = header {
-        let (hclean, hdirs) = lex::clean(htext);
-        let htoks = lex::tokens(&hclean);
+        let lex::View {
+            toks: htoks,
+            directives: hdirs,
+            ..
+        } = lex::view(htext);
         rules::text_rules(hfile, &htoks, &hdirs, out);
         let fns = rules::program_scope(hfile, &htoks, &rules::constant_macros(&hdirs), out);
         rules::recursion(hfile, &htoks, &fns, out);
@@ -533,8 +537,7 @@ fn with_probes(src: &str, decls: &[(usize, String, usize)]) -> String {
     if decls.is_empty() {
         return src.to_string();
     }
-    let (clean, _) = lex::clean(src);
-    let toks = lex::tokens(&clean);
+    let toks = lex::view(src).toks;
     let mut chars: Vec<char> = src.chars().collect();
     let mut inserts: Vec<(usize, String)> = decls
         .iter()
@@ -637,7 +640,7 @@ pub fn check_file(path: &Path, include_dirs: &[PathBuf]) -> Result<Vec<Finding>,
     check_source_with(&src, &shown, Some(&local))
 }
 
-/// A file's tokens and its preprocessor lines (`lex::clean`).
+/// A file's tokens and its preprocessor lines (`lex::view`).
 type Lexed = (Vec<lex::Tok>, Vec<(usize, String)>);
 
 /// A file's kernels as (name, first line, last line), and its threadgroup declarations to probe.
@@ -781,8 +784,8 @@ fn check_source_with(
     let lexed: Vec<Lexed> = std::iter::once(src)
         .chain(headers_in.iter().map(|h| h.text.as_str()))
         .map(|t| {
-            let (clean, directives) = lex::clean(t);
-            (lex::tokens(&clean), directives)
+            let v = lex::view(t);
+            (v.toks, v.directives)
         })
         .collect();
     let shown: Vec<&str> = std::iter::once(file)
@@ -1251,8 +1254,7 @@ mod tests {
     #[test]
     fn probes_go_after_the_declaration_and_keep_lines() {
         let src = "threadgroup float a[4], b[8]; // x\nint y;";
-        let (clean, _) = lex::clean(src);
-        let toks = lex::tokens(&clean);
+        let toks = lex::view(src).toks;
         let decls = rules::threadgroup_decls(&toks);
         assert_eq!(
             decls.iter().map(|d| d.1.as_str()).collect::<Vec<_>>(),

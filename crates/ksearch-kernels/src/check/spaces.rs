@@ -24,8 +24,11 @@ struct Item {
 
 /// The unit with every address-space variant of an overload blanked but one.
 pub fn variants_dropped(unit: &str) -> String {
-    let (clean, pp) = lex::clean(unit);
-    let toks = lex::tokens(&clean);
+    let lex::View {
+        toks,
+        directives: pp,
+        ..
+    } = lex::view(unit);
     if toks.is_empty() {
         return unit.to_string();
     }

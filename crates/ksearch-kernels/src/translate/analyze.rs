@@ -349,7 +349,7 @@ fn constants(root: Node, src: &str) -> BTreeMap<String, i64> {
     let mut consts = BTreeMap::new();
     // `#define`s by their text (the parser loses some inside code it cannot read, such as a header's
     // unparsed macros), in file order, then `const`/`constexpr` declarations, which may use them.
-    for (_, d) in crate::check::lex::clean(src).1 {
+    for (_, d) in crate::check::lex::directives(src) {
         let Some((name, rest)) = super::includes::define_of(&d) else {
             continue;
         };

@@ -1245,7 +1245,7 @@ fn used_from_headers<'s>(
 /// library's table macros), and a macro is what a launch's sizes and a kernel's body most often take from
 /// a header. Macros built on CUDA's indices are left to the syntax tree (they go into kernel bodies on Metal).
 fn header_macros(src: &str, flat: &Flat) -> Vec<(String, String)> {
-    let (_, directives) = crate::check::lex::clean(src);
+    let directives = crate::check::lex::directives(src);
     let mut found: Vec<(String, String)> = Vec::new();
     let mut count: BTreeMap<String, usize> = BTreeMap::new();
     for (line, d) in directives {

@@ -271,7 +271,7 @@ struct Open {
 
 impl Open {
     fn new(text: &str, dir: PathBuf, shown: String, header: bool) -> Self {
-        let (_, directives) = crate::check::lex::clean(text);
+        let directives = crate::check::lex::directives(text);
         let mut lines: Vec<String> = text.split('\n').map(str::to_string).collect();
         if text.ends_with('\n') {
             lines.pop();
