@@ -181,6 +181,8 @@ pub struct Settings {
     pub timeout_s: f64,
     pub compile_timeout_s: f64,
     pub timing: TimingSettings,
+    /// Measure the device's peaks at the worker's start even where they are remembered (`peaks`).
+    pub measure_peaks: bool,
 }
 
 impl Settings {
@@ -190,6 +192,7 @@ impl Settings {
             timeout_s: task.timeout_s(),
             compile_timeout_s: 120.0,
             timing: TimingSettings::for_target(target.is_gpu()),
+            measure_peaks: false,
         }
     }
 }
@@ -306,13 +309,21 @@ impl Evaluator {
         let mut worker = Worker::new(env, target);
         worker.writable = vec![build_root.clone(), references.clone()];
         worker.reference_cache = Some(references);
-        let mut hello = match worker.request("hello", json!({}), HELLO_DEADLINE)? {
-            Reply::Ok(v) => v,
-            Reply::Err { kind, message } => anyhow::bail!("worker hello failed: {kind}: {message}"),
+        let remembered = if settings.measure_peaks {
+            json!({})
+        } else {
+            crate::peaks::remembered()
         };
+        let mut hello =
+            match worker.request("hello", json!({ "remembered": remembered }), HELLO_DEADLINE)? {
+                Reply::Ok(v) => v,
+                Reply::Err { kind, message } => {
+                    anyhow::bail!("worker hello failed: {kind}: {message}")
+                }
+            };
         hello["sandbox"] = worker.sandbox.clone();
         hello["sandbox"]["landlock_abi"] = hello["landlock_abi"].clone();
-        remember_peaks(&mut hello["hardware"]);
+        crate::peaks::record(&mut hello["hardware"]);
         let body = json!({"dir": task.dir.canonicalize().unwrap_or_else(|_| task.dir.clone()), "task": task.worker_json(target)});
         match worker.preamble("load_task", body, HELLO_DEADLINE)? {
             Reply::Ok(_) => {}
@@ -925,37 +936,6 @@ impl Evaluator {
             implausible: (t_flops > 0.0 && median_s * ROOFLINE_MARGIN < t_flops)
                 || (t_bytes > 0.0 && median_s * 2.0 < t_bytes),
         }
-    }
-}
-
-/// A measured peak can only come out low (a busy machine, a cold clock), never high: keep the best ever
-/// measured on this machine (in the cache, by hardware name) and use the larger of it and today's.
-fn remember_peaks(hw: &mut Value) {
-    let Some(name) = hw["name"].as_str().map(str::to_string) else {
-        return;
-    };
-    let path = crate::builtin::cache_root().join("peaks.json");
-    let mut all: serde_json::Map<String, Value> = std::fs::read_to_string(&path)
-        .ok()
-        .and_then(|t| serde_json::from_str(&t).ok())
-        .unwrap_or_default();
-    let known = all.entry(name).or_insert_with(|| json!({}));
-    for key in ["peak_bandwidth_gbs", "peak_gflops"] {
-        let now = hw[key].as_f64().unwrap_or(0.0);
-        let best = known[key].as_f64().unwrap_or(0.0).max(now);
-        if best > 0.0 {
-            known[key] = json!(best);
-            if best > now {
-                hw[format!("{key}_measured_now")] = json!(now);
-                hw[key] = json!(best);
-            }
-        }
-    }
-    // Best effort: a read-only cache only means today's measurement is used alone.
-    let _ = std::fs::create_dir_all(crate::builtin::cache_root());
-    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-    if std::fs::write(&tmp, serde_json::to_string_pretty(&all).unwrap_or_default()).is_ok() {
-        let _ = std::fs::rename(&tmp, &path);
     }
 }
 

@@ -27,6 +27,7 @@ pub mod eval;
 pub mod export;
 pub mod gc;
 pub mod llm;
+pub mod peaks;
 pub mod progress;
 pub mod prompts;
 pub mod protocol;

@@ -11,6 +11,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -182,26 +183,52 @@ def blas_gflops() -> float:
     return 2 * n**3 / seconds / 1e9
 
 
-@functools.cache
-def describe(compiler: tuple[str, ...] = ("cc",), flags: tuple[str, ...] = ()) -> dict[str, Any]:
-    """The `hardware` object of the hello reply; measured once per worker (about a second).
+PEAK_KEYS = ("peak_bandwidth_gbs", "peak_gflops")
 
-    The compute peak is the larger of an FMA loop built with the kernels' own compiler and flags and a
-    BLAS matmul, so a kernel that is genuinely fast cannot land above it."""
+
+def remembered_peaks(name: str, remembered: Mapping[str, Any] | None) -> dict[str, float] | None:
+    """The peaks the Rust side remembers for a device of this name (measured on it several times before,
+    the best kept), or None: then they are measured now."""
+    entry = (remembered or {}).get(name)
+    if not isinstance(entry, dict):
+        return None
+    peaks = {k: entry.get(k) for k in PEAK_KEYS}
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in peaks.values()):
+        return None
+    return {k: float(v) for k, v in peaks.items()}
+
+
+@functools.cache
+def measured_peaks(compiler: tuple[str, ...], flags: tuple[str, ...]) -> dict[str, Any]:
+    """The peaks measured now (about a second). The compute peak is the larger of an FMA loop built with
+    the kernels' own compiler and flags and a BLAS matmul, so a kernel that is genuinely fast cannot land
+    above it."""
     blas = blas_gflops()
     fma, read = compiled_peaks(compiler, (*flags, "-shared", "-fPIC")) if compiler else (None, None)
     copy = peak_bandwidth_gbs()
     return {
-        "kind": "cpu",
-        "name": cpu_name(),
-        "cores": cores(),
-        "cache_bytes": cache_bytes(),
         "peak_bandwidth_gbs": round(max(copy, read or 0.0), 2),
         "peak_bandwidth_copy_gbs": round(copy, 2),
         "peak_bandwidth_read_gbs": round(read, 2) if read else None,
         "peak_gflops": round(max(blas, fma or 0.0), 2),
         "peak_gflops_blas": round(blas, 2),
         "peak_gflops_fma": round(fma, 2) if fma else None,
+    }
+
+
+def describe(compiler: tuple[str, ...] = ("cc",), flags: tuple[str, ...] = (),
+             remembered: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The `hardware` object of the hello reply: the peaks remembered for this CPU, else measured now
+    (`peaks` says which)."""
+    name = cpu_name()
+    known = remembered_peaks(name, remembered)
+    return {
+        "kind": "cpu",
+        "name": name,
+        "cores": cores(),
+        "cache_bytes": cache_bytes(),
+        **(known if known is not None else measured_peaks(compiler, flags)),
+        "peaks": "remembered" if known is not None else "measured",
         "machine": platform.machine(),
         "system": platform.system(),
         "isa": isa_extensions(),

@@ -27,6 +27,14 @@ def jail_report() -> dict[str, Any]:
     return probe()
 
 
+def _remembered(req: dict[str, Any]) -> dict[str, Any]:
+    """The hello's `remembered` peaks by device name (an object; anything else is a bad request)."""
+    got = req.get("remembered", {})
+    if not isinstance(got, dict):
+        raise WorkerError("bad_request", "hello.remembered must be an object of peaks by device name")
+    return got
+
+
 Handler = Callable[[dict[str, Any]], dict[str, Any]]
 
 
@@ -44,7 +52,7 @@ class Worker:
     def hello(self, req: dict[str, Any]) -> dict[str, Any]:
         return {"worker_version": WORKER_VERSION, "python": platform.python_version(), "numpy": np.__version__,
                 "target": self.target.name, "landlock_abi": int(os.environ.get("KSEARCH_LANDLOCK_ABI", "0")),
-                "jail": jail_report(), **self.target.describe()}
+                "jail": jail_report(), **self.target.describe(_remembered(req))}
 
     def load_task(self, req: dict[str, Any]) -> dict[str, Any]:
         dir, spec = req.get("dir"), req.get("task")

@@ -27,6 +27,22 @@ def test_hello(worker: Worker) -> None:
     assert hw["kind"] == "cpu" and hw["name"] and hw["cores"] >= 1 and hw["cache_bytes"] > 0
     assert hw["peak_bandwidth_gbs"] > 0 and hw["peak_gflops"] > 0
     assert r["compiler"]["version"] and "-march=native" in r["compiler"]["flags"]
+    assert hw["peaks"] == "measured"
+
+
+def test_hello_takes_its_own_devices_remembered_peaks_and_no_other(worker: Worker) -> None:
+    name = worker.ok("hello")["hardware"]["name"]
+    other = {"another cpu": {"peak_bandwidth_gbs": 1.0, "peak_gflops": 2.0}}
+    hw = worker.ok("hello", remembered=other)["hardware"]
+    assert hw["peaks"] == "measured" and hw["peak_bandwidth_gbs"] != 1.0
+    mine = {name: {"peak_bandwidth_gbs": 123.5, "peak_gflops": 456.0}}
+    hw = worker.ok("hello", remembered={**other, **mine})["hardware"]
+    assert hw["peaks"] == "remembered" and hw["peak_bandwidth_gbs"] == 123.5 and hw["peak_gflops"] == 456.0
+    # An entry that is not a pair of positive numbers is measured over, never used.
+    hw = worker.ok("hello", remembered={name: {"peak_bandwidth_gbs": -1, "peak_gflops": 456.0}})["hardware"]
+    assert hw["peaks"] == "measured" and hw["peak_bandwidth_gbs"] > 0
+    err = worker.request("hello", remembered=[1])
+    assert not err["ok"] and err["error"]["kind"] == "bad_request" and "remembered" in err["error"]["message"]
 
 
 def test_correct_kernel_passes(worker: Worker, add_dir: Path) -> None:

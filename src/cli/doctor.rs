@@ -105,7 +105,11 @@ impl Findings {
     fn worker(&mut self, env: &pyenv::PythonEnv) -> Result<()> {
         let task = Task::load(&builtin::task_dir(DEFAULT_TASK)?)?;
         let build = std::env::temp_dir().join(format!("ksearch-doctor-{}", std::process::id()));
-        let settings = Settings::for_task(&task, Target::Cpu);
+        // The doctor measures the peaks anew (a search may reuse remembered ones: `peaks`).
+        let settings = Settings {
+            measure_peaks: true,
+            ..Settings::for_task(&task, Target::Cpu)
+        };
         match Evaluator::start(
             task,
             Target::Cpu,

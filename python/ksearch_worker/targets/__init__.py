@@ -115,8 +115,9 @@ class Target(Protocol):
     # MLX fills outputs with a plain NaN (no payload), so any NaN the reference does not expect is unwritten.
     poisons_with_plain_nan: bool
 
-    def describe(self) -> dict[str, Any]:
-        """`hardware` and `compiler` of the hello reply."""
+    def describe(self, remembered: dict[str, Any]) -> dict[str, Any]:
+        """`hardware` and `compiler` of the hello reply; `remembered` holds peaks measured here before, by
+        device name, used instead of measuring them again."""
         ...
 
     def compile(self, key: str, dir: str, sources: Sequence[str], include: str | None) -> dict[str, Any]:

@@ -520,9 +520,9 @@ class CpuTarget:
         prefix = real.parent.parent if real.parent.name == "bin" else real.parent
         return [str(prefix)]
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self, remembered: dict[str, Any]) -> dict[str, Any]:
         return {
-            "hardware": hardware.describe(tuple(self.compiler), FLAGS),
+            "hardware": hardware.describe(tuple(self.compiler), FLAGS, remembered),
             "compiler": {"name": shlex.join(self.compiler), "version": self.compiler_version, "flags": list(FLAGS)},
         }
 

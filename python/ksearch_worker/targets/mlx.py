@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import cluster, header_file, jail, nvrtc
+from .. import cluster, hardware, header_file, jail, nvrtc
 from ..errors import WorkerError
 from ..log import say
 from ..timing import Batches, Measurement, TimingConfig, chain_length, measure, paired_verdict, stats
@@ -88,7 +88,7 @@ class MlxTarget:
             os.environ["MLX_PTX_CACHE_DIR"] = tempfile.mkdtemp(prefix="ksearch-mlx-modules-")
 
     # -- hello ------------------------------------------------------------------------------------
-    def describe(self) -> dict[str, Any]:
+    def describe(self, remembered: dict[str, Any]) -> dict[str, Any]:
         m = _mlx()
         info: dict[str, Any] = {"kind": "gpu", "target": self.name, "mlx": m.__version__,
                                 "system": platform.system(), "machine": platform.machine()}
@@ -101,8 +101,13 @@ class MlxTarget:
         if self.name == "mlx-cuda":
             info.update(_nvidia_smi())
         if info["backend_available"]:
-            info["peak_bandwidth_gbs"] = round(self._bandwidth(), 1)
-            info["peak_gflops"] = round(self._matmul_rate(), 1)
+            known = hardware.remembered_peaks(str(info.get("name", "")), remembered)
+            if known is not None:
+                info.update(known)
+            else:
+                info["peak_bandwidth_gbs"] = round(self._bandwidth(), 1)
+                info["peak_gflops"] = round(self._matmul_rate(), 1)
+            info["peaks"] = "remembered" if known is not None else "measured"
             info["peak_scope"] = "whole device"
         return {"hardware": info, "compiler": {"name": "MLX JIT", "version": m.__version__, "flags": []}}
 
