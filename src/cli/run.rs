@@ -50,6 +50,10 @@ pub(super) struct RunArgs {
     /// Evaluations the hybrid search may spend tuning in the whole run (default: twice --budget).
     #[arg(long)]
     pub(super) tune_total: Option<usize>,
+    /// Proposals whose LLM calls run at once, each in a lane of its own (docs/parallel.md); `evolve`
+    /// only for now. 1: one at a time.
+    #[arg(long, default_value_t = 1, value_parser = flags::at_least_one::<usize>)]
+    pub(super) parallel: usize,
     #[command(flatten)]
     pub(super) wm: WorldModelArgs,
     #[command(flatten)]
@@ -207,6 +211,7 @@ pub(super) fn run(args: RunArgs, store_dir: &Path, python: Option<&Path>) -> Res
         timing_budget,
         tune_budget,
         tune_total,
+        parallel,
         wm,
         llm,
         json,
@@ -220,6 +225,7 @@ pub(super) fn run(args: RunArgs, store_dir: &Path, python: Option<&Path>) -> Res
     strategy
         .require_llm(llm_settings.is_some())
         .map_err(|e| anyhow!(e))?;
+    strategy.allow_parallel(parallel).map_err(|e| anyhow!(e))?;
     if budget == 0 {
         bail!("--budget must be at least 1 (the seed's own evaluation)");
     }
@@ -268,6 +274,7 @@ pub(super) fn run(args: RunArgs, store_dir: &Path, python: Option<&Path>) -> Res
             tune_budget: tune_budget.unwrap_or(if wm.preset.is_some() { 0 } else { 6 }),
             tune_total,
             world_model: wm.config(),
+            parallel,
         },
     )?;
     if !json && !quiet() {

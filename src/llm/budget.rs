@@ -94,6 +94,19 @@ impl Meter {
         self.started.elapsed().as_secs_f64()
     }
 
+    /// Adds what a lane spent: its meter less the meter it started from.
+    pub(crate) fn add_lane(&mut self, lane: &Meter, base: &Meter) {
+        self.calls += lane.calls - base.calls;
+        self.requests += lane.requests - base.requests;
+        self.failures += lane.failures - base.failures;
+        self.input_tokens += lane.input_tokens - base.input_tokens;
+        self.output_tokens += lane.output_tokens - base.output_tokens;
+        self.reasoning_tokens += lane.reasoning_tokens - base.reasoning_tokens;
+        self.cost_usd += lane.cost_usd - base.cost_usd;
+        self.unpriced_calls += lane.unpriced_calls - base.unpriced_calls;
+        self.llm_s += lane.llm_s - base.llm_s;
+    }
+
     pub(crate) fn add(&mut self, usage: Option<&Usage>, cost_usd: Option<f64>) {
         if let Some(u) = usage {
             self.input_tokens += u.input_tokens;

@@ -273,6 +273,10 @@ pub struct Exchange {
     pub outcome: Outcome,
     /// Unix time the call started.
     pub started_at: f64,
+    /// The lane that made the call, when it ran beside others (`docs/parallel.md`); replay serves each lane
+    /// its own exchanges, whatever order they arrived in.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub lane: String,
 }
 
 pub fn prompt_hash(messages: &[Message]) -> String {
@@ -364,6 +368,14 @@ pub struct Llm {
     recorder: Option<Recorder>,
     seq: u64,
     cost_cap_warned: bool,
+    /// `PROVIDER:MODEL` as given, so a lane can open a client of its own.
+    spec: String,
+    /// This client's lane; empty for the run's own.
+    lane: String,
+    /// A lane's meter as the lane began (what the run had spent): what the lane adds is the difference.
+    lane_base: Option<Meter>,
+    /// A lane's exchanges, handed to the run's recorder when the lane is merged back.
+    lane_exchanges: Vec<Exchange>,
 }
 
 impl std::fmt::Debug for Llm {
@@ -433,6 +445,10 @@ impl Llm {
             recorder: None,
             seq: 0,
             cost_cap_warned: false,
+            spec: spec.to_string(),
+            lane: String::new(),
+            lane_base: None,
+            lane_exchanges: Vec::new(),
         })
     }
 
@@ -450,6 +466,60 @@ impl Llm {
             recorder: None,
             seq: 0,
             cost_cap_warned: false,
+            spec: String::new(),
+            lane: String::new(),
+            lane_base: None,
+            lane_exchanges: Vec::new(),
+        }
+    }
+
+    /// A client for the lane `name` of a batch (`docs/parallel.md`): its own connection (or, replaying,
+    /// the recording's exchanges of that lane), the run's meter as it stands so the caps count what the
+    /// run spent, and its exchanges kept until [`Llm::merge_lanes`] hands them to the run's recorder. The
+    /// caps are checked per lane against the run's spending before the batch and the lane's own, so a
+    /// batch of K lanes may pass a cap by at most the K - 1 calls the other lanes made meanwhile.
+    pub fn lane(&self, name: &str) -> Result<Llm, LlmError> {
+        let engine = match &self.engine {
+            Engine::Replay(r) => Engine::Replay(r.lane(name)),
+            Engine::Live(_) => Llm::from_spec(&self.spec, &self.cfg)?.engine,
+        };
+        Ok(Llm {
+            provider: self.provider.clone(),
+            model: self.model.clone(),
+            endpoint: self.endpoint.clone(),
+            engine,
+            cfg: self.cfg.clone(),
+            price: self.price,
+            secret: self.secret.clone(),
+            meter: self.meter.clone(),
+            recorder: None,
+            seq: self.seq,
+            cost_cap_warned: true,
+            spec: self.spec.clone(),
+            lane: name.to_string(),
+            lane_base: Some(self.meter.clone()),
+            lane_exchanges: Vec::new(),
+        })
+    }
+
+    /// Folds finished lanes back, in the order given (the lanes' order, never their finishing order):
+    /// their spending into the meter, their exchanges to the recorder, numbered on from this client's.
+    pub fn merge_lanes(&mut self, lanes: Vec<Llm>) {
+        for lane in lanes {
+            if let Some(base) = &lane.lane_base {
+                self.meter.add_lane(&lane.meter, base);
+            }
+            if let (Engine::Replay(mine), Engine::Replay(theirs)) = (&mut self.engine, &lane.engine)
+            {
+                mine.drifted += theirs.drifted;
+            }
+            for mut ex in lane.lane_exchanges {
+                self.seq += 1;
+                ex.seq = self.seq;
+                if let Some(rec) = self.recorder.as_mut() {
+                    rec(&ex);
+                }
+            }
         }
     }
 
@@ -675,17 +745,13 @@ impl Llm {
         ex.purpose = req.purpose.clone();
         ex.request = req;
         ex.started_at = started_at;
-        if let Some(rec) = self.recorder.as_mut() {
-            rec(&ex);
-        }
+        ex.lane = self.lane.clone();
+        self.keep(ex);
         result
     }
 
     fn record(&mut self, req: &Request, hash: &str, started_at: f64, outcome: Outcome) {
-        let Some(rec) = self.recorder.as_mut() else {
-            return;
-        };
-        rec(&Exchange {
+        let ex = Exchange {
             seq: self.seq,
             purpose: req.purpose.clone(),
             provider: self.provider.clone(),
@@ -694,7 +760,18 @@ impl Llm {
             request: req.clone(),
             outcome,
             started_at,
-        });
+            lane: self.lane.clone(),
+        };
+        self.keep(ex);
+    }
+
+    /// A lane keeps its exchanges for the merge; the run's own client hands them to its recorder.
+    fn keep(&mut self, ex: Exchange) {
+        if self.lane_base.is_some() {
+            self.lane_exchanges.push(ex);
+        } else if let Some(rec) = self.recorder.as_mut() {
+            rec(&ex);
+        }
     }
 }
 
@@ -716,6 +793,78 @@ mod tests {
     fn an_llm_can_move_to_another_thread() {
         fn send<T: Send>() {}
         send::<Llm>();
+    }
+
+    fn request(purpose: &str) -> Request {
+        Request {
+            purpose: purpose.into(),
+            messages: vec![Message::user("q")],
+            max_tokens: None,
+            temperature: None,
+        }
+    }
+
+    fn recorded(lane: &str, text: &str) -> Exchange {
+        Exchange {
+            seq: 0,
+            purpose: "evolve".into(),
+            provider: "p".into(),
+            model: "m".into(),
+            prompt_hash: String::new(),
+            request: request("evolve"),
+            outcome: Outcome::Ok {
+                text: text.into(),
+                usage: Some(Usage {
+                    input_tokens: 10,
+                    output_tokens: 5,
+                    ..Default::default()
+                }),
+                cost_usd: None,
+                latency_s: 1.0,
+                attempts: 1,
+            },
+            started_at: 0.0,
+            lane: lane.into(),
+        }
+    }
+
+    /// Lanes replay their own exchanges in their order; merged back, their spending adds up and their
+    /// exchanges reach the recorder in lane order, numbered on, whatever order the lanes finished in.
+    #[test]
+    fn lanes_replay_their_own_exchanges_and_merge_back_in_lane_order() {
+        let tape = vec![
+            recorded("", "own 1"),
+            recorded("b", "b 1"),
+            recorded("a", "a 1"),
+            recorded("b", "b 2"),
+        ];
+        let mut llm = Llm::replay(tape, "tape");
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = seen.clone();
+        llm.set_recorder(Box::new(move |ex: &Exchange| {
+            sink.lock().unwrap().push((ex.seq, ex.lane.clone()))
+        }));
+        assert_eq!(llm.complete(request("evolve")).unwrap().text, "own 1");
+        let (mut a, mut b) = (llm.lane("a").unwrap(), llm.lane("b").unwrap());
+        assert_eq!(b.complete(request("evolve")).unwrap().text, "b 1");
+        assert_eq!(b.complete(request("evolve")).unwrap().text, "b 2");
+        assert_eq!(a.complete(request("evolve")).unwrap().text, "a 1");
+        assert!(
+            a.complete(request("evolve")).is_err(),
+            "lane a holds one exchange"
+        );
+        // A lane's exchanges wait for the merge.
+        assert_eq!(seen.lock().unwrap().len(), 1);
+        llm.merge_lanes(vec![a, b]);
+        let got = seen.lock().unwrap().clone();
+        // (The call past lane a's recording was refused before it was made: nothing to record.)
+        let want: Vec<(u64, String)> = [(1, ""), (2, "a"), (3, "b"), (4, "b")]
+            .iter()
+            .map(|(n, l)| (*n, l.to_string()))
+            .collect();
+        assert_eq!(got, want);
+        assert_eq!(llm.meter().calls, 4);
+        assert_eq!(llm.meter().input_tokens, 40);
     }
 
     #[test]

@@ -10,16 +10,37 @@ use std::path::Path;
 pub(crate) struct Replay {
     label: String,
     exchanges: Vec<Exchange>,
+    /// The exchanges lanes made, for [`Replay::lane`].
+    lanes: Vec<Exchange>,
     next: usize,
     /// Calls whose prompt differed from the recorded one (same purpose, other measurements).
     pub drifted: usize,
 }
 
 impl Replay {
+    /// The run's own exchanges (those no lane made), served in order.
     pub fn new(exchanges: Vec<Exchange>, label: &str) -> Replay {
+        let (own, lanes) = exchanges.into_iter().partition(|e| e.lane.is_empty());
         Replay {
             label: label.to_string(),
-            exchanges,
+            exchanges: own,
+            lanes,
+            next: 0,
+            drifted: 0,
+        }
+    }
+
+    /// The exchanges of lane `name`, served in the order that lane made them.
+    pub fn lane(&self, name: &str) -> Replay {
+        Replay {
+            label: format!("{} (lane {name})", self.label),
+            exchanges: self
+                .lanes
+                .iter()
+                .filter(|e| e.lane == name)
+                .cloned()
+                .collect(),
+            lanes: Vec::new(),
             next: 0,
             drifted: 0,
         }

@@ -93,6 +93,41 @@ impl Agent {
         }
     }
 
+    /// This agent for the lane `name` of a batch: the same prompts' context, an LLM client of the lane's
+    /// own (`Llm::lane`). Its calls and failures come back with [`Agent::merge_lanes`].
+    pub fn lane(&self, name: &str) -> Result<Agent, Stop> {
+        let llm = self
+            .llm
+            .lane(name)
+            .map_err(|e| Stop(format!("LLM unusable: {e}")))?;
+        Ok(Agent {
+            llm,
+            task: self.task.clone(),
+            target: self.target.clone(),
+            hardware: self.hardware.clone(),
+            knowledge: self.knowledge.clone(),
+            cuda_brief: self.cuda_brief.clone(),
+            assess: self.assess.clone(),
+            max_output_tokens: self.max_output_tokens,
+            budget: self.budget.clone(),
+            auto_tune: self.auto_tune,
+            from_spec: self.from_spec.clone(),
+            held_out: self.held_out.clone(),
+            target_kind: self.target_kind,
+            consecutive_failures: self.consecutive_failures,
+        })
+    }
+
+    /// Folds finished lanes back in lane order: their LLM spending and exchanges, and the failures in a
+    /// row as the last lane left them.
+    pub fn merge_lanes(&mut self, lanes: Vec<Agent>) {
+        if let Some(last) = lanes.last() {
+            self.consecutive_failures = last.consecutive_failures;
+        }
+        self.llm
+            .merge_lanes(lanes.into_iter().map(|a| a.llm).collect());
+    }
+
     /// The expert properties (knowledge/assertions.toml) a measured candidate lacks, one per line; empty
     /// on the CPU target or when nothing is missing.
     pub fn lacking(&self, o: &super::Observation) -> String {

@@ -4,6 +4,7 @@
 
 use super::agent::{self, Agent, Stop};
 use super::{Next, Observation, Proposal, Strategy};
+use crate::candidate::Candidate;
 use crate::rng::Rng;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -46,6 +47,9 @@ struct State {
     proposals: usize,
     seen: usize,
     log: Vec<String>,
+    /// The last batch's proposals, kept until evaluated: a resumed run proposes them again.
+    #[serde(default)]
+    pending: Vec<super::Pending>,
 }
 
 pub struct Evolve {
@@ -135,7 +139,9 @@ impl Evolve {
         self.absorb(history);
     }
 
-    fn step(&mut self, history: &[Observation]) -> Result<Option<Proposal>, Stop> {
+    /// Everything one proposal needs, drawn from the state and the history, and the state advanced past
+    /// it: a batch fixes its lanes one after another, as if they ran in turn.
+    fn plan(&mut self, history: &[Observation]) -> Result<LanePlan, Stop> {
         self.absorb(history);
         if self.st.proposals > 0
             && self
@@ -178,30 +184,46 @@ impl Evolve {
         }
         let prompt = crate::prompts::render("evolve.j2", ctx).map_err(Stop)?;
         self.st.proposals += 1;
-        match self
-            .agent
-            .candidate("evolve", prompt, &parent.candidate, self.cfg.tries)?
-        {
+        Ok(LanePlan {
+            number: self.st.proposals,
+            island,
+            explore,
+            parent: parent.candidate,
+            parent_hash,
+            prompt,
+        })
+    }
+
+    /// A lane's answer folded into the state: a proposal, or nothing (an unusable reply, a repeat).
+    fn apply(
+        &mut self,
+        plan: LanePlan,
+        answer: agent::Attempt<(Candidate, String)>,
+        history: &[Observation],
+        taken: &mut Vec<String>,
+    ) -> Option<Proposal> {
+        match answer {
             Ok((c, _)) => {
                 let hash = c.hash();
-                if history.iter().any(|o| o.hash == hash) {
-                    self.st.log.push(format!(
-                        "proposal {}: identical to {hash}",
-                        self.st.proposals
-                    ));
+                if history.iter().any(|o| o.hash == hash) || taken.contains(&hash) {
+                    self.st
+                        .log
+                        .push(format!("proposal {}: identical to {hash}", plan.number));
                     self.repeated = true;
-                    return Ok(None);
+                    return None;
                 }
-                self.st.home.push((hash, island));
-                Ok(Some(Proposal {
+                taken.push(hash.clone());
+                self.st.home.push((hash, plan.island));
+                Some(Proposal {
                     candidate: c,
-                    parent: Some(parent_hash),
+                    parent: Some(plan.parent_hash),
                     origin: format!(
-                        "evolve: island {island}{}",
-                        if explore { ", explore" } else { "" }
+                        "evolve: island {}{}",
+                        plan.island,
+                        if plan.explore { ", explore" } else { "" }
                     ),
                     compare_with: None,
-                }))
+                })
             }
             Err(e) => {
                 // A reply that still repeats its parent after the repair prompts brings nothing new, as a
@@ -209,17 +231,99 @@ impl Evolve {
                 if e.contains(&crate::reply::ReplyError::Unchanged.to_string()) {
                     self.repeated = true;
                 }
-                self.st
-                    .log
-                    .push(format!("proposal {}: {e}", self.st.proposals));
-                Ok(None)
+                self.st.log.push(format!("proposal {}: {e}", plan.number));
+                None
             }
+        }
+    }
+
+    /// Up to `k` proposals whose LLM calls run at once, one lane each (`docs/parallel.md`); with `k` = 1
+    /// the run's own client asks, as a run without lanes always did. The answers are applied in lane order.
+    fn batch(&mut self, history: &[Observation], k: usize) -> Result<(Vec<Proposal>, usize), Stop> {
+        let mut plans = Vec::new();
+        for _ in 0..k.max(1) {
+            plans.push(self.plan(history)?);
+        }
+        let answers = if plans.len() == 1 {
+            let p = &plans[0];
+            vec![
+                self.agent
+                    .candidate("evolve", p.prompt.clone(), &p.parent, self.cfg.tries),
+            ]
+        } else {
+            let mut lanes = plans
+                .iter()
+                .map(|p| self.agent.lane(&format!("proposal {}", p.number)))
+                .collect::<Result<Vec<_>, _>>()?;
+            let tries = self.cfg.tries;
+            let answers = std::thread::scope(|s| {
+                let running: Vec<_> = lanes
+                    .iter_mut()
+                    .zip(&plans)
+                    .map(|(lane, p)| {
+                        s.spawn(move || {
+                            lane.candidate("evolve", p.prompt.clone(), &p.parent, tries)
+                        })
+                    })
+                    .collect();
+                running
+                    .into_iter()
+                    .map(|h| h.join().expect("a lane panicked"))
+                    .collect::<Vec<_>>()
+            });
+            self.agent.merge_lanes(lanes);
+            answers
+        };
+        let mut proposals = Vec::new();
+        let mut taken = Vec::new();
+        let mut repeats = 0;
+        let mut stop = None;
+        for (plan, answer) in plans.into_iter().zip(answers) {
+            match answer {
+                Ok(answer) => {
+                    self.repeated = false;
+                    if let Some(p) = self.apply(plan, answer, history, &mut taken) {
+                        proposals.push(p);
+                    }
+                    repeats += usize::from(self.repeated);
+                }
+                Err(s) => {
+                    stop.get_or_insert(s);
+                }
+            }
+        }
+        match stop {
+            Some(s) if proposals.is_empty() => Err(s),
+            _ => Ok((proposals, repeats)),
         }
     }
 }
 
+/// One lane of a batch, fixed before it runs.
+struct LanePlan {
+    /// The proposal's number in the run (its lane is named after it).
+    number: usize,
+    island: usize,
+    explore: bool,
+    parent: Candidate,
+    parent_hash: String,
+    prompt: String,
+}
+
 /// Proposals one `propose` may ask for before it gives up.
 const PROPOSALS_PER_STEP: usize = 16;
+
+impl Evolve {
+    fn keep_pending(&mut self, next: &[Next]) {
+        self.st.pending = next
+            .iter()
+            .filter_map(|n| match n {
+                Next::Propose(p) => Some(super::Pending::of(p)),
+                _ => None,
+            })
+            .collect();
+    }
+}
 
 impl Strategy for Evolve {
     fn name(&self) -> &'static str {
@@ -227,18 +331,53 @@ impl Strategy for Evolve {
     }
 
     fn propose(&mut self, history: &[Observation], budget: &super::Budget) -> Next {
+        self.propose_batch(history, budget, 1)
+            .into_iter()
+            .next()
+            .expect("a batch holds one answer at least")
+    }
+
+    fn propose_batch(
+        &mut self,
+        history: &[Observation],
+        budget: &super::Budget,
+        k: usize,
+    ) -> Vec<Next> {
         self.agent.budget = budget.describe();
+        // Proposals of the last batch a kill left unevaluated: proposed again, with no LLM call.
+        let pending: Result<Vec<Next>, String> = std::mem::take(&mut self.st.pending)
+            .iter()
+            .filter(|p| !history.iter().any(|o| o.hash == p.hash))
+            .map(|p| p.proposal(None).map(Next::Propose))
+            .collect();
+        let pending = match pending {
+            Ok(p) => p,
+            Err(e) => {
+                return vec![Next::Stopped(format!(
+                    "a stored proposal does not read: {e}"
+                ))];
+            }
+        };
+        if !pending.is_empty() {
+            self.keep_pending(&pending);
+            return pending;
+        }
         // An unusable reply costs an LLM call, not an evaluation; the agent stops on repeated failures.
-        let mut repeats = 0;
-        for _ in 0..PROPOSALS_PER_STEP {
-            self.repeated = false;
-            match self.step(history) {
-                Ok(Some(p)) => return Next::Propose(p),
-                Ok(None) => repeats += usize::from(self.repeated),
-                Err(stop) => return stop.next(),
+        let (mut asked, mut repeats) = (0, 0);
+        while asked < PROPOSALS_PER_STEP {
+            let k = k.clamp(1, PROPOSALS_PER_STEP - asked);
+            asked += k;
+            match self.batch(history, k) {
+                Ok((proposals, _)) if !proposals.is_empty() => {
+                    let next: Vec<Next> = proposals.into_iter().map(Next::Propose).collect();
+                    self.keep_pending(&next);
+                    return next;
+                }
+                Ok((_, r)) => repeats += r,
+                Err(stop) => return vec![stop.next()],
             }
         }
-        if 2 * repeats >= PROPOSALS_PER_STEP {
+        let next = if 2 * repeats >= PROPOSALS_PER_STEP {
             // Most replies were kernels already measured: the LLM answers, with nothing new to try.
             Next::Done(format!(
                 "{PROPOSALS_PER_STEP} proposals in a row brought nothing new ({repeats} repeated candidates already evaluated)"
@@ -248,7 +387,8 @@ impl Strategy for Evolve {
                 "{PROPOSALS_PER_STEP} proposals in a row were unusable ({} unusable replies, {repeats} repeats)",
                 PROPOSALS_PER_STEP - repeats
             ))
-        }
+        };
+        vec![next]
     }
 
     fn state(&self) -> Value {

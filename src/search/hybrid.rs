@@ -23,6 +23,9 @@ struct State {
     /// Every candidate whose tunables were already tuned (or that were tuning variants).
     done: Vec<String>,
     seen: usize,
+    /// Passing candidates that arrived while another was being tuned, tuned after it in their order.
+    #[serde(default)]
+    waiting: Vec<String>,
 }
 
 pub struct Hybrid<S> {
@@ -50,30 +53,38 @@ impl<S: Strategy> Hybrid<S> {
                 .tuning
                 .as_ref()
                 .is_some_and(|t| t.tried.contains(&obs.hash));
-            if variant
-                || self.st.done.contains(&obs.hash)
-                || self.st.tuning.is_some()
-                || obs.origin == super::SEED_ORIGIN
-            {
+            if variant || self.st.done.contains(&obs.hash) || obs.origin == super::SEED_ORIGIN {
                 continue;
             }
-            let space: usize = obs
-                .candidate
-                .plan
-                .tunable
-                .values()
-                .map(|t| t.values.len())
-                .product();
-            if obs.summary.passed && space > 1 && self.budget > 0 {
-                self.st.done.push(obs.hash.clone());
-                self.st.tuning = Some(Tuning {
-                    base: obs.hash.clone(),
-                    tried: Vec::new(),
-                    remaining: self.budget.min(space - 1),
-                });
+            if self.st.tuning.is_some() {
+                // A batch's later candidates (`--parallel`) wait for the one being tuned.
+                if obs.summary.passed && !obs.origin.starts_with(TUNE_ORIGIN) {
+                    self.st.waiting.push(obs.hash.clone());
+                }
+                continue;
             }
+            self.consider(obs);
         }
         self.st.seen = history.len();
+    }
+
+    /// Starts tuning `obs` if it passed and has tunables to tune.
+    fn consider(&mut self, obs: &Observation) {
+        let space: usize = obs
+            .candidate
+            .plan
+            .tunable
+            .values()
+            .map(|t| t.values.len())
+            .product();
+        if obs.summary.passed && space > 1 && self.budget > 0 {
+            self.st.done.push(obs.hash.clone());
+            self.st.tuning = Some(Tuning {
+                base: obs.hash.clone(),
+                tried: Vec::new(),
+                remaining: self.budget.min(space - 1),
+            });
+        }
     }
 
     fn tune_step(&mut self, history: &[Observation], budget: &Budget) -> Option<Proposal> {
@@ -127,14 +138,33 @@ impl<S: Strategy> Strategy for Hybrid<S> {
     }
 
     fn propose(&mut self, history: &[Observation], budget: &Budget) -> Next {
+        self.propose_batch(history, budget, 1)
+            .into_iter()
+            .next()
+            .expect("a batch holds one answer at least")
+    }
+
+    fn propose_batch(&mut self, history: &[Observation], budget: &Budget, k: usize) -> Vec<Next> {
         self.watch(history);
-        if let Some(p) = self.tune_step(history, budget) {
-            return Next::Propose(p);
+        loop {
+            if let Some(p) = self.tune_step(history, budget) {
+                return vec![Next::Propose(p)];
+            }
+            if self.st.waiting.is_empty() || budget.tune_left() == 0 {
+                break;
+            }
+            // The next waiting candidate, as `watch` would have taken it had it come alone.
+            let hash = self.st.waiting.remove(0);
+            if let Some(obs) = history.iter().find(|o| o.hash == hash)
+                && !self.st.done.contains(&hash)
+            {
+                self.consider(obs);
+            }
         }
         if budget.left() == 0 {
-            return Next::BudgetSpent;
+            return vec![Next::BudgetSpent];
         }
-        self.inner.propose(history, budget)
+        self.inner.propose_batch(history, budget, k)
     }
 
     fn finish(&mut self, history: &[Observation]) {

@@ -124,6 +124,37 @@ pub struct Proposal {
     pub compare_with: Option<String>,
 }
 
+/// A proposal kept in a strategy's stored state until its evaluation is stored: a run killed in between
+/// proposes it again on resume, with no LLM call.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct Pending {
+    pub hash: String,
+    pub origin: String,
+    pub parent: Option<String>,
+    pub candidate: serde_json::Value,
+}
+
+impl Pending {
+    pub fn of(p: &Proposal) -> Pending {
+        Pending {
+            hash: p.candidate.hash(),
+            origin: p.origin.clone(),
+            parent: p.parent.clone(),
+            candidate: p.candidate.to_json(),
+        }
+    }
+
+    /// The proposal again, timed beside `compare_with`.
+    pub fn proposal(&self, compare_with: Option<String>) -> Result<Proposal, String> {
+        Ok(Proposal {
+            candidate: Candidate::from_json(&self.candidate)?,
+            parent: self.parent.clone(),
+            origin: self.origin.clone(),
+            compare_with,
+        })
+    }
+}
+
 /// A strategy's answer: evaluate this, or stop (and why).
 #[allow(clippy::large_enum_variant)] // one per evaluation; boxing would buy nothing
 pub enum Next {
@@ -148,6 +179,13 @@ pub trait Strategy {
     /// should stop. The runner asks only while the budget has something left, except for the hybrid search,
     /// whose tuning has a cap of its own.
     fn propose(&mut self, history: &[Observation], budget: &Budget) -> Next;
+    /// Up to `k` proposals whose LLM work runs at once (`docs/parallel.md`), in the order they are to be
+    /// evaluated; a strategy that cannot split its work answers one. Only what `propose` would answer
+    /// (a proposal or why not) is returned, a stop only last.
+    fn propose_batch(&mut self, history: &[Observation], budget: &Budget, k: usize) -> Vec<Next> {
+        let _ = k;
+        vec![self.propose(history, budget)]
+    }
     /// The budget is spent: close what is open (the world model attaches its cycle's best), no LLM call.
     fn finish(&mut self, _history: &[Observation]) {}
     /// Rounds that produced nothing to evaluate (counted in a budget of rounds with the evaluated ones).
@@ -190,6 +228,18 @@ impl StrategyKind {
             StrategyKind::Evolve => "evolve",
             StrategyKind::Once => "once",
         }
+    }
+
+    /// `--parallel K` above 1: refused for strategies whose work is not split into lanes yet.
+    pub fn allow_parallel(self, k: usize) -> Result<(), String> {
+        if k <= 1 || self == StrategyKind::Evolve {
+            return Ok(());
+        }
+        Err(format!(
+            "--parallel {k}: strategy `{}` does not run lanes yet (only `evolve` does: its islands' \
+             proposals; world-model cycles and tune batches are next, docs/parallel.md); use --parallel 1",
+            self.name()
+        ))
     }
 
     /// Every strategy but `tune` asks an LLM; the one refusal when none is given, for `run` and `resume`.

@@ -71,6 +71,13 @@ pub struct RunConfig {
     /// The world model's rules.
     #[serde(default)]
     pub world_model: Option<WorldModelConfig>,
+    /// Proposals whose LLM work runs at once (`--parallel`, docs/parallel.md); 1 for runs stored before.
+    #[serde(default = "one")]
+    pub parallel: usize,
+}
+
+fn one() -> usize {
+    1
 }
 
 fn timing_settings<'de, D: serde::Deserializer<'de>>(
@@ -152,6 +159,7 @@ pub struct NewRun<'a> {
     pub tune_budget: usize,
     pub tune_total: Option<usize>,
     pub world_model: WorldModelConfig,
+    pub parallel: usize,
 }
 
 /// Creates a run in the store and returns its id.
@@ -168,7 +176,9 @@ pub fn create(store: &Store, new: NewRun<'_>) -> Result<String> {
         tune_budget,
         tune_total,
         world_model,
+        parallel,
     } = new;
+    strategy.allow_parallel(parallel).map_err(|e| anyhow!(e))?;
     if seed.is_none() && strategy != StrategyKind::WorldModel {
         bail!(
             "--from-spec works with `--strategy world-model` (and its `--preset k-search`) only, not `{}`: \
@@ -198,6 +208,7 @@ pub fn create(store: &Store, new: NewRun<'_>) -> Result<String> {
         input_secret: crate::eval::fresh_secret(),
         llm,
         tune_budget,
+        parallel,
     };
     let dir = task.dir.canonicalize().unwrap_or_else(|_| task.dir.clone());
     store.create_run(
@@ -607,6 +618,8 @@ impl<'a> Runner<'a> {
     ) -> Result<SearchEnd> {
         // Evaluations outside the rounds and the tuning cap: the seed's, when the run has one.
         let seeded = usize::from(seed.is_some());
+        // The rest of the strategy's last batch, evaluated in its order before it is asked again.
+        let mut batch = std::collections::VecDeque::new();
         loop {
             let budget = self.budget(history);
             // Evaluations are bounded whatever the strategy does: the seed, the rounds, the tuning cap.
@@ -638,8 +651,18 @@ impl<'a> Runner<'a> {
                     compare_with: None,
                 }
             } else {
-                let next = self.strategy.propose(history, &budget);
-                self.persist_strategy()?;
+                let next = match batch.pop_front() {
+                    Some(next) => next,
+                    None => {
+                        // A batch never holds more proposals than the budget has rounds left for.
+                        let k = self.config.parallel.clamp(1, budget.left().max(1));
+                        batch.extend(self.strategy.propose_batch(history, &budget, k));
+                        self.persist_strategy()?;
+                        batch.pop_front().unwrap_or_else(|| {
+                            Next::Stopped("the strategy answered nothing".into())
+                        })
+                    }
+                };
                 match next {
                     Next::Propose(p) => p,
                     Next::BudgetSpent => return Ok(SearchEnd::default()),

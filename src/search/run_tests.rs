@@ -35,6 +35,7 @@ fn new_tune_run(store: &Store, task: &Task, seed: &Candidate, budget: usize) -> 
             tune_budget: 0,
             tune_total: None,
             world_model: WorldModelConfig::default(),
+            parallel: 1,
         },
     )
     .unwrap()

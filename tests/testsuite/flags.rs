@@ -26,8 +26,9 @@ fn no_numeric_flag_value_makes_ksearch_panic_or_start() {
     let missing = missing.to_str().unwrap();
     let run: Vec<&str> = vec!["run", missing];
     let eval: Vec<&str> = vec!["eval", missing, "cand"];
-    let cases: [(&Vec<&str>, &str); 16] = [
+    let cases: [(&Vec<&str>, &str); 17] = [
         (&run, "--budget"),
+        (&run, "--parallel"),
         (&run, "--timeout"),
         (&run, "--checks"),
         (&run, "--timing-budget"),
@@ -67,6 +68,7 @@ fn no_numeric_flag_value_makes_ksearch_panic_or_start() {
         ("--max-llm-cost", "-1"),
         ("--max-llm-time", "0"),
         ("--budget", "0"),
+        ("--parallel", "0"),
         ("--temperature", "nan"),
     ] {
         let arg = format!("{flag}={v}");
@@ -193,4 +195,34 @@ fn the_toolchain_ci_uses_is_pinned_and_stated() {
         readme.contains(&format!("tested with {floor}")),
         "the README does not state {floor}"
     );
+}
+
+/// `--parallel` above 1 for a strategy that runs no lanes yet is refused before anything starts, naming
+/// the strategy and the one that does.
+#[test]
+fn parallel_is_refused_where_a_strategy_runs_no_lanes() {
+    let store = tempfile::tempdir().unwrap();
+    for strategy in ["world-model", "once"] {
+        let (code, stderr) = ksearch(
+            &[
+                "run",
+                "matmul",
+                "--strategy",
+                strategy,
+                "--llm",
+                "llamacpp:none",
+                "--llm-base-url",
+                "http://127.0.0.1:9/v1",
+                "--parallel",
+                "2",
+            ],
+            store.path(),
+        );
+        assert_eq!(code, 2, "a usage error: {stderr}");
+        assert!(
+            stderr.contains(&format!("strategy `{strategy}` does not run lanes yet"))
+                && stderr.contains("only `evolve`"),
+            "{stderr}"
+        );
+    }
 }

@@ -17,25 +17,27 @@ fn section<'a>(prompt: &'a str, heading: &str) -> &'a str {
         .unwrap_or("")
 }
 
+/// A reply giving the matmul seed's plan with these tunable defaults.
+fn plan_reply(params: &[(&str, i64)]) -> String {
+    let mut text =
+        std::fs::read_to_string(repo().join("tasks/matmul/seeds/cpu/naive/plan.toml")).unwrap();
+    for (k, v) in params {
+        let head = format!("[tunable.{k}]");
+        let at = text.find(&head).unwrap();
+        let d = at + text[at..].find("default = ").unwrap() + "default = ".len();
+        let end = d + text[d..].find('\n').unwrap();
+        text.replace_range(d..end, &v.to_string());
+    }
+    format!("Here is the change.\n\n### plan.toml\n```toml\n{text}```\n")
+}
+
 /// The scripted "LLM": every reply is a fixed text chosen by the kind of prompt and the action it
 /// names (tests/fixtures/llm/matmul). Candidates are the seed's plan with other tunable defaults, or
 /// kernels that do not compile or compute the wrong result. `feedback` is our own error message when
 /// the previous reply was rejected.
 fn scripted_reply(prompt: &str, feedback: Option<&str>) -> String {
     let fixtures = fixture("llm/matmul");
-    let seed_plan =
-        std::fs::read_to_string(repo().join("tasks/matmul/seeds/cpu/naive/plan.toml")).unwrap();
-    let plan = |params: &[(&str, i64)]| {
-        let mut text = seed_plan.clone();
-        for (k, v) in params {
-            let head = format!("[tunable.{k}]");
-            let at = text.find(&head).unwrap();
-            let d = at + text[at..].find("default = ").unwrap() + "default = ".len();
-            let end = d + text[d..].find('\n').unwrap();
-            text.replace_range(d..end, &v.to_string());
-        }
-        format!("Here is the change.\n\n### plan.toml\n```toml\n{text}```\n")
-    };
+    let plan = plan_reply;
     let kernel = |name: &str| {
         let src = std::fs::read_to_string(fixture("matmul").join(name).join("matmul.c")).unwrap();
         format!("### matmul.c\n```c\n{src}```\n")
@@ -1128,30 +1130,59 @@ fn scripted_search(
     ksearch::run_result::RunResult,
     Vec<ksearch::scripted::Call>,
 ) {
+    let server = llm_server(|_| None);
+    let dir = tempfile::tempdir().unwrap();
+    let opts = InProcess {
+        strategy,
+        budget,
+        tune_budget,
+        parallel: 1,
+        spec: "llamacpp:scripted".into(),
+        base_url: Some(format!("{}/v1", server.url())),
+    };
+    let (run_id, r, calls) = search_in_process(dir.path(), &opts);
+    (dir, run_id, r, calls)
+}
+
+/// How `search_in_process` runs: the strategy, its budgets, `--parallel`, and the LLM.
+struct InProcess {
+    strategy: ksearch::search::StrategyKind,
+    budget: usize,
+    tune_budget: usize,
+    parallel: usize,
+    spec: String,
+    base_url: Option<String>,
+}
+
+/// A run of `opts` in-process in the store at `dir`: returns the run, its result and the evaluator's calls.
+fn search_in_process(
+    dir: &Path,
+    opts: &InProcess,
+) -> (
+    String,
+    ksearch::run_result::RunResult,
+    Vec<ksearch::scripted::Call>,
+) {
+    let run_id = create_in_process(dir, opts);
+    let (r, calls) = execute_in_process(dir, &run_id, opts, None);
+    (run_id, r.expect("the run was not killed"), calls)
+}
+
+/// A run of `opts` created in the store at `dir`, not started.
+fn create_in_process(dir: &Path, opts: &InProcess) -> String {
     use ksearch::candidate::Candidate;
-    use ksearch::eval::{Evaluate, Settings, Status};
-    use ksearch::scripted::ScriptedEvaluator;
-    use ksearch::search::run::{self, LlmSettings, NewRun, Runner};
+    use ksearch::eval::Settings;
+    use ksearch::search::run::{self, NewRun};
     use ksearch::search::world_model::WorldModelConfig;
     use ksearch::store::Store;
     use ksearch::target::Target;
     use ksearch::task::Task;
 
-    let server = llm_server(|_| None);
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path()).unwrap();
+    let store = Store::open(dir).unwrap();
     let task = Task::load(&repo().join("tasks/matmul")).unwrap();
     let seed_dir = task.find_seed(Target::Cpu, None).unwrap().dir.clone();
     let seed = Candidate::load(&seed_dir).unwrap();
-    let llm = LlmSettings {
-        spec: "llamacpp:scripted".into(),
-        config: ksearch::llm::LlmConfig {
-            base_url: Some(format!("{}/v1", server.url())),
-            ..Default::default()
-        },
-        max_output_tokens: None,
-    };
-    let run_id = run::create(
+    run::create(
         &store,
         NewRun {
             task: &task,
@@ -1159,23 +1190,65 @@ fn scripted_search(
             seed: Some(&seed),
             seed_name: "naive".into(),
             settings: Settings::for_task(&task, Target::Cpu),
-            strategy,
-            budget,
-            llm: Some(llm.clone()),
-            tune_budget,
+            strategy: opts.strategy,
+            budget: opts.budget,
+            llm: Some(llm_settings(opts)),
+            tune_budget: opts.tune_budget,
             tune_total: None,
             world_model: WorldModelConfig {
                 window: 2,
                 ..Default::default()
             },
+            parallel: opts.parallel,
         },
     )
-    .unwrap();
+    .unwrap()
+}
+
+fn llm_settings(opts: &InProcess) -> ksearch::search::run::LlmSettings {
+    ksearch::search::run::LlmSettings {
+        spec: opts.spec.clone(),
+        config: ksearch::llm::LlmConfig {
+            base_url: opts.base_url.clone(),
+            ..Default::default()
+        },
+        max_output_tokens: None,
+    }
+}
+
+/// Runs (or resumes) `run_id` with the scripted evaluator; with `die_at`, the evaluator's call of that
+/// index panics, as a run killed mid-evaluation stops (the result is then None). A candidate's time follows
+/// its tunables as a real matmul's would; one whose kernel differs from the seed's does not compile.
+fn execute_in_process(
+    dir: &Path,
+    run_id: &str,
+    opts: &InProcess,
+    die_at: Option<usize>,
+) -> (
+    Option<ksearch::run_result::RunResult>,
+    Vec<ksearch::scripted::Call>,
+) {
+    use ksearch::eval::{Evaluate, Status};
+    use ksearch::scripted::ScriptedEvaluator;
+    use ksearch::search::run::{self, Runner};
+    use ksearch::store::Store;
+    use ksearch::target::Target;
+    use ksearch::task::Task;
+
+    let store = Store::open(dir).unwrap();
+    let task = Task::load(&repo().join("tasks/matmul")).unwrap();
+    let seed_dir = task.find_seed(Target::Cpu, None).unwrap().dir.clone();
+    let seed_source = std::fs::read_to_string(seed_dir.join("matmul.c")).unwrap();
+    let llm = llm_settings(opts);
     let client = run::make_llm(&store, &llm.spec, &llm.config).unwrap();
-    let seed_source = seed.files["matmul.c"].clone();
     let mut calls = None;
-    let mut runner = Runner::open_with(&store, &run_id, Some(client), |_, _, config| {
+    let mut runner = Runner::open_with(&store, run_id, Some(client), |_, _, config| {
+        let mut n = 0;
         let ev = ScriptedEvaluator::new(config.timing.clone(), move |c, _| {
+            if die_at == Some(n) {
+                panic!("killed at call {n}");
+            }
+            n += 1;
             if c.files["matmul.c"] != seed_source {
                 return Err((
                     Status::CompileError,
@@ -1198,10 +1271,10 @@ fn scripted_search(
         Ok(Box::new(ev) as Box<dyn Evaluate>)
     })
     .unwrap();
-    let r = runner.execute(|_| {}).unwrap();
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| runner.execute(|_| {})));
     drop(runner);
     let calls = calls.unwrap().lock().unwrap().clone();
-    (dir, run_id, r, calls)
+    (r.ok().map(|r| r.unwrap()), calls)
 }
 
 /// The world-model cycle in-process (`scripted_search`).
@@ -1291,4 +1364,154 @@ fn evolve_and_the_hybrid_search_run_in_process_on_a_scripted_evaluator() {
     );
     let tuning = origins.iter().filter(|o| o.starts_with("hybrid: tune"));
     assert_eq!(tuning.count(), 2, "{origins:?}");
+}
+
+/// `evolve --parallel 3`: a batch's proposals are asked at once, one lane each (the scripted LLM sees
+/// several calls in flight), and a replay of the run, served its exchanges by lane rather than by arrival,
+/// evaluates the same candidates in the same order. The LLM here answers each call by its arrival, so a
+/// replay by arrival order would hand lanes each other's replies.
+#[test]
+fn evolve_lanes_ask_at_once_and_replay_by_lane() {
+    use ksearch::search::StrategyKind;
+    use ksearch::store::{RunStatus, Store};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    let (in_flight, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let (f, m) = (in_flight.clone(), most.clone());
+    let server = Server::route(move |n, req| {
+        let (prompt, feedback) = prompt_and_feedback(req);
+        if !prompt.contains("## Parent program") {
+            return chat_reply(&scripted_reply(&prompt, feedback.as_deref()));
+        }
+        m.fetch_max(f.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
+        std::thread::sleep(std::time::Duration::from_millis(1500));
+        f.fetch_sub(1, Ordering::SeqCst);
+        // A distinct candidate per arrival: loop order, rows per pass and unrolling from n.
+        let (order, mr, unroll) = (
+            1 - (n / 16) as i64 % 2,
+            [1, 2, 4, 8][n / 4 % 4],
+            [2, 4, 8, 1][n % 4],
+        );
+        chat_reply(&plan_reply(&[
+            ("LOOP_ORDER", order),
+            ("MR", mr),
+            ("UNROLL", unroll),
+        ]))
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let mut opts = InProcess {
+        strategy: StrategyKind::Evolve,
+        budget: 6,
+        tune_budget: 0,
+        parallel: 3,
+        spec: "llamacpp:scripted".into(),
+        base_url: Some(format!("{}/v1", server.url())),
+    };
+    let (run_id, r, _) = search_in_process(dir.path(), &opts);
+    assert_eq!(r.status, RunStatus::Completed, "{:?}", r.stopped);
+    assert_eq!((r.rounds, r.evaluations), (Some(6), 7), "{r:?}");
+    assert!(
+        most.load(Ordering::SeqCst) >= 2,
+        "the lanes' calls overlapped: at most {} in flight",
+        most.load(Ordering::SeqCst)
+    );
+    let store = Store::open(dir.path()).unwrap();
+    let lanes: Vec<String> = store
+        .exchanges(&run_id)
+        .unwrap()
+        .into_iter()
+        .map(|e| e.lane)
+        .collect();
+    let want: Vec<String> = (1..=6).map(|n| format!("proposal {n}")).collect();
+    assert_eq!(
+        lanes, want,
+        "every exchange recorded with its lane, in lane order"
+    );
+    let evaluated = |run: &str| -> Vec<String> {
+        store
+            .attempts(run, None)
+            .unwrap()
+            .into_iter()
+            .map(|a| a.candidate)
+            .collect()
+    };
+    let original = evaluated(&run_id);
+    assert_eq!(
+        original
+            .iter()
+            .collect::<std::collections::BTreeSet<_>>()
+            .len(),
+        7,
+        "{original:?}"
+    );
+
+    opts.spec = format!("replay:{run_id}");
+    opts.base_url = None;
+    let (replayed, r, _) = search_in_process(dir.path(), &opts);
+    assert_eq!(r.status, RunStatus::Completed, "{:?}", r.stopped);
+    assert_eq!(evaluated(&replayed), original);
+}
+
+/// A `--parallel 3` batch killed mid-evaluation: resume evaluates the batch's pending proposals without
+/// asking the LLM again, reuses every stored evaluation, and evaluates nothing twice.
+#[test]
+fn a_killed_batch_resumes_its_pending_proposals_without_asking_again() {
+    use ksearch::search::StrategyKind;
+    use ksearch::store::RunStatus;
+
+    let server = Server::route(|n, req| {
+        let (prompt, feedback) = prompt_and_feedback(req);
+        if !prompt.contains("## Parent program") {
+            return chat_reply(&scripted_reply(&prompt, feedback.as_deref()));
+        }
+        chat_reply(&plan_reply(&[
+            ("LOOP_ORDER", 1),
+            ("MR", [1, 2, 4, 8][n % 4]),
+        ]))
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let opts = InProcess {
+        strategy: StrategyKind::Evolve,
+        budget: 3,
+        tune_budget: 0,
+        parallel: 3,
+        spec: "llamacpp:scripted".into(),
+        base_url: Some(format!("{}/v1", server.url())),
+    };
+    let task = ksearch::task::Task::load(&repo().join("tasks/matmul")).unwrap();
+    let feedback = task.workloads(false).count();
+    let run_id = create_in_process(dir.path(), &opts);
+    // Killed during the batch's second proposal's second workload (the seed's come first).
+    let die_at = 2 * feedback + 1;
+    let (killed, first) = execute_in_process(dir.path(), &run_id, &opts, Some(die_at));
+    assert!(killed.is_none(), "the scripted kill happened");
+    let asked = server.requests().len();
+    assert_eq!(asked, 3, "one batch of three lanes");
+
+    let (r, second) = execute_in_process(dir.path(), &run_id, &opts, None);
+    let r = r.unwrap();
+    assert_eq!(r.status, RunStatus::Completed, "{:?}", r.stopped);
+    assert_eq!((r.rounds, r.evaluations), (Some(3), 4), "{r:?}");
+    assert_eq!(
+        server.requests().len(),
+        asked,
+        "the pending proposals were not asked for again"
+    );
+    let search = |calls: &[ksearch::scripted::Call]| -> Vec<(String, String)> {
+        calls
+            .iter()
+            .filter(|c| !c.retime_baselines)
+            .map(|c| (c.candidate.clone(), c.workload.clone()))
+            .collect()
+    };
+    let mut both = search(&first[..die_at]);
+    both.extend(search(&second));
+    let distinct: std::collections::BTreeSet<&(String, String)> = both.iter().collect();
+    assert_eq!(
+        distinct.len(),
+        both.len(),
+        "nothing evaluated twice: {both:?}"
+    );
+    assert_eq!(both.len(), 4 * feedback, "{both:?}");
 }

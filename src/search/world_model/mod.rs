@@ -187,14 +187,6 @@ struct Cycle {
     rounds: Vec<RoundNote>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct PendingProposal {
-    hash: String,
-    origin: String,
-    parent: Option<String>,
-    candidate: Value,
-}
-
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 struct State {
     wm: Option<WorldModel>,
@@ -203,7 +195,7 @@ struct State {
     round: u32,
     /// History entries already absorbed.
     seen: usize,
-    pending: Option<PendingProposal>,
+    pending: Option<super::Pending>,
     /// What happened, in words, for `show` and debugging.
     log: Vec<String>,
     /// Tree snapshots taken at the end of each cycle and not yet stored.
@@ -1057,13 +1049,9 @@ impl WorldModelStrategy {
             && !history.iter().any(|o| o.hash == p.hash)
         {
             // Resumed after a kill between proposing and finishing the evaluation: propose it again.
-            let candidate = Candidate::from_json(&p.candidate).map_err(Stop)?;
-            return Ok(Next::Propose(Proposal {
-                candidate,
-                parent: p.parent.clone(),
-                origin: p.origin.clone(),
-                compare_with: self.compare_with(),
-            }));
+            return Ok(Next::Propose(
+                p.proposal(self.compare_with()).map_err(Stop)?,
+            ));
         }
         self.st.pending = None;
         self.catch_up(history);
@@ -1289,12 +1277,7 @@ impl Strategy for WorldModelStrategy {
         self.agent.budget = budget.describe();
         match self.step(history, budget) {
             Ok(Next::Propose(p)) => {
-                self.st.pending = Some(PendingProposal {
-                    hash: p.candidate.hash(),
-                    origin: p.origin.clone(),
-                    parent: p.parent.clone(),
-                    candidate: p.candidate.to_json(),
-                });
+                self.st.pending = Some(super::Pending::of(&p));
                 Next::Propose(p)
             }
             Ok(next) => next,
