@@ -132,6 +132,9 @@ pub struct Pending {
     pub origin: String,
     pub parent: Option<String>,
     pub candidate: serde_json::Value,
+    /// The candidate it was to be timed beside, when the strategy named one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compare_with: Option<String>,
 }
 
 impl Pending {
@@ -141,16 +144,17 @@ impl Pending {
             origin: p.origin.clone(),
             parent: p.parent.clone(),
             candidate: p.candidate.to_json(),
+            compare_with: p.compare_with.clone(),
         }
     }
 
-    /// The proposal again, timed beside `compare_with`.
+    /// The proposal again, timed beside the candidate it named, else beside `compare_with`.
     pub fn proposal(&self, compare_with: Option<String>) -> Result<Proposal, String> {
         Ok(Proposal {
             candidate: Candidate::from_json(&self.candidate)?,
             parent: self.parent.clone(),
             origin: self.origin.clone(),
-            compare_with,
+            compare_with: self.compare_with.clone().or(compare_with),
         })
     }
 }
@@ -232,12 +236,12 @@ impl StrategyKind {
 
     /// `--parallel K` above 1: refused for strategies whose work is not split into lanes yet.
     pub fn allow_parallel(self, k: usize) -> Result<(), String> {
-        if k <= 1 || self == StrategyKind::Evolve {
+        if k <= 1 || matches!(self, StrategyKind::Evolve | StrategyKind::WorldModel) {
             return Ok(());
         }
         Err(format!(
-            "--parallel {k}: strategy `{}` does not run lanes yet (only `evolve` does: its islands' \
-             proposals; world-model cycles and tune batches are next, docs/parallel.md); use --parallel 1",
+            "--parallel {k}: strategy `{}` does not run lanes yet (`world-model` runs its cycles as lanes, \
+             `evolve` its islands' proposals; tune batches are next, docs/parallel.md); use --parallel 1",
             self.name()
         ))
     }

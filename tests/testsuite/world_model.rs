@@ -1453,65 +1453,177 @@ fn evolve_lanes_ask_at_once_and_replay_by_lane() {
     assert_eq!(evaluated(&replayed), original);
 }
 
-/// A `--parallel 3` batch killed mid-evaluation: resume evaluates the batch's pending proposals without
-/// asking the LLM again, reuses every stored evaluation, and evaluates nothing twice.
+/// A `--parallel 3` batch killed mid-evaluation, for each strategy that runs lanes: resume evaluates the
+/// batch's pending proposals without asking the LLM again, reuses every stored evaluation, and evaluates
+/// nothing twice.
 #[test]
 fn a_killed_batch_resumes_its_pending_proposals_without_asking_again() {
     use ksearch::search::StrategyKind;
     use ksearch::store::RunStatus;
 
-    let server = Server::route(|n, req| {
+    for strategy in [StrategyKind::Evolve, StrategyKind::WorldModel] {
+        let server = Server::route(|n, req| {
+            let (prompt, feedback) = prompt_and_feedback(req);
+            if !prompt.contains("## Parent program") {
+                return chat_reply(&scripted_reply(&prompt, feedback.as_deref()));
+            }
+            chat_reply(&plan_reply(&[
+                ("LOOP_ORDER", 1),
+                ("MR", [1, 2, 4, 8][n % 4]),
+            ]))
+        });
+        let dir = tempfile::tempdir().unwrap();
+        let opts = InProcess {
+            strategy,
+            budget: 3,
+            tune_budget: 0,
+            parallel: 3,
+            spec: "llamacpp:scripted".into(),
+            base_url: Some(format!("{}/v1", server.url())),
+        };
+        let task = ksearch::task::Task::load(&repo().join("tasks/matmul")).unwrap();
+        let feedback = task.workloads(false).count();
+        let run_id = create_in_process(dir.path(), &opts);
+        // Killed during the batch's second proposal's second workload (the seed's come first).
+        let die_at = 2 * feedback + 1;
+        let (killed, first) = execute_in_process(dir.path(), &run_id, &opts, Some(die_at));
+        assert!(killed.is_none(), "{strategy:?}: the scripted kill happened");
+        let asked = server.requests().len();
+
+        let (r, second) = execute_in_process(dir.path(), &run_id, &opts, None);
+        let r = r.unwrap();
+        assert_eq!(
+            r.status,
+            RunStatus::Completed,
+            "{strategy:?}: {:?}",
+            r.stopped
+        );
+        assert_eq!(
+            (r.rounds, r.evaluations),
+            (Some(3), 4),
+            "{strategy:?}: {r:?}"
+        );
+        assert_eq!(
+            server.requests().len(),
+            asked,
+            "{strategy:?}: the pending proposals were not asked for again"
+        );
+        let search = |calls: &[ksearch::scripted::Call]| -> Vec<(String, String)> {
+            calls
+                .iter()
+                .filter(|c| !c.retime_baselines)
+                .map(|c| (c.candidate.clone(), c.workload.clone()))
+                .collect()
+        };
+        let mut both = search(&first[..die_at]);
+        both.extend(search(&second));
+        let distinct: std::collections::BTreeSet<&(String, String)> = both.iter().collect();
+        assert_eq!(
+            distinct.len(),
+            both.len(),
+            "{strategy:?}: nothing evaluated twice: {both:?}"
+        );
+        assert_eq!(both.len(), 4 * feedback, "{strategy:?}: {both:?}");
+    }
+}
+
+/// `world-model --parallel 3`: cycles on distinct actions run as lanes, their rounds asked at once (the
+/// scripted LLM sees several in flight), tree updates in between; the search still finds the tiled,
+/// register-blocked kernel (an action under the loop order's node, open once the first wave of three
+/// cycles has ended: the search goes wide first, so it takes 15 rounds here where one cycle at a time
+/// takes 9), and a replay of the run, served by lane, rebuilds the same tree and best.
+#[test]
+fn world_model_cycles_run_as_lanes_and_replay_to_the_same_tree() {
+    use ksearch::search::StrategyKind;
+    use ksearch::store::{RunStatus, Store};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    let (in_flight, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let (f, m) = (in_flight.clone(), most.clone());
+    let server = Server::route(move |_, req| {
         let (prompt, feedback) = prompt_and_feedback(req);
-        if !prompt.contains("## Parent program") {
-            return chat_reply(&scripted_reply(&prompt, feedback.as_deref()));
+        let round = [
+            "## Implement exactly this action",
+            "Make it faster",
+            "## The action being implemented",
+        ]
+        .iter()
+        .any(|k| prompt.contains(k));
+        if round {
+            m.fetch_max(f.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
+            std::thread::sleep(std::time::Duration::from_millis(1000));
+            f.fetch_sub(1, Ordering::SeqCst);
         }
-        chat_reply(&plan_reply(&[
-            ("LOOP_ORDER", 1),
-            ("MR", [1, 2, 4, 8][n % 4]),
-        ]))
+        chat_reply(&scripted_reply(&prompt, feedback.as_deref()))
     });
     let dir = tempfile::tempdir().unwrap();
-    let opts = InProcess {
-        strategy: StrategyKind::Evolve,
-        budget: 3,
+    let mut opts = InProcess {
+        strategy: StrategyKind::WorldModel,
+        budget: 15,
         tune_budget: 0,
         parallel: 3,
         spec: "llamacpp:scripted".into(),
         base_url: Some(format!("{}/v1", server.url())),
     };
-    let task = ksearch::task::Task::load(&repo().join("tasks/matmul")).unwrap();
-    let feedback = task.workloads(false).count();
-    let run_id = create_in_process(dir.path(), &opts);
-    // Killed during the batch's second proposal's second workload (the seed's come first).
-    let die_at = 2 * feedback + 1;
-    let (killed, first) = execute_in_process(dir.path(), &run_id, &opts, Some(die_at));
-    assert!(killed.is_none(), "the scripted kill happened");
-    let asked = server.requests().len();
-    assert_eq!(asked, 3, "one batch of three lanes");
-
-    let (r, second) = execute_in_process(dir.path(), &run_id, &opts, None);
-    let r = r.unwrap();
+    let (run_id, r, _) = search_in_process(dir.path(), &opts);
     assert_eq!(r.status, RunStatus::Completed, "{:?}", r.stopped);
-    assert_eq!((r.rounds, r.evaluations), (Some(3), 4), "{r:?}");
+    assert_eq!(r.rounds, Some(15), "{r:?}");
+    let best = r.best.as_ref().expect("a best candidate");
     assert_eq!(
-        server.requests().len(),
-        asked,
-        "the pending proposals were not asked for again"
+        best.params["MR"], 4,
+        "the tiled, register-blocked candidate: {best:?}"
     );
-    let search = |calls: &[ksearch::scripted::Call]| -> Vec<(String, String)> {
-        calls
+    assert!(
+        most.load(Ordering::SeqCst) >= 2,
+        "rounds of several cycles in flight at once: at most {}",
+        most.load(Ordering::SeqCst)
+    );
+    let store = Store::open(dir.path()).unwrap();
+    let lanes: Vec<String> = store
+        .exchanges(&run_id)
+        .unwrap()
+        .into_iter()
+        .map(|e| e.lane)
+        .filter(|l| !l.is_empty())
+        .collect();
+    assert!(
+        lanes.iter().any(|l| l.ends_with(" round 1")) && lanes.len() >= 6,
+        "rounds asked in lanes named by node and round: {lanes:?}"
+    );
+    let tree_of = |run: &str| {
+        let state = store.strategy_state(run).unwrap().unwrap();
+        let wm: ksearch::search::world_model::tree::WorldModel =
+            serde_json::from_value(state["wm"].clone()).unwrap();
+        ksearch::search::world_model::wire::tree_json(&wm)
+    };
+    let statuses = |t: &serde_json::Value| -> Vec<(String, String)> {
+        t["nodes"]
+            .as_array()
+            .unwrap()
             .iter()
-            .filter(|c| !c.retime_baselines)
-            .map(|c| (c.candidate.clone(), c.workload.clone()))
+            .map(|n| {
+                (
+                    n["node_id"].as_str().unwrap().to_string(),
+                    n["status"].as_str().unwrap().to_string(),
+                )
+            })
             .collect()
     };
-    let mut both = search(&first[..die_at]);
-    both.extend(search(&second));
-    let distinct: std::collections::BTreeSet<&(String, String)> = both.iter().collect();
+    let original = tree_of(&run_id);
+    let solved: Vec<(String, String)> = statuses(&original)
+        .into_iter()
+        .filter(|(_, s)| s == "solved")
+        .collect();
+    assert!(solved.len() >= 2, "{original:#}");
+
+    opts.spec = format!("replay:{run_id}");
+    opts.base_url = None;
+    let (replayed, r2, _) = search_in_process(dir.path(), &opts);
+    assert_eq!(r2.status, RunStatus::Completed, "{:?}", r2.stopped);
     assert_eq!(
-        distinct.len(),
-        both.len(),
-        "nothing evaluated twice: {both:?}"
+        r2.best.as_ref().map(|b| &b.candidate),
+        Some(&best.candidate)
     );
-    assert_eq!(both.len(), 4 * feedback, "{both:?}");
+    assert_eq!(statuses(&tree_of(&replayed)), statuses(&original));
 }

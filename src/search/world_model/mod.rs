@@ -10,6 +10,7 @@
 //! actions, validated edits, IMPROVE from the cycle's best, proposals when the frontier is empty, the
 //! held-out results of each cycle's best in its tree update, hybrid tuning). The tree is typed.
 
+mod lanes;
 pub mod ops;
 pub mod select;
 pub mod tree;
@@ -167,6 +168,15 @@ struct RoundNote {
     result: String,
 }
 
+/// A round's question to the LLM (`round_prompt`).
+struct RoundPrompt {
+    /// `action`, `debug` or `improve`.
+    purpose: &'static str,
+    prompt: String,
+    /// The candidate the reply's changes apply to.
+    base: Candidate,
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Cycle {
     node: String,
@@ -208,6 +218,13 @@ struct State {
     /// measured): rounds all the same, counted in the budget.
     #[serde(default)]
     unmeasured_rounds: usize,
+    /// With `--parallel`: the cycles in flight, in lane order (`lanes.rs`); `cycle` then holds the one being
+    /// worked on, swapped in from here.
+    #[serde(default)]
+    lanes: Vec<Cycle>,
+    /// With `--parallel`: the last batch's proposals, kept until evaluated (resume proposes them again).
+    #[serde(default)]
+    batch: Vec<super::Pending>,
 }
 
 pub struct WorldModelStrategy {
@@ -539,11 +556,15 @@ impl WorldModelStrategy {
         Ok(())
     }
 
-    /// Folds the evaluations finished since the last call into the cycle.
+    /// Folds the evaluations finished since the last call into the cycle that asked for them (with
+    /// `--parallel`, the lane's; else the one cycle).
     fn catch_up(&mut self, history: &[Observation]) {
         for i in self.st.seen..history.len() {
             let obs = history[i].clone();
-            self.absorb(&obs, history);
+            match self.lane_of(&obs) {
+                Some(j) => self.in_lane(j, |s| s.absorb(&obs, history)),
+                None => self.absorb(&obs, history),
+            }
         }
         self.st.seen = history.len();
     }
@@ -570,7 +591,14 @@ impl WorldModelStrategy {
             return;
         }
         let mut changed = false;
-        if let Some(cyc) = self.st.cycle.take() {
+        let in_flight: Vec<Cycle> = self
+            .st
+            .cycle
+            .take()
+            .into_iter()
+            .chain(std::mem::take(&mut self.st.lanes))
+            .collect();
+        for cyc in in_flight {
             changed = true;
             self.st.round += 1;
             let round = self.st.round;
@@ -760,6 +788,17 @@ impl WorldModelStrategy {
 
     /// Asks the LLM for the cycle's next attempt; `None` when the reply was unusable (a failed round).
     fn generate(&mut self, history: &[Observation]) -> Result<Option<Proposal>, Stop> {
+        let round = self.round_prompt(history)?;
+        let reply =
+            self.agent
+                .candidate(round.purpose, round.prompt, &round.base, self.cfg.tries)?;
+        let cyc = self.st.cycle.clone().expect("a cycle");
+        Ok(self.take_reply(history, &cyc, round.purpose, reply))
+    }
+
+    /// The cycle's next round as the LLM is to be asked it: ACTION, DEBUG or IMPROVE, its prompt and the
+    /// candidate the reply's changes apply to.
+    fn round_prompt(&self, history: &[Observation]) -> Result<RoundPrompt, Stop> {
         let cyc = self.st.cycle.clone().expect("a cycle");
         let node = self.wm().get(&cyc.node).cloned().expect("cycle node");
         let action = node.action.clone().expect("an open node has an action");
@@ -827,10 +866,11 @@ impl WorldModelStrategy {
             }
         }
         let prompt = crate::prompts::render(template, ctx).map_err(Stop)?;
-        let reply = self
-            .agent
-            .candidate(purpose, prompt, &base, self.cfg.tries)?;
-        Ok(self.take_reply(history, &cyc, purpose, reply))
+        Ok(RoundPrompt {
+            purpose,
+            prompt,
+            base,
+        })
     }
 
     /// An IMPROVE round's base and prompt parts: the cycle's best (and by K-Search's rule its last attempt)
@@ -960,9 +1000,17 @@ impl WorldModelStrategy {
     /// The next action by the configured rule.
     fn choose(&self, seed_cost: Option<f64>) -> Option<String> {
         let cfg = select::SelectConfig::default();
+        // Actions whose cycles are in flight (`--parallel`) are not chosen again, nor anything under them.
+        let busy;
+        let wm = if self.st.lanes.is_empty() {
+            self.wm()
+        } else {
+            busy = lanes::without_cycles_in_flight(self.wm(), &self.st.lanes);
+            &busy
+        };
         match self.cfg.selection {
-            Selection::Utility => select::select(self.wm(), seed_cost, &cfg),
-            Selection::KSearch => select::select_ksearch(self.wm(), &cfg),
+            Selection::Utility => select::select(wm, seed_cost, &cfg),
+            Selection::KSearch => select::select_ksearch(wm, &cfg),
         }
     }
 
@@ -1009,15 +1057,16 @@ impl WorldModelStrategy {
             .and_then(|n| n.solution.as_ref())
             .map(|s| s.candidate.clone())
             .or_else(|| seed_of(history).map(|s| s.hash.clone()));
+        // Cycles are numbered as they start; those in flight beside this one (`--parallel`) came first.
+        let number = self.st.round + 1 + self.st.lanes.len() as u32;
         self.log(format!(
-            "cycle {}: `{id}` — {}",
-            self.st.round + 1,
+            "cycle {number}: `{id}` — {}",
             node.action.as_ref().map(|a| a.title.as_str()).unwrap_or("")
         ));
         self.st.cycle = Some(Cycle {
             node: id,
             parent: parent_hash,
-            round: self.st.round + 1,
+            round: number,
             attempts: 0,
             best: None,
             streak: 0,
@@ -1284,6 +1333,25 @@ impl Strategy for WorldModelStrategy {
             Err(stop) => {
                 self.log(format!("stopped: {}", stop.0));
                 stop.next()
+            }
+        }
+    }
+
+    fn propose_batch(
+        &mut self,
+        history: &[Observation],
+        budget: &super::Budget,
+        k: usize,
+    ) -> Vec<Next> {
+        if k <= 1 && self.st.lanes.is_empty() && self.st.batch.is_empty() {
+            return vec![self.propose(history, budget)];
+        }
+        self.agent.budget = budget.describe();
+        match self.batch(history, budget, k) {
+            Ok(next) => next,
+            Err(stop) => {
+                self.log(format!("stopped: {}", stop.0));
+                vec![stop.next()]
             }
         }
     }

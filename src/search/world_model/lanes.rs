@@ -1,0 +1,220 @@
+//! World-model cycles as lanes (`--parallel K`, `docs/parallel.md`): up to K cycles on distinct open actions
+//! are in flight at once, and each batch asks every one of them for its next round (ACTION, DEBUG or
+//! IMPROVE) at the same time, one lane each. Everything else stays serial and in lane order: the
+//! evaluations are folded into the cycles that asked for them, finished cycles end with their tree update
+//! (each edit sees the evidence finished before it), new cycles start on actions no cycle in flight holds,
+//! and the lanes' replies are applied in lane order whatever order they arrived in.
+
+use super::tree::WorldModel;
+use super::{Cycle, Observation, Stop, WorldModelStrategy};
+use crate::search::{Budget, Next, Pending, Proposal};
+
+/// The tree as selection sees it while cycles are in flight: their actions (and what hangs under them)
+/// are not open to another cycle.
+pub(super) fn without_cycles_in_flight(wm: &WorldModel, lanes: &[Cycle]) -> WorldModel {
+    let mut masked = wm.clone();
+    for c in lanes {
+        if let Some(n) = masked.nodes.get_mut(&c.node) {
+            n.action = None;
+        }
+    }
+    masked
+}
+
+impl WorldModelStrategy {
+    /// The lane whose cycle asked for `obs` (or for the candidate it is a tuned variant of).
+    pub(super) fn lane_of(&self, obs: &Observation) -> Option<usize> {
+        let base = obs
+            .origin
+            .strip_prefix(crate::search::TUNE_ORIGIN)
+            .map(str::trim);
+        self.st.lanes.iter().position(|c| {
+            c.proposed.contains(&obs.hash)
+                || base.is_some_and(|b| c.proposed.iter().any(|p| p == b))
+        })
+    }
+
+    /// Runs `f` with lane `i`'s cycle as the current one; a cycle `f` ends leaves the lanes.
+    pub(super) fn in_lane<R>(&mut self, i: usize, f: impl FnOnce(&mut Self) -> R) -> R {
+        let cycle = self.st.lanes.remove(i);
+        let outer = self.st.cycle.replace(cycle);
+        let r = f(self);
+        if let Some(c) = std::mem::replace(&mut self.st.cycle, outer) {
+            self.st.lanes.insert(i, c);
+        }
+        r
+    }
+
+    /// The next batch: up to `k` rounds, one per cycle in flight, asked at once.
+    pub(super) fn batch(
+        &mut self,
+        history: &[Observation],
+        budget: &Budget,
+        k: usize,
+    ) -> Result<Vec<Next>, Stop> {
+        // Proposals of a batch a kill left unevaluated: proposed again, with no LLM call.
+        let pending: Vec<Pending> = std::mem::take(&mut self.st.batch)
+            .into_iter()
+            .filter(|p| !history.iter().any(|o| o.hash == p.hash))
+            .collect();
+        if !pending.is_empty() {
+            let next = pending
+                .iter()
+                .map(|p| p.proposal(None).map(Next::Propose))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(Stop)?;
+            self.st.batch = pending;
+            return Ok(next);
+        }
+        if let Some(p) = self.st.pending.take()
+            && !history.iter().any(|o| o.hash == p.hash)
+        {
+            // A single proposal of a run that had one cycle in flight, killed before its evaluation.
+            let next = Next::Propose(p.proposal(self.compare_with()).map_err(Stop)?);
+            self.st.pending = Some(p);
+            return Ok(vec![next]);
+        }
+        let unmeasured_before = self.st.unmeasured_rounds;
+        if let Some(c) = self.st.cycle.take() {
+            // A run that had one cycle in flight (resumed with lanes): it becomes the first lane.
+            self.st.lanes.insert(0, c);
+        }
+        self.catch_up(history);
+        if self.st.wm.is_none() {
+            self.init(history)?;
+        }
+        // Bounded as `step` is: every pass proposes, ends a cycle, or fails rounds.
+        for _ in 0..(4 * self.cfg.window as usize + 16) {
+            let spent = budget.used + (self.st.unmeasured_rounds - unmeasured_before);
+            if spent >= budget.total {
+                return Ok(vec![Next::BudgetSpent]);
+            }
+            if let Some(hash) = self.end_finished_cycles(history)? {
+                return Ok(vec![Next::HeldOut(hash)]);
+            }
+            while self.st.lanes.len() < k {
+                if !self.start_cycle(history)? {
+                    break;
+                }
+                let c = self.st.cycle.take().expect("a cycle just started");
+                self.st.lanes.push(c);
+            }
+            if self.st.lanes.is_empty() {
+                return Ok(vec![Next::Done(
+                    "the world model has no open action left".into(),
+                )]);
+            }
+            let n = k.min(self.st.lanes.len()).min(budget.total - spent);
+            let proposals = self.rounds(history, n)?;
+            if !proposals.is_empty() {
+                self.st.batch = proposals.iter().map(Pending::of).collect();
+                return Ok(proposals.into_iter().map(Next::Propose).collect());
+            }
+        }
+        Err(Stop(
+            "no usable candidate after many rounds; see the run's log".into(),
+        ))
+    }
+
+    /// Ends the cycles whose window is spent, in lane order, each with its tree update; the hash of a
+    /// cycle's best whose held-out results the update should show and that is not scored yet, if any.
+    fn end_finished_cycles(&mut self, history: &[Observation]) -> Result<Option<String>, Stop> {
+        let mut i = 0;
+        while i < self.st.lanes.len() {
+            let ended = self.in_lane(i, |s| -> Result<Option<Option<String>>, Stop> {
+                if !s.cycle_done() {
+                    return Ok(None);
+                }
+                if let Some(hash) = s.held_out_wanted(history) {
+                    return Ok(Some(Some(hash)));
+                }
+                s.end_cycle(history)?;
+                Ok(Some(None))
+            })?;
+            match ended {
+                None => i += 1,
+                Some(Some(hash)) => return Ok(Some(hash)),
+                Some(None) => {} // the cycle left the lanes: the next one is at `i` now
+            }
+        }
+        Ok(None)
+    }
+
+    /// The next round of the first `n` cycles: prompts built in lane order, the LLM asked in lanes at once
+    /// (the run's own client when there is one), the replies applied in lane order.
+    fn rounds(&mut self, history: &[Observation], n: usize) -> Result<Vec<Proposal>, Stop> {
+        let mut asks = Vec::new();
+        for i in 0..n {
+            let (prompt, name) = self.in_lane(i, |s| -> Result<_, Stop> {
+                let c = s.st.cycle.as_ref().expect("a lane's cycle");
+                let name = format!("{} round {}", c.node, c.attempts + 1);
+                Ok((s.round_prompt(history)?, name))
+            })?;
+            asks.push((prompt, name));
+        }
+        let tries = self.cfg.tries;
+        let replies = if asks.len() == 1 {
+            let r = &asks[0].0;
+            vec![
+                self.agent
+                    .candidate(r.purpose, r.prompt.clone(), &r.base, tries),
+            ]
+        } else {
+            let mut agents = asks
+                .iter()
+                .map(|(_, name)| self.agent.lane(name))
+                .collect::<Result<Vec<_>, _>>()?;
+            let replies = std::thread::scope(|scope| {
+                let running: Vec<_> = agents
+                    .iter_mut()
+                    .zip(&asks)
+                    .map(|(agent, (r, _))| {
+                        scope.spawn(move || {
+                            agent.candidate(r.purpose, r.prompt.clone(), &r.base, tries)
+                        })
+                    })
+                    .collect();
+                running
+                    .into_iter()
+                    .map(|h| h.join().expect("a lane panicked"))
+                    .collect::<Vec<_>>()
+            });
+            self.agent.merge_lanes(agents);
+            replies
+        };
+        let mut proposals = Vec::new();
+        let mut stop = None;
+        for (i, ((ask, _), reply)) in asks.iter().zip(replies).enumerate() {
+            let reply = match reply {
+                Ok(reply) => reply,
+                Err(s) => {
+                    stop.get_or_insert(s);
+                    continue;
+                }
+            };
+            // Two lanes may write the same candidate: the second is a repeat, as of a measured one.
+            let repeat = reply.as_ref().is_ok_and(|(c, _)| {
+                proposals
+                    .iter()
+                    .any(|q: &Proposal| q.candidate.hash() == c.hash())
+            });
+            let taken = self.in_lane(i, |s| {
+                if repeat {
+                    s.fail_round(
+                        ask.purpose,
+                        String::new(),
+                        "the reply is identical to another lane's candidate of this batch".into(),
+                    );
+                    return None;
+                }
+                let cyc = s.st.cycle.clone().expect("a lane's cycle");
+                s.take_reply(history, &cyc, ask.purpose, reply)
+            });
+            proposals.extend(taken);
+        }
+        match stop {
+            Some(s) if proposals.is_empty() => Err(s),
+            _ => Ok(proposals),
+        }
+    }
+}
