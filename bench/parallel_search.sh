@@ -3,7 +3,7 @@
 # real evaluations), against bench/scripted_llm.py: an OpenAI-compatible server whose every reply takes
 # LATENCY seconds (a valid, new candidate, or a tree edit). Records each run's wall time, rounds, evaluations,
 # LLM calls, and the split of the wall time between evaluating (the evaluations' own wall time, from the
-# store) and the rest (waiting for the LLM, mostly) in bench/results/cpu-parallel-search-<YYYYMMDD>.json.
+# store) and the rest (waiting for the LLM, mostly) in bench/results/cpu-parallel-search-<YYYYMMDD>-latency<L>s.json.
 #   bash bench/parallel_search.sh   # BUDGET=24 LATENCY=3 PARALLEL=4 STRATEGIES="world-model evolve"
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -67,7 +67,7 @@ record = {
     "wall_speedup": {s: round(runs[f"{s}-1"]["wall_s"] / runs[f"{s}-{parallel}"]["wall_s"], 2)
                      for s in sys.argv[5].split()},
 }
-out = Path("bench/results") / f"cpu-parallel-search-{datetime.date.today():%Y%m%d}.json"
+out = Path("bench/results") / f"cpu-parallel-search-{datetime.date.today():%Y%m%d}-latency{latency:g}s.json"
 out.write_text(json.dumps(record, indent=1) + "\n")
 print(json.dumps(record, indent=1))
 PY

@@ -80,9 +80,12 @@ fn record_in(all: &mut serde_json::Map<String, Value>, hw: &mut Value) -> bool {
         return false;
     };
     let known = all.entry(name).or_insert_with(|| json!({}));
+    let measured = KEYS
+        .iter()
+        .any(|k| hw[*k].as_f64().is_some_and(|v| v > 0.0));
     if hw["peaks"].as_str() == Some("remembered") {
         known["starts_since_measured"] = json!(count(known, "starts_since_measured") + 1);
-    } else {
+    } else if hw["peaks"].as_str() == Some("measured") && measured {
         for key in KEYS {
             let now = hw[key].as_f64().unwrap_or(0.0);
             let best = known[key].as_f64().unwrap_or(0.0).max(now);
@@ -149,7 +152,9 @@ mod tests {
         assert_eq!(hw["peak_bandwidth_gbs_measured_now"], json!(10.0));
         assert_eq!(hw["peak_gflops"], json!(120.0));
         assert!(hw.get("peak_gflops_measured_now").is_none());
-        // A hello without a device name is not remembered.
+        // A hello without a device name is not remembered, nor one that measured nothing.
         assert!(!record_in(&mut all, &mut json!({"peaks": "measured"})));
+        record_in(&mut all, &mut json!({"name": "cpu B", "peaks": "measured"}));
+        assert_eq!(all["cpu B"].get("measurements"), None);
     }
 }

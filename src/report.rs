@@ -398,8 +398,13 @@ pub fn tree_text(tree: &Value) -> String {
                 _ => "·",
             };
             let mark = paint(mark, Tone::of(mark));
+            let busy = if n["in_flight"] == true {
+                " — its cycle is in flight"
+            } else {
+                ""
+            };
             out.push_str(&format!(
-                "{}{mark} {} {title}{sol} (rating {:.0}, priority {})\n",
+                "{}{mark} {} {title}{sol} (rating {:.0}, priority {}){busy}\n",
                 "  ".repeat(depth),
                 n["node_id"].as_str().unwrap_or("?"),
                 n["overall_rating_0_to_10"].as_f64().unwrap_or(0.0),

@@ -70,8 +70,9 @@ fn show_tree(store_dir: &Path, run_id: &str, json: bool) -> Result<u8> {
     store
         .run(run_id)?
         .ok_or_else(|| anyhow!("no run `{run_id}` in {}", store.path().display()))?;
-    let tree = store
-        .strategy_state(run_id)?
+    let state = store.strategy_state(run_id)?;
+    let mut tree = state
+        .as_ref()
         .and_then(|s| s.get("wm").cloned().filter(|w| !w.is_null()))
         .and_then(|wm| {
             serde_json::from_value::<crate::search::world_model::tree::WorldModel>(wm).ok()
@@ -81,6 +82,23 @@ fn show_tree(store_dir: &Path, run_id: &str, json: bool) -> Result<u8> {
         .ok_or_else(|| {
             anyhow!("run {run_id} has no world model (only the world-model strategy keeps one)")
         })?;
+    // The nodes whose cycles are in flight (one, or several with `--parallel`), as the state last stored.
+    let in_flight: Vec<String> = state
+        .iter()
+        .flat_map(|s| {
+            let lanes = s["lanes"].as_array().cloned().unwrap_or_default();
+            std::iter::once(s["cycle"].clone()).chain(lanes)
+        })
+        .filter_map(|c| c["node"].as_str().map(str::to_string))
+        .collect();
+    for n in tree["nodes"].as_array_mut().into_iter().flatten() {
+        if n["node_id"]
+            .as_str()
+            .is_some_and(|id| in_flight.iter().any(|f| f == id))
+        {
+            n["in_flight"] = serde_json::json!(true);
+        }
+    }
     if json {
         print_json(&tree);
     } else {

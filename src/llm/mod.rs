@@ -477,7 +477,8 @@ impl Llm {
     /// the recording's exchanges of that lane), the run's meter as it stands so the caps count what the
     /// run spent, and its exchanges kept until [`Llm::merge_lanes`] hands them to the run's recorder. The
     /// caps are checked per lane against the run's spending before the batch and the lane's own, so a
-    /// batch of K lanes may pass a cap by at most the K - 1 calls the other lanes made meanwhile.
+    /// batch of K lanes may pass a cap by the calls the other K - 1 lanes made meanwhile (each lane's
+    /// question and its repair prompts: at most `tries` calls a lane).
     pub fn lane(&self, name: &str) -> Result<Llm, LlmError> {
         let engine = match &self.engine {
             Engine::Replay(r) => Engine::Replay(r.lane(name)),
@@ -511,7 +512,7 @@ impl Llm {
             }
             if let (Engine::Replay(mine), Engine::Replay(theirs)) = (&mut self.engine, &lane.engine)
             {
-                mine.drifted += theirs.drifted;
+                mine.merge_lane(&lane.lane, theirs);
             }
             for mut ex in lane.lane_exchanges {
                 self.seq += 1;
@@ -865,6 +866,8 @@ mod tests {
         assert_eq!(got, want);
         assert_eq!(llm.meter().calls, 4);
         assert_eq!(llm.meter().input_tokens, 40);
+        // A lane asked again under a name it had goes on where it stopped.
+        assert!(llm.lane("b").unwrap().complete(request("evolve")).is_err());
     }
 
     #[test]

@@ -12,6 +12,9 @@ pub(crate) struct Replay {
     exchanges: Vec<Exchange>,
     /// The exchanges lanes made, for [`Replay::lane`].
     lanes: Vec<Exchange>,
+    /// Exchanges of each lane already served by earlier lanes of that name (a lane whose batch ended
+    /// early is asked again under the same name: it goes on where it stopped).
+    served: std::collections::BTreeMap<String, usize>,
     next: usize,
     /// Calls whose prompt differed from the recorded one (same purpose, other measurements).
     pub drifted: usize,
@@ -25,25 +28,35 @@ impl Replay {
             label: label.to_string(),
             exchanges: own,
             lanes,
+            served: Default::default(),
             next: 0,
             drifted: 0,
         }
     }
 
-    /// The exchanges of lane `name`, served in the order that lane made them.
+    /// The exchanges of lane `name` not served yet, in the order that lane made them.
     pub fn lane(&self, name: &str) -> Replay {
+        let skip = self.served.get(name).copied().unwrap_or(0);
         Replay {
             label: format!("{} (lane {name})", self.label),
-            exchanges: self
+            exchanges: (self
                 .lanes
                 .iter()
                 .filter(|e| e.lane == name)
-                .cloned()
-                .collect(),
+                .skip(skip)
+                .cloned())
+            .collect(),
             lanes: Vec::new(),
+            served: Default::default(),
             next: 0,
             drifted: 0,
         }
+    }
+
+    /// Folds a finished lane back: what it served is not served again, and its drift counts.
+    pub fn merge_lane(&mut self, name: &str, lane: &Replay) {
+        *self.served.entry(name.to_string()).or_default() += lane.next;
+        self.drifted += lane.drifted;
     }
 
     pub fn describe(&self) -> String {

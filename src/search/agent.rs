@@ -57,6 +57,8 @@ pub struct Agent {
     pub held_out: Vec<Value>,
     target_kind: Target,
     consecutive_failures: u32,
+    /// Calls answered by this agent (a lane's, for `merge_lanes`).
+    answered: u32,
 }
 
 /// What prompts show where a run started from the specification has no base candidate (K-Search's words).
@@ -90,6 +92,7 @@ impl Agent {
                 .collect(),
             target_kind: target,
             consecutive_failures: 0,
+            answered: 0,
         }
     }
 
@@ -115,14 +118,20 @@ impl Agent {
             held_out: self.held_out.clone(),
             target_kind: self.target_kind,
             consecutive_failures: self.consecutive_failures,
+            answered: 0,
         })
     }
 
-    /// Folds finished lanes back in lane order: their LLM spending and exchanges, and the failures in a
-    /// row as the last lane left them.
+    /// Folds finished lanes back in lane order: their LLM spending and exchanges, and the calls failed in
+    /// a row, counted over the lanes in lane order (a lane that had a call answered starts the count anew).
     pub fn merge_lanes(&mut self, lanes: Vec<Agent>) {
-        if let Some(last) = lanes.last() {
-            self.consecutive_failures = last.consecutive_failures;
+        let start = self.consecutive_failures;
+        for lane in &lanes {
+            if lane.answered > 0 {
+                self.consecutive_failures = lane.consecutive_failures;
+            } else {
+                self.consecutive_failures += lane.consecutive_failures - start;
+            }
         }
         self.llm
             .merge_lanes(lanes.into_iter().map(|a| a.llm).collect());
@@ -162,6 +171,7 @@ impl Agent {
         match self.llm.complete(req) {
             Ok(r) => {
                 self.consecutive_failures = 0;
+                self.answered += 1;
                 Ok(Ok(r.text))
             }
             Err(LlmError::Budget(m)) => Err(Stop(format!("{CAP_SPENT}{m}"))),

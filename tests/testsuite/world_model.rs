@@ -1489,6 +1489,22 @@ fn a_killed_batch_resumes_its_pending_proposals_without_asking_again() {
         let (killed, first) = execute_in_process(dir.path(), &run_id, &opts, Some(die_at));
         assert!(killed.is_none(), "{strategy:?}: the scripted kill happened");
         let asked = server.requests().len();
+        if strategy == StrategyKind::WorldModel {
+            // `show --tree` marks the batch's three cycles as in flight.
+            let t = tree(dir.path(), &run_id);
+            let busy: Vec<&str> = t["nodes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|n| n["in_flight"] == true)
+                .map(|n| n["node_id"].as_str().unwrap())
+                .collect();
+            assert_eq!(busy.len(), 3, "{t:#}");
+            let text =
+                String::from_utf8_lossy(&run(dir.path(), &["show", &run_id, "--tree"]).stdout)
+                    .to_string();
+            assert_eq!(text.matches("its cycle is in flight").count(), 3, "{text}");
+        }
 
         let (r, second) = execute_in_process(dir.path(), &run_id, &opts, None);
         let r = r.unwrap();
@@ -1588,8 +1604,8 @@ fn world_model_cycles_run_as_lanes_and_replay_to_the_same_tree() {
         .filter(|l| !l.is_empty())
         .collect();
     assert!(
-        lanes.iter().any(|l| l.ends_with(" round 1")) && lanes.len() >= 6,
-        "rounds asked in lanes named by node and round: {lanes:?}"
+        lanes.iter().any(|l| l == "cycle 1 round 1") && lanes.len() >= 6,
+        "rounds asked in lanes named by cycle and round: {lanes:?}"
     );
     let tree_of = |run: &str| {
         let state = store.strategy_state(run).unwrap().unwrap();

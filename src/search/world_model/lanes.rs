@@ -1,9 +1,9 @@
 //! World-model cycles as lanes (`--parallel K`, `docs/parallel.md`): up to K cycles on distinct open actions
 //! are in flight at once, and each batch asks every one of them for its next round (ACTION, DEBUG or
-//! IMPROVE) at the same time, one lane each. Everything else stays serial and in lane order: the
-//! evaluations are folded into the cycles that asked for them, finished cycles end with their tree update
-//! (each edit sees the evidence finished before it), new cycles start on actions no cycle in flight holds,
-//! and the lanes' replies are applied in lane order whatever order they arrived in.
+//! IMPROVE) at the same time, one lane each (`cycle N round M`). Everything else stays serial and in lane
+//! order: the evaluations are folded into the cycles that asked for them, finished cycles end with their
+//! tree update (each edit sees the evidence finished before it), new cycles start on actions no cycle in
+//! flight holds, and the lanes' replies are applied in lane order whatever order they arrived in.
 
 use super::tree::WorldModel;
 use super::{Cycle, Observation, Stop, WorldModelStrategy};
@@ -12,9 +12,20 @@ use crate::search::{Budget, Next, Pending, Proposal};
 /// The tree as selection sees it while cycles are in flight: their actions (and what hangs under them)
 /// are not open to another cycle.
 pub(super) fn without_cycles_in_flight(wm: &WorldModel, lanes: &[Cycle]) -> WorldModel {
+    let busy = |id: &str| lanes.iter().any(|c| c.node == id);
+    let under_busy = |id: &str| {
+        let mut at = Some(id.to_string());
+        while let Some(i) = at {
+            if busy(&i) {
+                return true;
+            }
+            at = wm.get(&i).and_then(|n| n.parent.clone());
+        }
+        false
+    };
     let mut masked = wm.clone();
-    for c in lanes {
-        if let Some(n) = masked.nodes.get_mut(&c.node) {
+    for n in masked.nodes.values_mut() {
+        if under_busy(&n.id) {
             n.action = None;
         }
     }
@@ -104,6 +115,10 @@ impl WorldModelStrategy {
                     "the world model has no open action left".into(),
                 )]);
             }
+            self.drop_orphaned_cycles();
+            if self.st.lanes.is_empty() {
+                continue;
+            }
             let n = k.min(self.st.lanes.len()).min(budget.total - spent);
             let proposals = self.rounds(history, n)?;
             if !proposals.is_empty() {
@@ -114,6 +129,26 @@ impl WorldModelStrategy {
         Err(Stop(
             "no usable candidate after many rounds; see the run's log".into(),
         ))
+    }
+
+    /// Cycles whose node a tree edit of another cycle removed or turned into a decision (the LLM saw it
+    /// as an open leaf): they end here, with nothing attached, rather than ask for a round of an action
+    /// that no longer exists.
+    pub(super) fn drop_orphaned_cycles(&mut self) {
+        let mut i = 0;
+        while i < self.st.lanes.len() {
+            let node = self.st.lanes[i].node.clone();
+            if self.wm().get(&node).is_some_and(|n| n.action.is_some()) {
+                i += 1;
+                continue;
+            }
+            let gone = self.st.lanes.remove(i);
+            self.st.round += 1;
+            self.log(format!(
+                "cycle {}: `{node}` ended: a tree edit removed its action",
+                gone.round
+            ));
+        }
     }
 
     /// Ends the cycles whose window is spent, in lane order, each with its tree update; the hash of a
@@ -147,7 +182,8 @@ impl WorldModelStrategy {
         for i in 0..n {
             let (prompt, name) = self.in_lane(i, |s| -> Result<_, Stop> {
                 let c = s.st.cycle.as_ref().expect("a lane's cycle");
-                let name = format!("{} round {}", c.node, c.attempts + 1);
+                // Unique in the run: cycles are numbered as they start.
+                let name = format!("cycle {} round {}", c.round, c.attempts + 1);
                 Ok((s.round_prompt(history)?, name))
             })?;
             asks.push((prompt, name));

@@ -601,7 +601,8 @@ impl WorldModelStrategy {
         for cyc in in_flight {
             changed = true;
             self.st.round += 1;
-            let round = self.st.round;
+            // Its number as it started (with `--parallel` cycles end in another order than they start).
+            let round = cyc.round;
             if let Some(n) = self.wm_mut().nodes.get_mut(&cyc.node) {
                 n.cycles += 1;
             }
@@ -661,7 +662,8 @@ impl WorldModelStrategy {
     fn end_cycle(&mut self, history: &[Observation]) -> Result<(), Stop> {
         let cyc = self.st.cycle.take().expect("a cycle");
         self.st.round += 1;
-        let round = self.st.round;
+        // Its number as it started (with `--parallel` cycles end in another order than they start).
+        let round = cyc.round;
         if let Some(n) = self.wm_mut().nodes.get_mut(&cyc.node) {
             n.cycles += 1;
         }
@@ -1425,6 +1427,55 @@ mod tests {
         let llm = crate::llm::Llm::replay(Vec::new(), "none");
         let agent = Agent::new(llm, &task, crate::target::Target::Cpu, &json!({}));
         WorldModelStrategy::new(agent, WorldModelConfig::default())
+    }
+
+    fn cycle_on(node: &str, round: u32) -> Cycle {
+        Cycle {
+            node: node.into(),
+            parent: None,
+            round,
+            attempts: 1,
+            best: None,
+            streak: 0,
+            streak_base: 0,
+            last: None,
+            last_failure: None,
+            proposed: Vec::new(),
+            rounds: Vec::new(),
+        }
+    }
+
+    /// With `--parallel`: no cycle is started on an action in flight or under one, and a cycle whose
+    /// action another cycle's tree update removed ends instead of asking for a round of it.
+    #[test]
+    fn actions_in_flight_are_not_chosen_and_a_removed_one_ends_its_cycle() {
+        let mut s = strategy();
+        let mut wm = tree(2, true);
+        wm.nodes.get_mut("best").unwrap().solution = None;
+        wm.nodes.get_mut("best").unwrap().status = Status::Open;
+        s.st.wm = Some(wm);
+        s.st.lanes = vec![cycle_on("best", 1)];
+        let masked = lanes::without_cycles_in_flight(s.wm(), &s.st.lanes);
+        assert!(masked.nodes["best"].action.is_none() && masked.nodes["next"].action.is_none());
+        assert!(masked.nodes["o0"].action.is_some());
+        let chosen = s.choose(None).expect("an open action");
+        assert!(chosen.starts_with('o'), "{chosen}");
+
+        s.st.lanes.push(cycle_on("o1", 2));
+        s.wm_mut().nodes.get_mut("o1").unwrap().action = None; // split by another cycle's edit
+        s.drop_orphaned_cycles();
+        assert_eq!(
+            s.st.lanes
+                .iter()
+                .map(|c| c.node.as_str())
+                .collect::<Vec<_>>(),
+            ["best"]
+        );
+        assert!(
+            s.st.log.last().unwrap().contains("`o1` ended"),
+            "{:?}",
+            s.st.log
+        );
     }
 
     /// A passing observation of a distinct candidate, timed beside `beside` with `verdict` if given.
