@@ -8,16 +8,39 @@
 use serde_json::{Value, json};
 use std::sync::RwLock;
 
+/// `, lane NAME` for a call made in a lane, else nothing.
+fn in_lane(lane: &str) -> String {
+    if lane.is_empty() {
+        String::new()
+    } else {
+        format!(", lane {lane}")
+    }
+}
+
+/// The event with its `lane`, when the call was made in one.
+fn with_lane(mut v: Value, lane: &str) -> Value {
+    if !lane.is_empty() {
+        v["lane"] = json!(lane);
+    }
+    v
+}
+
 /// One phase of a run.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Phase {
-    /// Waiting for the LLM's reply to a call made for `purpose` (`attempt` 2 and on are retries).
-    Llm { purpose: String, attempt: u32 },
+    /// Waiting for the LLM's reply to a call made for `purpose` (`attempt` 2 and on are retries), by
+    /// `lane` when several calls are in flight (`--parallel`; empty otherwise).
+    Llm {
+        purpose: String,
+        attempt: u32,
+        lane: String,
+    },
     /// An LLM call failed and is retried after `wait_s`.
     LlmRetry {
         purpose: String,
         attempt: u32,
         wait_s: f64,
+        lane: String,
     },
     /// Compiling a candidate (its short hash).
     Compiling { candidate: String },
@@ -38,15 +61,27 @@ impl Phase {
     /// The phase as people read it, after the run's progress bar.
     pub fn describe(&self) -> String {
         match self {
-            Phase::Llm { purpose, attempt } if *attempt > 1 => {
-                format!("waiting for the LLM ({purpose}, attempt {attempt})")
+            Phase::Llm {
+                purpose,
+                attempt,
+                lane,
+            } => {
+                let retry = if *attempt > 1 {
+                    format!(", attempt {attempt}")
+                } else {
+                    String::new()
+                };
+                format!("waiting for the LLM ({purpose}{retry}{})", in_lane(lane))
             }
-            Phase::Llm { purpose, .. } => format!("waiting for the LLM ({purpose})"),
             Phase::LlmRetry {
                 purpose,
                 attempt,
                 wait_s,
-            } => format!("LLM call ({purpose}) failed, retry {attempt} in {wait_s:.1} s"),
+                lane,
+            } => format!(
+                "LLM call ({purpose}{}) failed, retry {attempt} in {wait_s:.1} s",
+                in_lane(lane)
+            ),
             Phase::Compiling { candidate } => format!("compiling {}", short(candidate)),
             Phase::Preparing { workload } => format!("preparing {workload} (once per run)"),
             Phase::Evaluating {
@@ -65,16 +100,23 @@ impl Phase {
     /// The phase as a `--json` progress event's fields.
     pub fn to_json(&self) -> Value {
         match self {
-            Phase::Llm { purpose, attempt } => {
-                json!({"phase": "llm", "purpose": purpose, "attempt": attempt})
-            }
+            Phase::Llm {
+                purpose,
+                attempt,
+                lane,
+            } => with_lane(
+                json!({"phase": "llm", "purpose": purpose, "attempt": attempt}),
+                lane,
+            ),
             Phase::LlmRetry {
                 purpose,
                 attempt,
                 wait_s,
-            } => {
-                json!({"phase": "llm_retry", "purpose": purpose, "attempt": attempt, "wait_s": wait_s})
-            }
+                lane,
+            } => with_lane(
+                json!({"phase": "llm_retry", "purpose": purpose, "attempt": attempt, "wait_s": wait_s}),
+                lane,
+            ),
             Phase::Compiling { candidate } => json!({"phase": "compiling", "candidate": candidate}),
             Phase::Preparing { workload } => json!({"phase": "preparing", "workload": workload}),
             Phase::Evaluating {
@@ -155,8 +197,20 @@ mod tests {
             purpose: "improve".into(),
             attempt: 2,
             wait_s: 4.0,
+            lane: String::new(),
         };
         assert_eq!(p.describe(), "LLM call (improve) failed, retry 2 in 4.0 s");
         assert_eq!(p.to_json()["phase"], "llm_retry");
+        assert!(p.to_json().get("lane").is_none());
+        let p = Phase::Llm {
+            purpose: "action".into(),
+            attempt: 1,
+            lane: "cycle 3 round 1".into(),
+        };
+        assert_eq!(
+            p.describe(),
+            "waiting for the LLM (action, lane cycle 3 round 1)"
+        );
+        assert_eq!(p.to_json()["lane"], "cycle 3 round 1");
     }
 }

@@ -661,6 +661,7 @@ impl Llm {
             crate::progress::report(crate::progress::Phase::Llm {
                 purpose: req.purpose.to_string(),
                 attempt: attempts,
+                lane: self.lane.clone(),
             });
             let f = match backend.call(req, timeout) {
                 Ok(reply) => return (Ok(reply), attempts),
@@ -698,6 +699,7 @@ impl Llm {
                 purpose: req.purpose.to_string(),
                 attempt: attempts + 1,
                 wait_s: wait.as_secs_f64(),
+                lane: self.lane.clone(),
             });
             std::thread::sleep(wait);
         }

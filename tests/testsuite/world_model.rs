@@ -1643,3 +1643,38 @@ fn world_model_cycles_run_as_lanes_and_replay_to_the_same_tree() {
     );
     assert_eq!(statuses(&tree_of(&replayed)), statuses(&original));
 }
+
+/// `ksearch run --parallel 3` end to end (the binary, the worker, real evaluations): the flag reaches the
+/// stored run, the world model's rounds are asked in lanes, and `--json` phase events name each lane.
+#[test]
+fn the_binary_runs_world_model_lanes_with_real_evaluations() {
+    let server = llm_server(|_| None);
+    let url = format!("{}/v1", server.url());
+    let store = tempfile::tempdir().unwrap();
+    let out = run(store.path(), &wm_args(&url, "6", &["--parallel", "3"]));
+    let v = last_json(&out);
+    assert_eq!(v["status"], "completed", "{}", stderr(&out));
+    assert_eq!(v["rounds"], 6, "{v}");
+    let run_id = v["run_id"].as_str().unwrap();
+    let s = ksearch::store::Store::open(store.path()).unwrap();
+    let config = &s.run(run_id).unwrap().unwrap().config;
+    assert_eq!(config["parallel"], 3, "{config}");
+    let lanes: Vec<String> = s
+        .exchanges(run_id)
+        .unwrap()
+        .into_iter()
+        .map(|e| e.lane)
+        .filter(|l| !l.is_empty())
+        .collect();
+    assert!(
+        lanes.contains(&"cycle 1 round 1".to_string())
+            && lanes.contains(&"cycle 3 round 1".to_string()),
+        "{lanes:?}"
+    );
+    let events = stderr(&out);
+    assert!(
+        events.contains(r#""lane":"cycle 2 round 1""#),
+        "phase events name the lane: {}",
+        &events[..events.len().min(2000)]
+    );
+}
