@@ -377,15 +377,22 @@ impl Strategy for Evolve {
                 Err(stop) => return vec![stop.next()],
             }
         }
-        let next = if 2 * repeats >= PROPOSALS_PER_STEP {
-            // Most replies were kernels already measured: the LLM answers, with nothing new to try.
+        let next = if 2 * repeats >= PROPOSALS_PER_STEP && history.iter().any(|o| o.is_round()) {
+            // Most replies were kernels already measured: the LLM answers, with nothing new to try. (A run
+            // none of whose replies ever gave a new candidate did not search: that is a stop, below.)
             Next::Done(format!(
                 "{PROPOSALS_PER_STEP} proposals in a row brought nothing new ({repeats} repeated candidates already evaluated)"
             ))
         } else {
             Next::Stopped(format!(
-                "{PROPOSALS_PER_STEP} proposals in a row were unusable ({} unusable replies, {repeats} repeats)",
-                PROPOSALS_PER_STEP - repeats
+                "{PROPOSALS_PER_STEP} proposals in a row were unusable ({} unusable replies, {repeats} \
+                 repeating an evaluated candidate or their parent){}",
+                PROPOSALS_PER_STEP - repeats,
+                if history.iter().any(|o| o.is_round()) {
+                    ""
+                } else {
+                    "; no reply of the run gave a new candidate"
+                }
             ))
         };
         vec![next]

@@ -1678,3 +1678,30 @@ fn the_binary_runs_world_model_lanes_with_real_evaluations() {
         &events[..events.len().min(2000)]
     );
 }
+
+/// An `evolve` run none of whose replies ever gives a new candidate (each repeats its parent) did not
+/// search: it stops with that reason and a stopped status, rather than completing as a converged search.
+#[test]
+fn an_evolve_run_whose_replies_never_give_a_new_candidate_is_stopped() {
+    use ksearch::search::StrategyKind;
+    use ksearch::store::RunStatus;
+
+    let server = Server::route(|_, _| chat_reply(&plan_reply(&[])));
+    let dir = tempfile::tempdir().unwrap();
+    let opts = InProcess {
+        strategy: StrategyKind::Evolve,
+        budget: 4,
+        tune_budget: 0,
+        parallel: 1,
+        spec: "llamacpp:scripted".into(),
+        base_url: Some(format!("{}/v1", server.url())),
+    };
+    let (_, r, _) = search_in_process(dir.path(), &opts);
+    assert_eq!(r.status, RunStatus::Stopped, "{r:?}");
+    assert_eq!((r.rounds, r.evaluations), (Some(0), 1), "{r:?}");
+    let why = r.stopped.as_deref().unwrap_or("");
+    assert!(
+        why.contains("no reply of the run gave a new candidate"),
+        "{why}"
+    );
+}
