@@ -64,6 +64,19 @@ pub struct Agent {
 /// What prompts show where a run started from the specification has no base candidate (K-Search's words).
 pub const NO_BASE: &str = "(no base code; start from spec)";
 
+/// A lane's answer: a candidate with its described change, why there is none, or why the search stops.
+pub type LaneAnswer = Result<Attempt<(Candidate, String)>, Stop>;
+
+/// One candidate asked of the LLM in a lane of a batch ([`Agent::candidates_at_once`]).
+pub struct Ask {
+    /// The lane's name, unique in the run.
+    pub lane: String,
+    pub purpose: &'static str,
+    pub prompt: String,
+    /// The candidate the reply's changes apply to.
+    pub base: Candidate,
+}
+
 /// One generation's outcome: a usable answer, or why not (the caller records it as a failed attempt).
 pub type Attempt<T> = Result<T, String>;
 
@@ -120,6 +133,43 @@ impl Agent {
             consecutive_failures: self.consecutive_failures,
             answered: 0,
         })
+    }
+
+    /// Asks for one candidate per ask at once, each in its lane (`docs/parallel.md`), and folds the lanes
+    /// back in order; a single ask goes through this agent's own client, as a run without lanes does. The
+    /// answers come back in the asks' order.
+    pub fn candidates_at_once(
+        &mut self,
+        asks: &[Ask],
+        tries: u32,
+    ) -> Result<Vec<LaneAnswer>, Stop> {
+        if let [one] = asks {
+            return Ok(vec![self.candidate(
+                one.purpose,
+                one.prompt.clone(),
+                &one.base,
+                tries,
+            )]);
+        }
+        let mut lanes = asks
+            .iter()
+            .map(|a| self.lane(&a.lane))
+            .collect::<Result<Vec<_>, _>>()?;
+        let answers = std::thread::scope(|scope| {
+            let running: Vec<_> = lanes
+                .iter_mut()
+                .zip(asks)
+                .map(|(lane, a)| {
+                    scope.spawn(move || lane.candidate(a.purpose, a.prompt.clone(), &a.base, tries))
+                })
+                .collect();
+            running
+                .into_iter()
+                .map(|h| h.join().expect("a lane panicked"))
+                .collect()
+        });
+        self.merge_lanes(lanes);
+        Ok(answers)
     }
 
     /// Folds finished lanes back in lane order: their LLM spending and exchanges, and the calls failed in

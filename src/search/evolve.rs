@@ -244,36 +244,16 @@ impl Evolve {
         for _ in 0..k.max(1) {
             plans.push(self.plan(history)?);
         }
-        let answers = if plans.len() == 1 {
-            let p = &plans[0];
-            vec![
-                self.agent
-                    .candidate("evolve", p.prompt.clone(), &p.parent, self.cfg.tries),
-            ]
-        } else {
-            let mut lanes = plans
-                .iter()
-                .map(|p| self.agent.lane(&format!("proposal {}", p.number)))
-                .collect::<Result<Vec<_>, _>>()?;
-            let tries = self.cfg.tries;
-            let answers = std::thread::scope(|s| {
-                let running: Vec<_> = lanes
-                    .iter_mut()
-                    .zip(&plans)
-                    .map(|(lane, p)| {
-                        s.spawn(move || {
-                            lane.candidate("evolve", p.prompt.clone(), &p.parent, tries)
-                        })
-                    })
-                    .collect();
-                running
-                    .into_iter()
-                    .map(|h| h.join().expect("a lane panicked"))
-                    .collect::<Vec<_>>()
-            });
-            self.agent.merge_lanes(lanes);
-            answers
-        };
+        let asks: Vec<agent::Ask> = plans
+            .iter()
+            .map(|p| agent::Ask {
+                lane: format!("proposal {}", p.number),
+                purpose: "evolve",
+                prompt: p.prompt.clone(),
+                base: p.parent.clone(),
+            })
+            .collect();
+        let answers = self.agent.candidates_at_once(&asks, self.cfg.tries)?;
         let mut proposals = Vec::new();
         let mut taken = Vec::new();
         let mut repeats = 0;
@@ -345,22 +325,14 @@ impl Strategy for Evolve {
     ) -> Vec<Next> {
         self.agent.budget = budget.describe();
         // Proposals of the last batch a kill left unevaluated: proposed again, with no LLM call.
-        let pending: Result<Vec<Next>, String> = std::mem::take(&mut self.st.pending)
-            .iter()
-            .filter(|p| !history.iter().any(|o| o.hash == p.hash))
-            .map(|p| p.proposal(None).map(Next::Propose))
-            .collect();
-        let pending = match pending {
-            Ok(p) => p,
+        match super::Pending::outstanding(&mut self.st.pending, history) {
+            Ok(pending) if !pending.is_empty() => return pending,
+            Ok(_) => {}
             Err(e) => {
                 return vec![Next::Stopped(format!(
                     "a stored proposal does not read: {e}"
                 ))];
             }
-        };
-        if !pending.is_empty() {
-            self.keep_pending(&pending);
-            return pending;
         }
         // An unusable reply costs an LLM call, not an evaluation; the agent stops on repeated failures.
         let (mut asked, mut repeats) = (0, 0);

@@ -148,6 +148,19 @@ impl Pending {
         }
     }
 
+    /// Keeps the pending proposals the history has no evaluation of yet, and proposes them again (a run
+    /// killed after proposing a batch resumes with them, with no LLM call); empty when there are none.
+    pub fn outstanding(
+        pending: &mut Vec<Pending>,
+        history: &[Observation],
+    ) -> Result<Vec<Next>, String> {
+        pending.retain(|p| !history.iter().any(|o| o.hash == p.hash));
+        pending
+            .iter()
+            .map(|p| p.proposal(None).map(Next::Propose))
+            .collect()
+    }
+
     /// The proposal again, timed beside the candidate it named, else beside `compare_with`.
     pub fn proposal(&self, compare_with: Option<String>) -> Result<Proposal, String> {
         Ok(Proposal {

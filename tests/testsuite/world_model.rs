@@ -1366,6 +1366,35 @@ fn evolve_and_the_hybrid_search_run_in_process_on_a_scripted_evaluator() {
     assert_eq!(tuning.count(), 2, "{origins:?}");
 }
 
+/// A scripted LLM for the lanes' tests: `answer` gives the reply to the n-th request from its prompt and
+/// feedback, and whether it is slow; a slow reply takes `delay_ms` and is counted while in flight. Returns
+/// the server and the most slow calls it had in flight at once.
+fn slow_llm_server(
+    delay_ms: u64,
+    answer: impl Fn(usize, &str, Option<&str>) -> (bool, String) + Send + Sync + 'static,
+) -> (Server, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let (in_flight, most) = (
+        AtomicUsize::new(0),
+        std::sync::Arc::new(AtomicUsize::new(0)),
+    );
+    let seen = most.clone();
+    let server = Server::route(move |n, req| {
+        let (prompt, feedback) = prompt_and_feedback(req);
+        let (slow, text) = answer(n, &prompt, feedback.as_deref());
+        if slow {
+            seen.fetch_max(
+                in_flight.fetch_add(1, Ordering::SeqCst) + 1,
+                Ordering::SeqCst,
+            );
+            std::thread::sleep(std::time::Duration::from_millis(delay_ms));
+            in_flight.fetch_sub(1, Ordering::SeqCst);
+        }
+        chat_reply(&text)
+    });
+    (server, most)
+}
+
 /// `evolve --parallel 3`: a batch's proposals are asked at once, one lane each (the scripted LLM sees
 /// several calls in flight), and a replay of the run, served its exchanges by lane rather than by arrival,
 /// evaluates the same candidates in the same order. The LLM here answers each call by its arrival, so a
@@ -1374,30 +1403,20 @@ fn evolve_and_the_hybrid_search_run_in_process_on_a_scripted_evaluator() {
 fn evolve_lanes_ask_at_once_and_replay_by_lane() {
     use ksearch::search::StrategyKind;
     use ksearch::store::{RunStatus, Store};
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::atomic::Ordering;
 
-    let (in_flight, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
-    let (f, m) = (in_flight.clone(), most.clone());
-    let server = Server::route(move |n, req| {
-        let (prompt, feedback) = prompt_and_feedback(req);
+    // A distinct candidate per arrival: loop order, rows per pass and unrolling from n.
+    let (server, most) = slow_llm_server(1500, |n, prompt, feedback| {
         if !prompt.contains("## Parent program") {
-            return chat_reply(&scripted_reply(&prompt, feedback.as_deref()));
+            return (false, scripted_reply(prompt, feedback));
         }
-        m.fetch_max(f.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
-        std::thread::sleep(std::time::Duration::from_millis(1500));
-        f.fetch_sub(1, Ordering::SeqCst);
-        // A distinct candidate per arrival: loop order, rows per pass and unrolling from n.
         let (order, mr, unroll) = (
             1 - (n / 16) as i64 % 2,
             [1, 2, 4, 8][n / 4 % 4],
             [2, 4, 8, 1][n % 4],
         );
-        chat_reply(&plan_reply(&[
-            ("LOOP_ORDER", order),
-            ("MR", mr),
-            ("UNROLL", unroll),
-        ]))
+        let plan = plan_reply(&[("LOOP_ORDER", order), ("MR", mr), ("UNROLL", unroll)]);
+        (true, plan)
     });
     let dir = tempfile::tempdir().unwrap();
     let mut opts = InProcess {
@@ -1552,13 +1571,9 @@ fn a_killed_batch_resumes_its_pending_proposals_without_asking_again() {
 fn world_model_cycles_run_as_lanes_and_replay_to_the_same_tree() {
     use ksearch::search::StrategyKind;
     use ksearch::store::{RunStatus, Store};
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::atomic::Ordering;
 
-    let (in_flight, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
-    let (f, m) = (in_flight.clone(), most.clone());
-    let server = Server::route(move |_, req| {
-        let (prompt, feedback) = prompt_and_feedback(req);
+    let (server, most) = slow_llm_server(1000, |_, prompt, feedback| {
         let round = [
             "## Implement exactly this action",
             "Make it faster",
@@ -1566,12 +1581,7 @@ fn world_model_cycles_run_as_lanes_and_replay_to_the_same_tree() {
         ]
         .iter()
         .any(|k| prompt.contains(k));
-        if round {
-            m.fetch_max(f.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
-            std::thread::sleep(std::time::Duration::from_millis(1000));
-            f.fetch_sub(1, Ordering::SeqCst);
-        }
-        chat_reply(&scripted_reply(&prompt, feedback.as_deref()))
+        (round, scripted_reply(prompt, feedback))
     });
     let dir = tempfile::tempdir().unwrap();
     let mut opts = InProcess {

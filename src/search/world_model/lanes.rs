@@ -7,6 +7,7 @@
 
 use super::tree::WorldModel;
 use super::{Cycle, Observation, Stop, WorldModelStrategy};
+use crate::search::agent::Ask;
 use crate::search::{Budget, Next, Pending, Proposal};
 
 /// The tree as selection sees it while cycles are in flight: their actions (and what hangs under them)
@@ -64,18 +65,9 @@ impl WorldModelStrategy {
         k: usize,
     ) -> Result<Vec<Next>, Stop> {
         // Proposals of a batch a kill left unevaluated: proposed again, with no LLM call.
-        let pending: Vec<Pending> = std::mem::take(&mut self.st.batch)
-            .into_iter()
-            .filter(|p| !history.iter().any(|o| o.hash == p.hash))
-            .collect();
+        let pending = Pending::outstanding(&mut self.st.batch, history).map_err(Stop)?;
         if !pending.is_empty() {
-            let next = pending
-                .iter()
-                .map(|p| p.proposal(None).map(Next::Propose))
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(Stop)?;
-            self.st.batch = pending;
-            return Ok(next);
+            return Ok(pending);
         }
         if let Some(p) = self.st.pending.take()
             && !history.iter().any(|o| o.hash == p.hash)
@@ -180,47 +172,24 @@ impl WorldModelStrategy {
     fn rounds(&mut self, history: &[Observation], n: usize) -> Result<Vec<Proposal>, Stop> {
         let mut asks = Vec::new();
         for i in 0..n {
-            let (prompt, name) = self.in_lane(i, |s| -> Result<_, Stop> {
+            let ask = self.in_lane(i, |s| -> Result<_, Stop> {
                 let c = s.st.cycle.as_ref().expect("a lane's cycle");
                 // Unique in the run: cycles are numbered as they start.
-                let name = format!("cycle {} round {}", c.round, c.attempts + 1);
-                Ok((s.round_prompt(history)?, name))
+                let lane = format!("cycle {} round {}", c.round, c.attempts + 1);
+                let r = s.round_prompt(history)?;
+                Ok(Ask {
+                    lane,
+                    purpose: r.purpose,
+                    prompt: r.prompt,
+                    base: r.base,
+                })
             })?;
-            asks.push((prompt, name));
+            asks.push(ask);
         }
-        let tries = self.cfg.tries;
-        let replies = if asks.len() == 1 {
-            let r = &asks[0].0;
-            vec![
-                self.agent
-                    .candidate(r.purpose, r.prompt.clone(), &r.base, tries),
-            ]
-        } else {
-            let mut agents = asks
-                .iter()
-                .map(|(_, name)| self.agent.lane(name))
-                .collect::<Result<Vec<_>, _>>()?;
-            let replies = std::thread::scope(|scope| {
-                let running: Vec<_> = agents
-                    .iter_mut()
-                    .zip(&asks)
-                    .map(|(agent, (r, _))| {
-                        scope.spawn(move || {
-                            agent.candidate(r.purpose, r.prompt.clone(), &r.base, tries)
-                        })
-                    })
-                    .collect();
-                running
-                    .into_iter()
-                    .map(|h| h.join().expect("a lane panicked"))
-                    .collect::<Vec<_>>()
-            });
-            self.agent.merge_lanes(agents);
-            replies
-        };
+        let replies = self.agent.candidates_at_once(&asks, self.cfg.tries)?;
         let mut proposals = Vec::new();
         let mut stop = None;
-        for (i, ((ask, _), reply)) in asks.iter().zip(replies).enumerate() {
+        for (i, (ask, reply)) in asks.iter().zip(replies).enumerate() {
             let reply = match reply {
                 Ok(reply) => reply,
                 Err(s) => {

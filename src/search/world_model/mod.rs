@@ -197,6 +197,25 @@ struct Cycle {
     rounds: Vec<RoundNote>,
 }
 
+impl Cycle {
+    /// A cycle starting on `node` from `parent` (None: from the specification), numbered `round`.
+    fn new(node: String, parent: Option<String>, round: u32) -> Cycle {
+        Cycle {
+            node,
+            parent,
+            round,
+            attempts: 0,
+            best: None,
+            streak: 0,
+            streak_base: 0,
+            last: None,
+            last_failure: None,
+            proposed: Vec::new(),
+            rounds: Vec::new(),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 struct State {
     wm: Option<WorldModel>,
@@ -1065,19 +1084,7 @@ impl WorldModelStrategy {
             "cycle {number}: `{id}` — {}",
             node.action.as_ref().map(|a| a.title.as_str()).unwrap_or("")
         ));
-        self.st.cycle = Some(Cycle {
-            node: id,
-            parent: parent_hash,
-            round: number,
-            attempts: 0,
-            best: None,
-            streak: 0,
-            streak_base: 0,
-            last: None,
-            last_failure: None,
-            proposed: Vec::new(),
-            rounds: Vec::new(),
-        });
+        self.st.cycle = Some(Cycle::new(id, parent_hash, number));
         Ok(true)
     }
 
@@ -1429,22 +1436,6 @@ mod tests {
         WorldModelStrategy::new(agent, WorldModelConfig::default())
     }
 
-    fn cycle_on(node: &str, round: u32) -> Cycle {
-        Cycle {
-            node: node.into(),
-            parent: None,
-            round,
-            attempts: 1,
-            best: None,
-            streak: 0,
-            streak_base: 0,
-            last: None,
-            last_failure: None,
-            proposed: Vec::new(),
-            rounds: Vec::new(),
-        }
-    }
-
     /// With `--parallel`: no cycle is started on an action in flight or under one, and a cycle whose
     /// action another cycle's tree update removed ends instead of asking for a round of it.
     #[test]
@@ -1454,14 +1445,14 @@ mod tests {
         wm.nodes.get_mut("best").unwrap().solution = None;
         wm.nodes.get_mut("best").unwrap().status = Status::Open;
         s.st.wm = Some(wm);
-        s.st.lanes = vec![cycle_on("best", 1)];
+        s.st.lanes = vec![Cycle::new("best".into(), None, 1)];
         let masked = lanes::without_cycles_in_flight(s.wm(), &s.st.lanes);
         assert!(masked.nodes["best"].action.is_none() && masked.nodes["next"].action.is_none());
         assert!(masked.nodes["o0"].action.is_some());
         let chosen = s.choose(None).expect("an open action");
         assert!(chosen.starts_with('o'), "{chosen}");
 
-        s.st.lanes.push(cycle_on("o1", 2));
+        s.st.lanes.push(Cycle::new("o1".into(), None, 2));
         s.wm_mut().nodes.get_mut("o1").unwrap().action = None; // split by another cycle's edit
         s.drop_orphaned_cycles();
         assert_eq!(
