@@ -8,6 +8,8 @@
 #              name: the chained latency the evaluator reports, beside the old clock's independent-call
 #              throughput and one call alone, for the candidate and every baseline
 # ADV_LIMIT and COST_LIMIT (seconds) bound the adversarial suite and each cost task.
+#   tables     `ksearch eval` of each expert seed on every workload of its task, held-out ones included
+#              (attention, mamba-scan, ssd; TABLE_TASKS picks some): the README's per-workload tables
 #   cost       bench/eval_cost.py: what one candidate's evaluation costs inside a tune search, with its split
 #              (the search stopped after COST_LIMIT s; each candidate's precompile line kept in the log)
 #   adversarial  bench/adversarial_mlx.sh: the mlx-cuda adversarial suite
@@ -57,6 +59,12 @@ if has clock; then
   record mamba-scan/m130m 240 eval tasks/mamba-scan tasks/mamba-scan/seeds/mlx-cuda/naive \
     tasks/mamba-scan/seeds/mlx-cuda/expert --workload m130m_l4096 "${clock[@]}"
   record ssd/nemo 180 eval tasks/ssd tasks/ssd/seeds/mlx-cuda/expert --workload nemo_l4096 "${clock[@]}"
+fi
+if has tables; then
+  for task in ${TABLE_TASKS:-attention mamba-scan ssd}; do
+    record "$task/all-workloads" "${TABLE_LIMIT:-300}" eval "tasks/$task" "tasks/$task/seeds/mlx-cuda/expert" \
+      --target mlx-cuda --checks 1
+  done
 fi
 if has cost; then
   for task in ${COST_TASKS:-mamba-scan ssd attention}; do
