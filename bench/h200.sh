@@ -14,6 +14,8 @@
 #              (the search stopped after COST_LIMIT s; each candidate's precompile line kept in the log)
 #   adversarial  bench/adversarial_mlx.sh: the mlx-cuda adversarial suite
 #   export     each expert seed exported as an MLX module, and its own test
+#   devices    (a machine of 2+ GPUs) a tune search of softmax with --parallel 2 over --devices 2, then over one
+#              GPU: both workers' processes sampled with nvidia-smi on their GPUs, and the two wall times
 # Results land in $OUT (h200.json with every command and its result, plus one file per section's tool).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -82,6 +84,19 @@ if has cost; then
 fi
 if has adversarial; then
   KSEARCH_BIN=$bin OUT=$out timeout "${ADV_LIMIT:-540}" bash bench/adversarial_mlx.sh >> "$log" 2>&1
+fi
+if has devices; then
+  for n in 2 1; do
+    smi="$out/devices-$n-smi.csv"
+    ( while true; do nvidia-smi --query-compute-apps=pid,gpu_uuid,used_memory --format=csv,noheader >> "$smi" 2>/dev/null
+        sleep 1; done ) &
+    sampler=$!
+    record "devices/$n" "${DEVICES_LIMIT:-200}" run tasks/softmax --target mlx-cuda --strategy tune --budget 6 \
+      --parallel 2 --devices "$n" --checks 1
+    kill "$sampler" 2>/dev/null
+    echo "== devices/$n: GPUs used by compute processes: $(cut -d, -f2 "$smi" | sort -u | tr '\n' ' ')" >> "$log"
+  done
+  nvidia-smi --query-gpu=index,uuid,name --format=csv,noheader > "$out/devices-gpus.csv"
 fi
 if has export; then
   for task in ${EXPORT_TASKS:-mamba-scan}; do

@@ -5,12 +5,15 @@
 # LLM calls, and the split of the wall time between evaluating (the evaluations' own wall time, from the
 # store) and the rest (waiting for the LLM, mostly) in bench/results/cpu-parallel-search-<YYYYMMDD>-latency<L>s.json.
 #   bash bench/parallel_search.sh   # BUDGET=24 LATENCY=3 PARALLEL=4 STRATEGIES="world-model evolve"
+# DEVICES=N gives the --parallel K runs N CPU workers, each pinned to its own cores (--devices N), and adds
+# -devices<N> to the file's name.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUDGET=${BUDGET:-24}
 LATENCY=${LATENCY:-3}
 PARALLEL=${PARALLEL:-4}
 STRATEGIES=${STRATEGIES:-world-model evolve}
+DEVICES=${DEVICES:-}
 cargo build --release --quiet
 bin=target/release/ksearch
 work=$(mktemp -d)
@@ -25,19 +28,21 @@ for strategy in $STRATEGIES; do
     server=$!
     for _ in $(seq 50); do [ -s "$work/url-$name" ] && break; sleep 0.1; done
     url=$(cat "$work/url-$name")
+    devices=(); [ -n "$DEVICES" ] && [ "$k" != 1 ] && devices=(--devices "$DEVICES")
     start=$(date +%s.%N)
     "$bin" --store "$work/store-$name" run matmul --strategy "$strategy" --llm llamacpp:scripted \
       --llm-base-url "$url" --budget "$BUDGET" --parallel "$k" --tune-budget 0 --checks 1 \
-      --timing-budget 0.1 --json > "$work/run-$name.json" 2> "$work/log-$name"
+      --timing-budget 0.1 "${devices[@]}" --json > "$work/run-$name.json" 2> "$work/log-$name"
     end=$(date +%s.%N)
     echo "$start $end" > "$work/wall-$name"
   done
 done
-python3 - "$work" "$BUDGET" "$LATENCY" "$PARALLEL" "$STRATEGIES" <<'PY'
+python3 - "$work" "$BUDGET" "$LATENCY" "$PARALLEL" "$STRATEGIES" "$DEVICES" <<'PY'
 import datetime, json, os, platform, sqlite3, subprocess, sys
 from pathlib import Path
 
 work, budget, latency, parallel = Path(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
+devices = sys.argv[6]
 runs = {}
 names = [f"{s}-{k}" for s in sys.argv[5].split() for k in (1, parallel)]
 for name in names:
@@ -53,12 +58,13 @@ for name in names:
         "evaluating_s": round(evaluating, 1), "llm_latency_summed_s": round(llm_s, 1),
         "other_s": round(wall - evaluating, 1),
         "best_speedup_vs_seed": (result.get("best") or {}).get("speedup_vs_seed"),
+        "devices": result.get("devices") or ["default"],
     }
 record = {
     "command": "bash bench/parallel_search.sh" + f" (BUDGET={budget} LATENCY={latency} PARALLEL={parallel} "
-               f"STRATEGIES='{sys.argv[5]}')",
-    "what": "searches of matmul (CPU target, real evaluations one at a time, --checks 1 --timing-budget 0.1, no "
-            f"tuning) against a scripted OpenAI-compatible server replying after {latency} s; other_s is the wall "
+               f"STRATEGIES='{sys.argv[5]}'" + (f" DEVICES={devices}" if devices else "") + ")",
+    "what": "searches of matmul (CPU target, real evaluations, one at a time on each device, --checks 1 "
+            f"--timing-budget 0.1, no tuning) against a scripted OpenAI-compatible server replying after {latency} s; other_s is the wall "
             "time not spent evaluating (waiting for the LLM, the worker's start, the final phase's re-timing)",
     "machine": {"system": platform.platform(), "cores": os.cpu_count()},
     "date": datetime.date.today().isoformat(),
@@ -67,7 +73,8 @@ record = {
     "wall_speedup": {s: round(runs[f"{s}-1"]["wall_s"] / runs[f"{s}-{parallel}"]["wall_s"], 2)
                      for s in sys.argv[5].split()},
 }
-out = Path("bench/results") / f"cpu-parallel-search-{datetime.date.today():%Y%m%d}-latency{latency:g}s.json"
+suffix = f"-devices{devices}" if devices else ""
+out = Path("bench/results") / f"cpu-parallel-search-{datetime.date.today():%Y%m%d}-latency{latency:g}s{suffix}.json"
 out.write_text(json.dumps(record, indent=1) + "\n")
 print(json.dumps(record, indent=1))
 PY

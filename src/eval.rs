@@ -183,6 +183,8 @@ pub struct Settings {
     pub timing: TimingSettings,
     /// Measure the device's peaks at the worker's start even where they are remembered (`peaks`).
     pub measure_peaks: bool,
+    /// The device the worker holds alone (`--devices`); the default is the machine as it is.
+    pub device: crate::devices::Device,
 }
 
 impl Settings {
@@ -193,6 +195,7 @@ impl Settings {
             compile_timeout_s: 120.0,
             timing: TimingSettings::for_target(target.is_gpu()),
             measure_peaks: false,
+            device: Default::default(),
         }
     }
 }
@@ -309,6 +312,7 @@ impl Evaluator {
         let mut worker = Worker::new(env, target);
         worker.writable = vec![build_root.clone(), references.clone()];
         worker.reference_cache = Some(references);
+        worker.device = settings.device.clone();
         let remembered = if settings.measure_peaks {
             json!({})
         } else {
@@ -324,6 +328,9 @@ impl Evaluator {
         hello["sandbox"] = worker.sandbox.clone();
         hello["sandbox"]["landlock_abi"] = hello["landlock_abi"].clone();
         crate::peaks::record(&mut hello["hardware"]);
+        if settings.device != crate::devices::Device::default() {
+            hello["device"] = serde_json::to_value(&settings.device)?;
+        }
         let body = json!({"dir": task.dir.canonicalize().unwrap_or_else(|_| task.dir.clone()), "task": task.worker_json(target)});
         match worker.preamble("load_task", body, HELLO_DEADLINE)? {
             Reply::Ok(_) => {}

@@ -23,6 +23,7 @@ pub mod builtin;
 pub mod cli;
 pub mod clock;
 pub mod defaults;
+pub mod devices;
 pub mod eval;
 pub mod export;
 pub mod gc;

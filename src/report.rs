@@ -259,6 +259,13 @@ pub fn run_summary(result: &RunResult) -> String {
             hw.peak_gflops.unwrap_or(0.0)
         ));
     }
+    if !result.devices.is_empty() {
+        out.push_str(&format!(
+            "evaluated on {} devices at once ({}), one evaluation at a time on each\n",
+            result.devices.len(),
+            result.devices.join(", ")
+        ));
+    }
     match &result.best {
         Some(best) => {
             let mut t = table(&[

@@ -106,6 +106,10 @@ pub struct RunResult {
     pub held_out_checks: usize,
     #[serde(default, deserialize_with = "lenient")]
     pub hardware: Hardware,
+    /// The devices evaluations went to when there were several (`--devices`), as people read them
+    /// (`cores 0`, `gpu 1`); `hardware` is the first one's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<String>,
     #[serde(default)]
     pub worker_restarts: u32,
     /// Why the search ended before its budget, if it did.

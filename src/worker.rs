@@ -50,6 +50,36 @@ fn tail_suffix(s: &str) -> String {
     }
 }
 
+/// Spawns `cmd` from one thread that lives as long as this process. The worker asks the kernel to kill it
+/// when its parent dies (`PR_SET_PDEATHSIG`), and Linux counts the *thread* that forked as the parent: a
+/// worker forked by a thread that then ends (a device's thread of one batch, a worker start among several
+/// at once) would be killed with it.
+fn spawn_from_a_lasting_thread(cmd: Command) -> std::io::Result<Child> {
+    type Order = (Command, std::sync::mpsc::Sender<std::io::Result<Child>>);
+    static SPAWNER: std::sync::OnceLock<Mutex<std::sync::mpsc::Sender<Order>>> =
+        std::sync::OnceLock::new();
+    let spawner = SPAWNER.get_or_init(|| {
+        let (tx, rx) = channel::<Order>();
+        std::thread::Builder::new()
+            .name("ksearch-spawner".into())
+            .spawn(move || {
+                for (mut cmd, reply) in rx {
+                    let _ = reply.send(cmd.spawn());
+                }
+            })
+            .expect("a thread to spawn workers from");
+        Mutex::new(tx)
+    });
+    let (tx, rx) = channel();
+    spawner
+        .lock()
+        .unwrap()
+        .send((cmd, tx))
+        .map_err(|_| std::io::Error::other("the spawner thread is gone"))?;
+    rx.recv()
+        .map_err(|_| std::io::Error::other("the spawner thread is gone"))?
+}
+
 /// A reply the worker sent: `ok` with a result, or an error it reported itself.
 #[derive(Debug, Clone)]
 pub enum Reply {
@@ -81,6 +111,8 @@ pub struct Worker {
     pub writable: Vec<std::path::PathBuf>,
     /// Where the worker keeps the reference outputs of the run's input sets between restarts.
     pub reference_cache: Option<std::path::PathBuf>,
+    /// The device it holds alone (`crate::devices`): the cores it is pinned to, or the one GPU it sees.
+    pub device: crate::devices::Device,
 }
 
 impl Worker {
@@ -99,6 +131,7 @@ impl Worker {
             sandbox: Value::Null,
             writable: Vec::new(),
             reference_cache: None,
+            device: Default::default(),
         }
     }
 
@@ -128,6 +161,19 @@ impl Worker {
         if let Some(dir) = &self.reference_cache {
             cmd.env("KSEARCH_REFERENCE_CACHE", dir);
         }
+        if let Some(gpu) = self.device.gpu {
+            cmd.env("CUDA_VISIBLE_DEVICES", gpu.to_string());
+        }
+        if let Some(cores) = self.device.cores.clone() {
+            // Everything the worker starts (compilers, the kernel host) inherits the pinning.
+            // SAFETY: `pin_self` makes one system call on a local set, async-signal-safe.
+            unsafe {
+                std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
+                    crate::devices::pin_self(&cores);
+                    Ok(())
+                });
+            }
+        }
         cmd.args(["-m", "ksearch_worker", "--target", self.target.name()])
             .env("PYTHONPATH", path)
             .env("PYTHONUNBUFFERED", "1")
@@ -137,7 +183,7 @@ impl Worker {
             .stderr(Stdio::piped())
             // Its own process group, so a timeout kills the worker and everything it started.
             .process_group(0);
-        let mut child = cmd.spawn().map_err(|e| {
+        let mut child = spawn_from_a_lasting_thread(cmd).map_err(|e| {
             WorkerFailure::Spawn(format!(
                 "{} -m ksearch_worker: {e}",
                 self.env.python.display()

@@ -54,6 +54,11 @@ pub(super) struct RunArgs {
     /// only for now. 1: one at a time.
     #[arg(long, default_value_t = 1, value_parser = flags::at_least_one::<usize>)]
     pub(super) parallel: usize,
+    /// Devices the evaluations go to, one worker each, one evaluation at a time on each
+    /// (docs/parallel.md): on the cpu target a number of workers, each pinned to its own cores
+    /// (`--devices 2`); on mlx-cuda a number of GPUs or their indices (`--devices 0,1`).
+    #[arg(long)]
+    pub(super) devices: Option<String>,
     #[command(flatten)]
     pub(super) wm: WorldModelArgs,
     #[command(flatten)]
@@ -212,6 +217,7 @@ pub(super) fn run(args: RunArgs, store_dir: &Path, python: Option<&Path>) -> Res
         tune_budget,
         tune_total,
         parallel,
+        devices,
         wm,
         llm,
         json,
@@ -226,6 +232,11 @@ pub(super) fn run(args: RunArgs, store_dir: &Path, python: Option<&Path>) -> Res
         .require_llm(llm_settings.is_some())
         .map_err(|e| anyhow!(e))?;
     strategy.allow_parallel(parallel).map_err(|e| anyhow!(e))?;
+    let devices = match devices {
+        Some(spec) => crate::devices::parse(&spec, target, &crate::devices::available_cores())
+            .map_err(|e| anyhow!(e))?,
+        None => Vec::new(),
+    };
     if budget == 0 {
         bail!("--budget must be at least 1 (the seed's own evaluation)");
     }
@@ -275,6 +286,7 @@ pub(super) fn run(args: RunArgs, store_dir: &Path, python: Option<&Path>) -> Res
             tune_total,
             world_model: wm.config(),
             parallel,
+            devices,
         },
     )?;
     if !json && !quiet() {

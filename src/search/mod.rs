@@ -247,15 +247,15 @@ impl StrategyKind {
         }
     }
 
-    /// `--parallel K` above 1: refused for strategies whose work is not split into lanes yet.
+    /// `--parallel K` above 1: refused for `once`, whose one generation has nothing to run beside it.
     pub fn allow_parallel(self, k: usize) -> Result<(), String> {
-        if k <= 1 || matches!(self, StrategyKind::Evolve | StrategyKind::WorldModel) {
+        if k <= 1 || self != StrategyKind::Once {
             return Ok(());
         }
         Err(format!(
-            "--parallel {k}: strategy `{}` does not run lanes yet (`world-model` runs its cycles as lanes, \
-             `evolve` its islands' proposals; tune batches are next, docs/parallel.md); use --parallel 1",
-            self.name()
+            "--parallel {k}: strategy `once` makes one generation, nothing to run at once (`world-model` runs \
+             its cycles as lanes, `evolve` its islands' proposals, `tune` batches of configurations, \
+             docs/parallel.md); use --parallel 1"
         ))
     }
 

@@ -10,6 +10,7 @@ use super::tune::Tune;
 use super::world_model::{WorldModelConfig, WorldModelStrategy};
 use super::{Budget, Next, Observation, Proposal, SEED_ORIGIN, Strategy, StrategyKind};
 use crate::candidate::Candidate;
+use crate::devices::Device;
 use crate::eval::{
     self, EvalOptions, Evaluate, Evaluator, Settings, Status, Verdict, WorkloadResult,
 };
@@ -27,6 +28,8 @@ use serde_json::Value;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
+
+mod batch;
 
 /// What a run was started with; stored with the run so `resume` needs nothing else.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -74,6 +77,9 @@ pub struct RunConfig {
     /// Proposals whose LLM work runs at once (`--parallel`, docs/parallel.md); 1 for runs stored before.
     #[serde(default = "one")]
     pub parallel: usize,
+    /// The devices evaluations go to, one worker each (`--devices`); empty: one worker, the machine as it is.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<Device>,
 }
 
 fn one() -> usize {
@@ -139,7 +145,9 @@ pub struct Runner<'a> {
     pub task: Task,
     pub target: Target,
     pub config: RunConfig,
-    evaluator: Box<dyn Evaluate>,
+    /// One evaluator per device (`config.devices`), never empty. The first also runs what is not a
+    /// batch: held-out checks, the final phase, the confirmation.
+    evaluators: Vec<Box<dyn Evaluate + Send>>,
     strategy: Box<dyn Strategy>,
     /// Exchanges recorded by the LLM client since the last drain into the store.
     exchanges: Arc<Mutex<Vec<Exchange>>>,
@@ -160,6 +168,7 @@ pub struct NewRun<'a> {
     pub tune_total: Option<usize>,
     pub world_model: WorldModelConfig,
     pub parallel: usize,
+    pub devices: Vec<Device>,
 }
 
 /// Creates a run in the store and returns its id.
@@ -177,6 +186,7 @@ pub fn create(store: &Store, new: NewRun<'_>) -> Result<String> {
         tune_total,
         world_model,
         parallel,
+        devices,
     } = new;
     strategy.allow_parallel(parallel).map_err(|e| anyhow!(e))?;
     if seed.is_none() && strategy != StrategyKind::WorldModel {
@@ -209,6 +219,7 @@ pub fn create(store: &Store, new: NewRun<'_>) -> Result<String> {
         llm,
         tune_budget,
         parallel,
+        devices,
     };
     let dir = task.dir.canonicalize().unwrap_or_else(|_| task.dir.clone());
     store.create_run(
@@ -267,32 +278,52 @@ impl<'a> Runner<'a> {
             .unwrap_or(std::path::Path::new("."))
             .join("build");
         Runner::open_with(store, run_id, llm, |task, target, config| {
-            // The task's defaults, with what the run was started with.
-            let settings = Settings {
+            // The task's defaults, with what the run was started with, on each device.
+            let settings = |device: &Device| Settings {
                 checks: config.checks,
                 timeout_s: config.timeout_s,
                 timing: config.timing.clone(),
+                device: device.clone(),
                 ..Settings::for_task(task, target)
             };
-            let ev = Evaluator::start(
-                task.clone(),
-                target,
-                env,
-                build,
-                settings,
-                config.input_secret,
-            )?;
-            Ok(Box::new(ev) as Box<dyn Evaluate>)
+            let start = |device: &Device| -> Result<Box<dyn Evaluate + Send>> {
+                let ev = Evaluator::start(
+                    task.clone(),
+                    target,
+                    env.clone(),
+                    build.clone(),
+                    settings(device),
+                    config.input_secret,
+                )
+                .with_context(|| format!("starting the worker on device {}", device.label()))?;
+                Ok(Box::new(ev))
+            };
+            if config.devices.len() <= 1 {
+                let device = config.devices.first().cloned().unwrap_or_default();
+                return Ok(vec![start(&device)?]);
+            }
+            // Workers start at once: each hello may measure its device for a second or more.
+            std::thread::scope(|s| {
+                let started: Vec<_> = config
+                    .devices
+                    .iter()
+                    .map(|d| s.spawn(move || start(d)))
+                    .collect();
+                started
+                    .into_iter()
+                    .map(|h| h.join().expect("a worker start panicked"))
+                    .collect()
+            })
         })
     }
 
-    /// `open` with the evaluator `start` gives for the run's task, target and configuration: the worker's
-    /// in a run, a scripted one in the runner's tests.
+    /// `open` with the evaluators `start` gives for the run's task, target and configuration, one per
+    /// device (at least one): the workers' in a run, scripted ones in the runner's tests.
     pub fn open_with(
         store: &'a Store,
         run_id: &str,
         llm: Option<Llm>,
-        start: impl FnOnce(&Task, Target, &RunConfig) -> Result<Box<dyn Evaluate>>,
+        start: impl FnOnce(&Task, Target, &RunConfig) -> Result<Vec<Box<dyn Evaluate + Send>>>,
     ) -> Result<Runner<'a>> {
         let row = store.run(run_id)?.ok_or_else(|| {
             anyhow!(
@@ -314,9 +345,12 @@ impl<'a> Runner<'a> {
             .strategy
             .require_llm(llm.is_some())
             .map_err(|e| anyhow!(e))?;
-        let evaluator = start(&task, target, &config)?;
+        let evaluators = start(&task, target, &config)?;
+        let evaluator = evaluators
+            .first()
+            .ok_or_else(|| anyhow!("run {run_id}: no evaluator was started"))?;
         store.claim_run(run_id)?;
-        store.set_hello(run_id, evaluator.hello())?;
+        store.set_hello(run_id, &pool_hello(&evaluators))?;
         let seed = load_seed(store, &config)?;
         if config.from_spec && config.strategy != StrategyKind::WorldModel {
             bail!(
@@ -369,7 +403,7 @@ impl<'a> Runner<'a> {
             task,
             target,
             config,
-            evaluator,
+            evaluators,
             strategy,
             exchanges,
         })
@@ -412,7 +446,7 @@ impl<'a> Runner<'a> {
             }
         }
         if !left.is_empty() {
-            self.evaluator.precompile(cand, &left);
+            self.evaluators[0].precompile(cand, &left);
         }
         let mut out = Vec::new();
         for (i, w) in workloads.iter().enumerate() {
@@ -425,7 +459,7 @@ impl<'a> Runner<'a> {
                         index: i + 1,
                         count: workloads.len(),
                     });
-                    let r = self.evaluator.evaluate_workload_with(cand, w, opts);
+                    let r = self.evaluators[0].evaluate_workload_with(cand, w, opts);
                     self.store.put_evaluation(&self.run_id, phase, hash, &r)?;
                     r
                 }
@@ -686,14 +720,29 @@ impl<'a> Runner<'a> {
                     }
                 }
             };
-            self.evaluate_proposal(history, proposal, feedback)?;
+            // With several devices, the proposals at the head of the batch are evaluated at once, one per
+            // device; they reach the history (and the strategy) in the batch's order.
+            let mut proposals = vec![proposal];
+            while self.evaluators.len() > 1 && matches!(batch.front(), Some(Next::Propose(_))) {
+                if let Some(Next::Propose(p)) = batch.pop_front() {
+                    proposals.push(p);
+                }
+            }
+            let before = history.len();
+            if proposals.len() == 1 {
+                let p = proposals.pop().expect("one");
+                self.evaluate_proposal(history, p, feedback)?;
+            } else {
+                self.evaluate_at_once(history, proposals, feedback)?;
+            }
             self.persist_strategy()?;
-            let best = best_of(history);
-            progress(Event::Evaluated {
-                obs: history.last().unwrap(),
-                best,
-                budget: &self.budget(history),
-            });
+            for i in before..history.len() {
+                progress(Event::Evaluated {
+                    obs: &history[i],
+                    best: best_of(&history[..=i]),
+                    budget: &self.budget(&history[..=i]),
+                });
+            }
         }
     }
 
@@ -727,14 +776,7 @@ impl<'a> Runner<'a> {
             retime_baselines: false,
         };
         let results = self.evaluate(&p.candidate, &hash, feedback, Phase::Search, opts)?;
-        let mut summary = eval::summarize(&results);
-        if results.len() < feedback.len() {
-            summary.passed = false;
-            summary.workloads = feedback.len();
-        }
-        if summary.passed {
-            summary.verdict = eval::overall_verdict(&results, self.evaluator.timing());
-        }
+        let summary = search_summary(&results, feedback.len(), self.evaluators[0].timing());
         self.store
             .finish_attempt(&self.run_id, Phase::Search, seq as i64, &summary)?;
         history.push(Observation {
@@ -871,8 +913,13 @@ impl<'a> Runner<'a> {
             tuning_cap: (spent.tune_total > 0).then_some(spent.tune_total),
             evaluations: history.len(),
             held_out_checks: history.iter().filter(|o| o.held_out.is_some()).count(),
-            hardware: self.evaluator.hardware(),
-            worker_restarts: self.evaluator.worker_restarts(),
+            hardware: self.evaluators[0].hardware(),
+            devices: if self.evaluators.len() > 1 {
+                self.config.devices.iter().map(Device::label).collect()
+            } else {
+                Vec::new()
+            },
+            worker_restarts: self.evaluators.iter().map(|e| e.worker_restarts()).sum(),
             stopped: stopped.clone(),
             llm: self.config.llm.as_ref().map(|l| LlmUse {
                 spec: l.spec.clone(),
@@ -954,6 +1001,44 @@ struct Chosen<'h> {
 }
 
 /// The run's seed candidate; None for a run started from the specification.
+/// The search phase's summary of a candidate's results: failed unless each of the `workloads` ran and
+/// passed, with the verdict over them against its incumbent.
+fn search_summary(
+    results: &[WorkloadResult],
+    workloads: usize,
+    timing: &crate::protocol::TimingSettings,
+) -> eval::Summary {
+    let mut summary = eval::summarize(results);
+    if results.len() < workloads {
+        summary.passed = false;
+        summary.workloads = workloads;
+    }
+    if summary.passed {
+        summary.verdict = eval::overall_verdict(results, timing);
+    }
+    summary
+}
+
+/// The hello stored with the run: the first worker's, with every worker's device beside it when there
+/// are several.
+fn pool_hello(evaluators: &[Box<dyn Evaluate + Send>]) -> Value {
+    let mut hello = evaluators[0].hello().clone();
+    if evaluators.len() > 1 {
+        hello["devices"] = evaluators
+            .iter()
+            .map(|e| {
+                let h = e.hello();
+                serde_json::json!({
+                    "device": h["device"],
+                    "hardware": h["hardware"]["name"],
+                    "cores": h["hardware"]["cores"],
+                })
+            })
+            .collect();
+    }
+    hello
+}
+
 fn load_seed(store: &Store, config: &RunConfig) -> Result<Option<Candidate>> {
     if config.from_spec {
         return Ok(None);

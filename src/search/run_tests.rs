@@ -36,6 +36,7 @@ fn new_tune_run(store: &Store, task: &Task, seed: &Candidate, budget: usize) -> 
             tune_total: None,
             world_model: WorldModelConfig::default(),
             parallel: 1,
+            devices: Vec::new(),
         },
     )
     .unwrap()
@@ -59,7 +60,7 @@ fn open_scripted<'a>(
             Ok(time_of(c))
         });
         calls = Some(ev.calls());
-        Ok(Box::new(ev) as Box<dyn Evaluate>)
+        Ok(vec![Box::new(ev) as Box<dyn Evaluate + Send>])
     })
     .unwrap();
     (runner, calls.unwrap())
@@ -174,4 +175,198 @@ fn a_run_killed_mid_evaluation_resumes_without_evaluating_anything_twice() {
     assert_eq!(both.len(), 5 * feedback);
     // The resumed process went on from the interrupted candidate, whose first workload it reused.
     assert_eq!(second[0].0, first[die_at - 1].0);
+}
+
+/// A tune run with `--parallel 4` over `devices` scripted devices; with `die_at`, device 0's call of that
+/// index panics and so does every call after it on any device, as a killed process stops. Each
+/// evaluation sleeps a little, device 0 twice as long as the others, so devices overlap and a later
+/// proposal of a batch often finishes before an earlier one. Returns the runner, a log of finished calls
+/// (device, candidate, workload), and the most evaluations ever in flight at once.
+#[allow(clippy::type_complexity)]
+fn open_pool<'a>(
+    store: &'a Store,
+    run_id: &str,
+    devices: usize,
+    die_at: Option<usize>,
+) -> (
+    Runner<'a>,
+    Arc<Mutex<Vec<(usize, String, String)>>>,
+    Arc<std::sync::atomic::AtomicUsize>,
+) {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let most = Arc::new(AtomicUsize::new(0));
+    let (in_flight, dead) = (
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let (log2, most2) = (log.clone(), most.clone());
+    let runner = Runner::open_with(store, run_id, None, move |_, _, config| {
+        Ok((0..devices)
+            .map(|d| {
+                let busy = AtomicBool::new(false);
+                let mut calls = 0;
+                let (log, most, in_flight, dead) =
+                    (log2.clone(), most2.clone(), in_flight.clone(), dead.clone());
+                let ev = ScriptedEvaluator::new(config.timing.clone(), move |c, w| {
+                    if dead.load(SeqCst) || (d == 0 && die_at == Some(calls)) {
+                        dead.store(true, SeqCst);
+                        panic!("killed at device {d}'s call {calls}");
+                    }
+                    calls += 1;
+                    assert!(
+                        !busy.swap(true, SeqCst),
+                        "two evaluations at once on device {d}"
+                    );
+                    most.fetch_max(in_flight.fetch_add(1, SeqCst) + 1, SeqCst);
+                    let ms = if d == 0 { 20 } else { 10 };
+                    std::thread::sleep(std::time::Duration::from_millis(ms));
+                    in_flight.fetch_sub(1, SeqCst);
+                    busy.store(false, SeqCst);
+                    log.lock().unwrap().push((d, c.hash(), w.name.clone()));
+                    Ok(time_of(c))
+                });
+                Box::new(ev) as Box<dyn Evaluate + Send>
+            })
+            .collect())
+    })
+    .unwrap();
+    (runner, log, most)
+}
+
+fn new_pool_run(
+    store: &Store,
+    task: &Task,
+    seed: &Candidate,
+    budget: usize,
+    devices: usize,
+) -> String {
+    create(
+        store,
+        NewRun {
+            task,
+            target: Target::Cpu,
+            seed: Some(seed),
+            seed_name: "naive".into(),
+            settings: Settings::for_task(task, Target::Cpu),
+            strategy: StrategyKind::Tune,
+            budget,
+            llm: None,
+            tune_budget: 0,
+            tune_total: None,
+            world_model: WorldModelConfig::default(),
+            parallel: 4,
+            devices: (0..devices)
+                .map(|d| Device {
+                    cores: Some(vec![d]),
+                    gpu: None,
+                })
+                .collect(),
+        },
+    )
+    .unwrap()
+}
+
+#[test]
+fn a_batch_over_two_devices_runs_two_evaluations_at_once_and_keeps_the_order_of_one() {
+    let (task, seed) = matmul();
+    let feedback = task.workloads(false).count();
+    let search_attempts = |store: &Store, run_id: &str| -> Vec<String> {
+        let a = store.attempts(run_id, Some(Phase::Search)).unwrap();
+        assert!(a.iter().all(|a| a.finished));
+        a.into_iter().map(|a| a.candidate).collect()
+    };
+    // Two runs of one configuration (the same random seed), on one device and on two.
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let one = new_pool_run(&store, &task, &seed, 9, 1);
+    let row = store.run(&one).unwrap().unwrap();
+    let mut config = row.config.clone();
+    config["devices"] = serde_json::json!([{"cores": [0]}, {"cores": [1]}]);
+    let two = format!("{one}-two-devices");
+    let task_dir = std::path::PathBuf::from(&row.task_dir);
+    store
+        .create_run(
+            &two,
+            &row.task,
+            &task_dir,
+            &row.target,
+            &row.strategy,
+            row.budget,
+            &config,
+        )
+        .unwrap();
+    let mut orders = Vec::new();
+    for (run_id, devices) in [(&one, 1), (&two, 2)] {
+        let (mut runner, log, most) = open_pool(&store, run_id, devices, None);
+        let result = runner.execute(|_| {}).unwrap();
+        drop(runner);
+        assert_eq!(result.status, RunStatus::Completed);
+        assert_eq!(result.evaluations, 9);
+        let log = log.lock().unwrap();
+        let used: std::collections::BTreeSet<usize> = log.iter().map(|c| c.0).collect();
+        assert_eq!(used.len(), devices, "every device evaluated: {used:?}");
+        assert_eq!(
+            most.load(std::sync::atomic::Ordering::SeqCst),
+            devices,
+            "as many evaluations in flight as devices, never more"
+        );
+        // Nothing of the search phase evaluated twice.
+        let search: Vec<&(usize, String, String)> = log.iter().take(9 * feedback).collect();
+        let distinct: std::collections::BTreeSet<(&String, &String)> =
+            search.iter().map(|c| (&c.1, &c.2)).collect();
+        assert_eq!(distinct.len(), 9 * feedback);
+        let hello = store.run(run_id).unwrap().unwrap().hello;
+        assert_eq!(
+            hello["devices"].as_array().map(Vec::len),
+            (devices > 1).then_some(devices),
+            "{hello}"
+        );
+        orders.push(search_attempts(&store, run_id));
+    }
+    // Scripted times do not depend on the device, so the strategy saw the same history either way.
+    assert_eq!(orders[0], orders[1]);
+}
+
+#[test]
+fn a_batch_killed_over_two_devices_resumes_without_evaluating_a_finished_workload_twice() {
+    let (task, seed) = matmul();
+    let feedback = task.workloads(false).count();
+    // Device 0 takes the seed, then the first proposal of each batch, while device 1 runs through the
+    // others: killed on device 0 mid-proposal, later proposals of its batch are finished.
+    for die_at in [feedback + 1, feedback + 2, 2 * feedback + 1, 3 * feedback] {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let run_id = new_pool_run(&store, &task, &seed, 9, 2);
+        let (mut runner, first, _) = open_pool(&store, &run_id, 2, Some(die_at));
+        let killed =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| runner.execute(|_| {})));
+        assert!(killed.is_err(), "the scripted kill happened");
+        drop(runner);
+        let (mut runner, second, _) = open_pool(&store, &run_id, 2, None);
+        let result = runner.execute(|_| {}).unwrap();
+        drop(runner);
+        assert_eq!(result.status, RunStatus::Completed);
+        assert_eq!(result.evaluations, 9);
+        let stored = store.attempts(&run_id, Some(Phase::Search)).unwrap();
+        assert_eq!(stored.len(), 9);
+        assert!(stored.iter().all(|a| a.finished));
+        // Every search-phase workload that finished before the kill was stored and not run again.
+        let searched: std::collections::BTreeSet<&String> =
+            stored.iter().map(|a| &a.candidate).collect();
+        let (first, second) = (first.lock().unwrap(), second.lock().unwrap());
+        let both: Vec<(&String, &String)> = first
+            .iter()
+            .chain(second.iter())
+            .filter(|c| searched.contains(&c.1))
+            .map(|c| (&c.1, &c.2))
+            .collect();
+        let distinct: std::collections::BTreeSet<&(&String, &String)> = both.iter().collect();
+        // The chosen candidate's feedback workloads run again in the confirming phase; nothing else twice.
+        assert_eq!(
+            both.len() - distinct.len(),
+            feedback,
+            "die_at {die_at}: {both:?}"
+        );
+    }
 }

@@ -252,11 +252,22 @@ impl Tune {
     }
     /// The next configuration to evaluate, or `None` once the space is exhausted.
     pub fn next(&mut self, history: &[Observation]) -> Option<Proposal> {
+        self.next_besides(history, &BTreeSet::new())
+    }
+
+    /// The next configuration besides those of `history` and those `pending` (proposed in this batch,
+    /// not yet measured: the model treats them as seen, with no time known).
+    fn next_besides(
+        &mut self,
+        history: &[Observation],
+        pending: &BTreeSet<Vec<usize>>,
+    ) -> Option<Proposal> {
         let data: Vec<(Vec<usize>, Option<f64>)> = history
             .iter()
             .filter_map(|o| Some((self.index_of(&o.candidate.params())?, o.cost())))
             .collect();
-        let seen: BTreeSet<Vec<usize>> = data.iter().map(|d| d.0.clone()).collect();
+        let mut seen: BTreeSet<Vec<usize>> = data.iter().map(|d| d.0.clone()).collect();
+        seen.extend(pending.iter().cloned());
         let n_init = (self.budget / 4).clamp(3, 10);
         if self.exhaustive || seen.len() < n_init {
             let next = self.pool.iter().find(|i| !seen.contains(*i))?.clone();
@@ -286,6 +297,28 @@ impl Strategy for Tune {
             Some(p) => Next::Propose(p),
             None => Next::Done("every valid configuration has been evaluated".into()),
         }
+    }
+
+    /// `k` distinct configurations, each chosen as `propose` would with the ones before it pending.
+    fn propose_batch(
+        &mut self,
+        history: &[Observation],
+        budget: &super::Budget,
+        k: usize,
+    ) -> Vec<Next> {
+        let mut pending = BTreeSet::new();
+        let mut batch = Vec::new();
+        while batch.len() < k {
+            match self.next_besides(history, &pending) {
+                Some(p) => {
+                    pending.extend(self.index_of(&p.candidate.params()));
+                    batch.push(Next::Propose(p));
+                }
+                None if batch.is_empty() => return vec![self.propose(history, budget)],
+                None => break,
+            }
+        }
+        batch
     }
 
     fn state(&self) -> serde_json::Value {

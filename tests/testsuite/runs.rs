@@ -835,3 +835,64 @@ fn color_and_width_follow_the_flag_the_terminal_and_no_color() {
     assert_eq!(on_tty("--color never", false), 0);
     assert!(on_tty("--color always", true) > 0);
 }
+
+/// `--devices 2` on the CPU target: two workers, each pinned to its own core (the workers themselves see
+/// one core), a tune batch evaluated over both, the devices named in the result. On a machine with fewer
+/// than two cores the flag is refused with the count it has.
+#[test]
+fn cpu_devices_are_workers_pinned_to_their_own_cores() {
+    let store = tempfile::tempdir().unwrap();
+    let cores = ksearch::devices::available_cores();
+    let mut args = vec![
+        "run",
+        "matmul",
+        "--budget",
+        "5",
+        "--parallel",
+        "2",
+        "--devices",
+        "2",
+        "--json",
+    ];
+    args.extend_from_slice(QUICK);
+    let out = run(store.path(), &args);
+    if cores.len() < 2 {
+        assert!(!out.status.success());
+        assert!(
+            stderr(&out).contains("give 1 to 1 workers"),
+            "{}",
+            stderr(&out)
+        );
+        return;
+    }
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v = last_json(&out);
+    assert_eq!(v["status"], "completed", "{v}");
+    assert_eq!(v["evaluations"], 5);
+    let labels: Vec<&str> = v["devices"]
+        .as_array()
+        .expect("the devices in the result")
+        .iter()
+        .map(|d| d.as_str().unwrap())
+        .collect();
+    assert_eq!(labels.len(), 2, "{labels:?}");
+    let store = ksearch::store::Store::open(store.path()).unwrap();
+    let hello = store
+        .run(v["run_id"].as_str().unwrap())
+        .unwrap()
+        .unwrap()
+        .hello;
+    let devices = hello["devices"].as_array().expect("every worker's device");
+    let mut pinned: Vec<u64> = Vec::new();
+    for d in devices {
+        let own = d["device"]["cores"].as_array().expect("pinned cores");
+        assert_eq!(
+            d["cores"],
+            own.len() as u64,
+            "the worker sees only its cores: {d}"
+        );
+        pinned.extend(own.iter().map(|c| c.as_u64().unwrap()));
+    }
+    let distinct: std::collections::BTreeSet<&u64> = pinned.iter().collect();
+    assert_eq!(distinct.len(), pinned.len(), "no core shared: {pinned:?}");
+}

@@ -1200,6 +1200,7 @@ fn create_in_process(dir: &Path, opts: &InProcess) -> String {
                 ..Default::default()
             },
             parallel: opts.parallel,
+            devices: Vec::new(),
         },
     )
     .unwrap()
@@ -1268,7 +1269,7 @@ fn execute_in_process(
             Ok(1e-3 / speed)
         });
         calls = Some(ev.calls());
-        Ok(Box::new(ev) as Box<dyn Evaluate>)
+        Ok(vec![Box::new(ev) as Box<dyn Evaluate + Send>])
     })
     .unwrap();
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| runner.execute(|_| {})));
