@@ -15,7 +15,8 @@
 #   adversarial  bench/adversarial_mlx.sh: the mlx-cuda adversarial suite
 #   export     each expert seed exported as an MLX module, and its own test
 #   devices    (a machine of 2+ GPUs) a tune search of softmax with --parallel 2 over --devices 2, then over one
-#              GPU: both workers' processes sampled with nvidia-smi on their GPUs, and the two wall times
+#              GPU (DEVICES_COUNTS, default "2 1"): the workers' processes sampled with nvidia-smi on their
+#              GPUs, and the wall times
 # Results land in $OUT (h200.json with every command and its result, plus one file per section's tool).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -86,7 +87,7 @@ if has adversarial; then
   KSEARCH_BIN=$bin OUT=$out timeout "${ADV_LIMIT:-540}" bash bench/adversarial_mlx.sh >> "$log" 2>&1
 fi
 if has devices; then
-  for n in 2 1; do
+  for n in ${DEVICES_COUNTS:-2 1}; do
     smi="$out/devices-$n-smi.csv"
     ( while true; do nvidia-smi --query-compute-apps=pid,gpu_uuid,used_memory --format=csv,noheader >> "$smi" 2>/dev/null
         sleep 1; done ) &
