@@ -11,6 +11,8 @@
 //! target = "cpu"
 //! strategy = "world-model"
 //! budget = 20
+//! parallel = 4        # proposals in flight at once (docs/parallel.md)
+//! devices = "2"       # one worker per device: CPU workers pinned to their cores, or GPUs
 //! llm = "openai:gpt-5.2"
 //! max_llm_cost = 5.0
 //! ```
@@ -27,6 +29,8 @@ pub struct Defaults {
     pub target: Option<String>,
     pub strategy: Option<String>,
     pub budget: Option<usize>,
+    pub parallel: Option<usize>,
+    pub devices: Option<String>,
     pub llm: Option<String>,
     pub max_llm_calls: Option<u64>,
     pub max_llm_tokens: Option<u64>,
@@ -85,7 +89,7 @@ pub fn load(cwd: &Path) -> anyhow::Result<Layers> {
         let text = read(&path)?;
         let mut d: Defaults = toml::from_str(&text).map_err(|e| {
             anyhow::anyhow!(
-                "{}: {} (the fields a project file may set: store, task, target, strategy, budget, llm, max_llm_calls, max_llm_tokens, max_llm_cost, max_llm_time)",
+                "{}: {} (the fields a project file may set: store, task, target, strategy, budget, parallel, devices, llm, max_llm_calls, max_llm_tokens, max_llm_cost, max_llm_time)",
                 path.display(),
                 e.message()
             )
@@ -125,6 +129,8 @@ impl Layers {
                 target,
                 strategy,
                 budget,
+                parallel,
+                devices,
                 llm,
                 max_llm_calls,
                 max_llm_tokens,
@@ -145,7 +151,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(
             dir.path().join("ksearch.toml"),
-            "store = \"runs\"\nbudget = 7\ntask = \"softmax\"\n",
+            "store = \"runs\"\nbudget = 7\ntask = \"softmax\"\nparallel = 3\ndevices = \"2\"\n",
         )
         .unwrap();
         let sub = dir.path().join("a/b");
@@ -153,6 +159,7 @@ mod tests {
         let layers = load(&sub).unwrap();
         let (d, origins) = layers.merged();
         assert_eq!(d.budget, Some(7));
+        assert_eq!((d.parallel, d.devices.as_deref()), (Some(3), Some("2")));
         assert_eq!(d.store, Some(dir.path().join("runs")));
         assert!(origins.iter().all(|o| o.source.ends_with("ksearch.toml")));
     }

@@ -128,6 +128,8 @@ fn apply_defaults(
         target,
         strategy,
         budget,
+        parallel,
+        devices,
         llm,
         ..
     }) = &mut cli.command
@@ -161,6 +163,15 @@ fn apply_defaults(
             bail!("config: budget must be at least 1");
         }
         *budget = b;
+    }
+    if let (true, Some(k)) = (unset("parallel"), d.parallel) {
+        if k == 0 {
+            bail!("config: parallel must be at least 1");
+        }
+        *parallel = k;
+    }
+    if devices.is_none() {
+        devices.clone_from(&d.devices);
     }
     if unset("llm") && llm.llm.is_none() {
         llm.llm = d.llm.clone();

@@ -9,6 +9,25 @@ use std::time::{Duration, Instant};
 
 #[test]
 fn kill_9_at_20_random_moments_then_resume_loses_no_finished_evaluation() {
+    kill_9_at_random_moments(&[], 60, 20);
+}
+
+/// The same with a tune search proposing batches of 4 over two CPU workers, each pinned to its own core
+/// (one where the machine has one): a kill lands while both devices evaluate, or between a batch's
+/// results and its attempts.
+#[test]
+fn kill_9_during_batches_over_two_devices_then_resume_loses_no_finished_evaluation() {
+    let devices = if ksearch::devices::available_cores().len() >= 2 {
+        "2"
+    } else {
+        "1"
+    };
+    kill_9_at_random_moments(&["--parallel", "4", "--devices", devices], 24, 10);
+}
+
+/// A tune run of matmul with `budget` evaluations and `extra` flags, killed with SIGKILL at `kills` random
+/// moments and resumed after each, then resumed to the end: no stored evaluation ever changes or vanishes.
+fn kill_9_at_random_moments(extra: &[&str], budget: usize, kills: usize) {
     // Random moments, not moments tied to stored evaluations: a kill lands inside compiles, checks,
     // timing, store writes or the worker's start, wherever the process happens to be. The seed is
     // printed; KSEARCH_TEST_SEED replays a failing sequence.
@@ -24,7 +43,6 @@ fn kill_9_at_20_random_moments_then_resume_loses_no_finished_evaluation() {
     eprintln!("KSEARCH_TEST_SEED={seed}");
     let mut rng = ksearch::rng::Rng::new(seed);
     let store = tempfile::tempdir().unwrap();
-    let budget = 60;
     let mut args = vec![
         "run".to_string(),
         "matmul".into(),
@@ -32,10 +50,11 @@ fn kill_9_at_20_random_moments_then_resume_loses_no_finished_evaluation() {
         budget.to_string(),
     ];
     args.extend(QUICK.iter().map(|s| s.to_string()));
+    args.extend(extra.iter().map(|s| s.to_string()));
     let mut run_id: Option<String> = None;
     let mut kept = std::collections::BTreeMap::new();
     let mut mid_run = 0;
-    for _ in 0..20 {
+    for _ in 0..kills {
         let mut cmd = ksearch(store.path());
         match &run_id {
             None => cmd.args(&args),
@@ -77,8 +96,8 @@ fn kill_9_at_20_random_moments_then_resume_loses_no_finished_evaluation() {
         kept = now;
     }
     assert!(
-        mid_run >= 15,
-        "only {mid_run} of 20 kills hit a running process"
+        mid_run * 4 >= kills * 3,
+        "only {mid_run} of {kills} kills hit a running process"
     );
     assert!(
         kept.len() < budget,
@@ -96,6 +115,18 @@ fn kill_9_at_20_random_moments_then_resume_loses_no_finished_evaluation() {
             "evaluation {k} lost by the final resume (KSEARCH_TEST_SEED={seed})"
         );
     }
+    // Every search attempt finished, numbered without a gap.
+    let attempts = Store::open(store.path())
+        .unwrap()
+        .attempts(&id, Some(ksearch::store::Phase::Search))
+        .unwrap();
+    assert_eq!(attempts.len(), budget);
+    assert!(
+        attempts
+            .iter()
+            .enumerate()
+            .all(|(i, a)| a.finished && a.seq == i as i64)
+    );
 }
 
 /// A small tmpfs: a disk that can really fill up. Unmounted on drop.

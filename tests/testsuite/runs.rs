@@ -556,7 +556,7 @@ fn a_project_config_file_sets_defaults_that_flags_override() {
     let user = tempfile::tempdir().unwrap();
     std::fs::write(
         project.path().join("ksearch.toml"),
-        "store = \"st\"\ntask = \"softmax\"\nbudget = 2\n",
+        "store = \"st\"\ntask = \"softmax\"\nbudget = 2\nparallel = 2\n",
     )
     .unwrap();
     let sub = project.path().join("a/b");
@@ -577,6 +577,15 @@ fn a_project_config_file_sets_defaults_that_flags_override() {
     assert_eq!(v["task"], "softmax", "{v}");
     assert_eq!(v["evaluations"], 2, "{v}");
     assert!(project.path().join("st/ksearch.db").is_file());
+    let stored = Store::open(&project.path().join("st"))
+        .unwrap()
+        .run(v["run_id"].as_str().unwrap())
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        stored.config["parallel"], 2,
+        "the file's parallel is the run's"
+    );
     let mut args = vec!["run", "--budget", "3", "--json"];
     args.extend_from_slice(QUICK);
     assert_eq!(last_json(&cmd(&args))["evaluations"], 3);
