@@ -17,11 +17,17 @@ pub struct Device {
     /// The GPU the worker alone sees, by the index CUDA gives it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu: Option<u32>,
+    /// A Ray actor on the cluster at this address holds the device (`--cluster`), one GPU or one CPU.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ray: Option<String>,
 }
 
 impl Device {
     /// How people read it: `cores 0-3`, `gpu 1`, `default`.
     pub fn label(&self) -> String {
+        if let Some(address) = &self.ray {
+            return format!("ray actor at {address}");
+        }
         match (&self.cores, self.gpu) {
             (_, Some(g)) => format!("gpu {g}"),
             (Some(c), None) => format!("cores {}", ranges(c)),
@@ -97,7 +103,7 @@ pub fn parse(spec: &str, target: Target, cores: &[usize]) -> Result<Vec<Device>,
                     at += len;
                     Device {
                         cores: Some(share),
-                        gpu: None,
+                        ..Device::default()
                     }
                 })
                 .collect())
@@ -119,8 +125,8 @@ pub fn parse(spec: &str, target: Target, cores: &[usize]) -> Result<Vec<Device>,
             Ok(gpus
                 .into_iter()
                 .map(|g| Device {
-                    cores: None,
                     gpu: Some(g),
+                    ..Device::default()
                 })
                 .collect())
         }
@@ -131,6 +137,49 @@ pub fn parse(spec: &str, target: Target, cores: &[usize]) -> Result<Vec<Device>,
             )),
         },
     }
+}
+
+/// The devices of `--cluster ADDRESS`: `--devices N` (a number; 1 without the flag) Ray actors, each
+/// holding one GPU (`num_gpus=1`) or, on the cpu target, one CPU. The cluster picks the nodes.
+pub fn on_cluster(
+    address: &str,
+    devices: Option<&str>,
+    target: Target,
+) -> Result<Vec<Device>, String> {
+    let address = address.trim();
+    let ok = address == "auto"
+        || address
+            .strip_prefix("ray://")
+            .unwrap_or(address)
+            .rsplit_once(':')
+            .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
+    if !ok {
+        return Err(format!(
+            "--cluster {address}: expected ray://HOST:PORT (Ray's client server), HOST:PORT (the head's \
+             address) or auto (the Ray cluster running on this machine)"
+        ));
+    }
+    if target == Target::MlxMetal {
+        return Err(
+            "--cluster: mlx-metal runs on the Mac ksearch runs on; a cluster of Macs is not supported yet"
+                .to_string(),
+        );
+    }
+    let n = match devices.map(str::trim) {
+        None => 1,
+        Some(spec) => spec.parse::<usize>().ok().filter(|&n| n > 0).ok_or_else(|| {
+            format!(
+                "--devices {spec} with --cluster: give the number of devices to hold on the cluster, e.g. \
+                 `--devices 2` (the cluster picks them)"
+            )
+        })?,
+    };
+    Ok((0..n)
+        .map(|_| Device {
+            ray: Some(address.to_string()),
+            ..Device::default()
+        })
+        .collect())
 }
 
 /// The CPU cores this process may run on, in order.
@@ -201,6 +250,29 @@ mod tests {
     }
 
     #[test]
+    fn a_cluster_holds_a_number_of_devices_at_an_address_it_checks() {
+        let d = on_cluster("ray://head:10001", Some("3"), Target::Cpu).unwrap();
+        assert_eq!(d.len(), 3);
+        assert!(
+            d.iter()
+                .all(|d| d.ray.as_deref() == Some("ray://head:10001"))
+        );
+        assert_eq!(d[0].label(), "ray actor at ray://head:10001");
+        assert_eq!(on_cluster("auto", None, Target::MlxCuda).unwrap().len(), 1);
+        assert!(
+            on_cluster("head", None, Target::Cpu)
+                .unwrap_err()
+                .contains("HOST:PORT")
+        );
+        assert!(
+            on_cluster("10.0.0.1:6379", Some("0,1"), Target::MlxCuda)
+                .unwrap_err()
+                .contains("number of devices")
+        );
+        assert!(on_cluster("auto", None, Target::MlxMetal).is_err());
+    }
+
+    #[test]
     fn gpus_are_named_by_count_or_index_and_never_twice() {
         let g = |s| -> Vec<Option<u32>> {
             parse(s, Target::MlxCuda, &[0])
@@ -229,7 +301,7 @@ mod tests {
         assert_eq!(
             Device {
                 cores: Some(vec![0, 1, 2, 5]),
-                gpu: None
+                ..Device::default()
             }
             .label(),
             "cores 0-2,5"

@@ -327,6 +327,9 @@ impl Evaluator {
             };
         hello["sandbox"] = worker.sandbox.clone();
         hello["sandbox"]["landlock_abi"] = hello["landlock_abi"].clone();
+        if let Some(remote) = hello.get("remote").cloned() {
+            hello["sandbox"]["network_isolated"] = remote["network_isolated"].clone();
+        }
         crate::peaks::record(&mut hello["hardware"]);
         if settings.device != crate::devices::Device::default() {
             hello["device"] = serde_json::to_value(&settings.device)?;

@@ -152,6 +152,44 @@ impl PythonEnv {
         Ok(())
     }
 
+    /// Makes sure Ray is there for `--cluster`: installed into the managed environment on first use; an
+    /// interpreter given with `--python` is used as it is (the bridge says how to install it if missing).
+    pub fn ensure_ray(&self) -> Result<()> {
+        if !self.managed {
+            return Ok(());
+        }
+        let wanted = std::fs::read_to_string(self.worker_path.join("requirements-ray.txt"))?;
+        // The marker holds the requirements it installed: a changed pin installs again.
+        let ready = self
+            .python
+            .parent()
+            .and_then(Path::parent)
+            .map(|v| v.join(".ksearch-ray-ready"));
+        let installed = || {
+            ready
+                .as_ref()
+                .and_then(|r| std::fs::read_to_string(r).ok())
+                .is_some_and(|t| t == wanted)
+        };
+        if installed() {
+            return Ok(());
+        }
+        let _lock = lock_venv()?;
+        if installed() {
+            return Ok(());
+        }
+        eprintln!("ksearch: installing Ray into the worker's environment (first use of --cluster)");
+        pip_install(
+            &self.python,
+            &self.worker_path.join("requirements-ray.txt"),
+            "installing Ray for --cluster",
+        )?;
+        if let Some(r) = ready {
+            std::fs::write(r, &wanted)?;
+        }
+        Ok(())
+    }
+
     /// Installs the test requirements into the managed environment (the test suite uses this).
     pub fn install_test_requirements(&self) -> Result<()> {
         let _lock = lock_venv()?;

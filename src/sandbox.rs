@@ -32,7 +32,9 @@ pub const CPU_ADDRESS_SPACE: u64 = 16 << 30;
 /// Largest file a worker may write.
 pub const FILE_SIZE: u64 = 4 << 30;
 
-pub fn confine(cmd: &mut Command, target: Target, private: &Path) {
+/// `candidate_code`: the process runs candidates (a worker), so it gets the CPU target's address-space limit
+/// and network namespace; a bridge to a Ray actor does not, and needs the network.
+pub fn confine(cmd: &mut Command, target: Target, private: &Path, candidate_code: bool) {
     for (name, _) in std::env::vars_os() {
         if is_secret(&name.to_string_lossy()) {
             cmd.env_remove(&name);
@@ -43,7 +45,7 @@ pub fn confine(cmd: &mut Command, target: Target, private: &Path) {
         .env("TMP", private)
         .env("TEMP", private)
         .env("HOME", private);
-    let cpu = target == Target::Cpu;
+    let cpu = target == Target::Cpu && candidate_code;
     // SAFETY: only async-signal-safe system calls between fork and exec; failures are ignored on purpose
     // (a limit the system refuses leaves the worker less confined, not broken).
     unsafe {

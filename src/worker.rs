@@ -154,7 +154,10 @@ impl Worker {
         ));
         std::fs::create_dir_all(&private)
             .map_err(|e| WorkerFailure::Spawn(format!("private dir {}: {e}", private.display())))?;
-        crate::sandbox::confine(&mut cmd, self.target, &private);
+        // A bridge to a Ray actor runs no candidate code and must reach the cluster: the actor confines the
+        // worker it starts on its node instead (python/ksearch_worker/ray_bridge.py).
+        let bridge = self.device.ray.as_deref();
+        crate::sandbox::confine(&mut cmd, self.target, &private, bridge.is_none());
         if let Ok(w) = std::env::join_paths(&self.writable) {
             cmd.env("KSEARCH_WRITABLE", w);
         }
@@ -174,8 +177,18 @@ impl Worker {
                 });
             }
         }
-        cmd.args(["-m", "ksearch_worker", "--target", self.target.name()])
-            .env("PYTHONPATH", path)
+        match bridge {
+            Some(address) => cmd.args([
+                "-m",
+                "ksearch_worker.ray_bridge",
+                "--address",
+                address,
+                "--target",
+                self.target.name(),
+            ]),
+            None => cmd.args(["-m", "ksearch_worker", "--target", self.target.name()]),
+        };
+        cmd.env("PYTHONPATH", path)
             .env("PYTHONUNBUFFERED", "1")
             .env("PYTHONDONTWRITEBYTECODE", "1")
             .stdin(Stdio::piped())
@@ -244,7 +257,11 @@ impl Worker {
             "no_core_dumps": true,
             "file_size_limit_bytes": crate::sandbox::FILE_SIZE,
             "address_space_limit_bytes": (self.target == Target::Cpu).then_some(crate::sandbox::CPU_ADDRESS_SPACE),
-            "network_isolated": crate::sandbox::network_isolated(child.id()),
+            // A Ray actor's worker runs elsewhere: its hello's `remote` says whether it is isolated.
+            "network_isolated": match bridge {
+                None => crate::sandbox::network_isolated(child.id()),
+                Some(_) => None,
+            },
         });
         self.private = Some(private);
         self.stdin = child.stdin.take();

@@ -67,7 +67,7 @@ enum Command {
         json: bool,
     },
     /// Search for a faster kernel for TASK (a built-in name or a task folder).
-    Run(run::RunArgs),
+    Run(Box<run::RunArgs>),
     /// Continue a run that was interrupted (killed, crashed, Ctrl-C).
     Resume(run::ResumeArgs),
     /// List the runs in the store (`runs rm RUN…` deletes runs). A RUN argument anywhere is a run id,
@@ -123,7 +123,10 @@ fn apply_defaults(
     if cli.store.is_none() {
         cli.store = d.store.clone();
     }
-    let Command::Run(run::RunArgs {
+    let Command::Run(args) = &mut cli.command else {
+        return Ok(());
+    };
+    let run::RunArgs {
         task,
         target,
         strategy,
@@ -132,10 +135,7 @@ fn apply_defaults(
         devices,
         llm,
         ..
-    }) = &mut cli.command
-    else {
-        return Ok(());
-    };
+    } = args.as_mut();
     let Some(m) = matches.subcommand_matches("run") else {
         return Ok(());
     };
@@ -255,7 +255,7 @@ fn dispatch(cli: Cli) -> Result<u8> {
     let python = python.as_deref();
     match cli.command {
         Command::Tasks { json } => tasks::tasks(json),
-        Command::Run(a) => run::run(a, &store_dir, python),
+        Command::Run(a) => run::run(*a, &store_dir, python),
         Command::Resume(a) => run::resume(a, &store_dir, python),
         Command::Runs(a) => runs::runs(a, &store_dir),
         Command::Compare(a) => compare::compare(&store_dir, &a.a, &a.b, a.json),

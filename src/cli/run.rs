@@ -59,6 +59,16 @@ pub(super) struct RunArgs {
     /// (`--devices 2`); on mlx-cuda a number of GPUs or their indices (`--devices 0,1`).
     #[arg(long)]
     pub(super) devices: Option<String>,
+    /// Run the workers as Ray actors on a cluster (docs/parallel.md): ray://HOST:PORT, the head's
+    /// HOST:PORT, or `auto` for the cluster running on this machine; `--devices N` actors (default 1),
+    /// each holding one GPU, or one CPU on the cpu target. The nodes must see the task and the store's
+    /// build folder at the same paths as this machine.
+    #[arg(long)]
+    pub(super) cluster: Option<String>,
+    /// Seeds the strategy's random choices (default: drawn from the run's id), so two runs can make the
+    /// same choices, e.g. one on a cluster and one here.
+    #[arg(long)]
+    pub(super) rng_seed: Option<u64>,
     #[command(flatten)]
     pub(super) wm: WorldModelArgs,
     #[command(flatten)]
@@ -218,6 +228,8 @@ pub(super) fn run(args: RunArgs, store_dir: &Path, python: Option<&Path>) -> Res
         tune_total,
         parallel,
         devices,
+        cluster,
+        rng_seed,
         wm,
         llm,
         json,
@@ -232,10 +244,15 @@ pub(super) fn run(args: RunArgs, store_dir: &Path, python: Option<&Path>) -> Res
         .require_llm(llm_settings.is_some())
         .map_err(|e| anyhow!(e))?;
     strategy.allow_parallel(parallel).map_err(|e| anyhow!(e))?;
-    let devices = match devices {
-        Some(spec) => crate::devices::parse(&spec, target, &crate::devices::available_cores())
-            .map_err(|e| anyhow!(e))?,
-        None => Vec::new(),
+    let devices = match (&cluster, devices) {
+        (Some(address), spec) => {
+            crate::devices::on_cluster(address, spec.as_deref(), target).map_err(|e| anyhow!(e))?
+        }
+        (None, Some(spec)) => {
+            crate::devices::parse(&spec, target, &crate::devices::available_cores())
+                .map_err(|e| anyhow!(e))?
+        }
+        (None, None) => Vec::new(),
     };
     if budget == 0 {
         bail!("--budget must be at least 1 (the seed's own evaluation)");
@@ -287,6 +304,7 @@ pub(super) fn run(args: RunArgs, store_dir: &Path, python: Option<&Path>) -> Res
             world_model: wm.config(),
             parallel,
             devices,
+            rng_seed,
         },
     )?;
     if !json && !quiet() {
@@ -380,6 +398,12 @@ fn execute(
     let env = pyenv::ensure(python)?;
     if let Some(row) = store.run(run_id)? {
         env.ensure_target(row.target.parse().map_err(|e: String| anyhow!(e))?)?;
+        if row.config["devices"]
+            .as_array()
+            .is_some_and(|d| d.iter().any(|d| d.get("ray").is_some()))
+        {
+            env.ensure_ray()?;
+        }
     }
     let mut runner = Runner::open(store, run_id, env, llm)?;
     let bar = if json || quiet() {

@@ -169,6 +169,8 @@ pub struct NewRun<'a> {
     pub world_model: WorldModelConfig,
     pub parallel: usize,
     pub devices: Vec<Device>,
+    /// Seeds the strategy's random choices (`--rng-seed`); None: drawn from the run's id.
+    pub rng_seed: Option<u64>,
 }
 
 /// Creates a run in the store and returns its id.
@@ -187,6 +189,7 @@ pub fn create(store: &Store, new: NewRun<'_>) -> Result<String> {
         world_model,
         parallel,
         devices,
+        rng_seed,
     } = new;
     strategy.allow_parallel(parallel).map_err(|e| anyhow!(e))?;
     if seed.is_none() && strategy != StrategyKind::WorldModel {
@@ -211,7 +214,7 @@ pub fn create(store: &Store, new: NewRun<'_>) -> Result<String> {
         tune_total,
         window: world_model.window,
         world_model: Some(world_model),
-        rng_seed: crate::rng::hash64(&run_id),
+        rng_seed: rng_seed.unwrap_or_else(|| crate::rng::hash64(&run_id)),
         checks: config_base.checks,
         timeout_s: config_base.timeout_s,
         timing: config_base.timing.clone(),

@@ -37,6 +37,7 @@ fn new_tune_run(store: &Store, task: &Task, seed: &Candidate, budget: usize) -> 
             world_model: WorldModelConfig::default(),
             parallel: 1,
             devices: Vec::new(),
+            rng_seed: None,
         },
     )
     .unwrap()
@@ -259,9 +260,10 @@ fn new_pool_run(
             devices: (0..devices)
                 .map(|d| Device {
                     cores: Some(vec![d]),
-                    gpu: None,
+                    ..Device::default()
                 })
                 .collect(),
+            rng_seed: None,
         },
     )
     .unwrap()

@@ -18,6 +18,7 @@ mod architecture;
 mod back_translate;
 mod check;
 mod check_corpus;
+mod cluster;
 mod cuda_seeds_cpu;
 mod evaluation;
 mod export;

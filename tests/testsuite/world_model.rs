@@ -1201,6 +1201,7 @@ fn create_in_process(dir: &Path, opts: &InProcess) -> String {
             },
             parallel: opts.parallel,
             devices: Vec::new(),
+            rng_seed: None,
         },
     )
     .unwrap()
