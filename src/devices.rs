@@ -93,18 +93,13 @@ pub fn parse(spec: &str, target: Target, cores: &[usize]) -> Result<Vec<Device>,
             if n == 1 {
                 return Ok(vec![Device::default()]);
             }
-            // Contiguous shares, the first ones one core larger when the count does not divide.
-            let (each, extra) = (cores.len() / n, cores.len() % n);
-            let mut at = 0;
+            // Equal contiguous shares (cores left over stay unused): workers whose times are compared
+            // get the same resources.
+            let each = cores.len() / n;
             Ok((0..n)
-                .map(|i| {
-                    let len = each + usize::from(i < extra);
-                    let share = cores[at..at + len].to_vec();
-                    at += len;
-                    Device {
-                        cores: Some(share),
-                        ..Device::default()
-                    }
+                .map(|i| Device {
+                    cores: Some(cores[i * each..(i + 1) * each].to_vec()),
+                    ..Device::default()
                 })
                 .collect())
         }
@@ -182,6 +177,27 @@ pub fn on_cluster(
         .collect())
 }
 
+/// What the worker of GPU `index` is given as `CUDA_VISIBLE_DEVICES`: the index-th of the GPUs this process
+/// may use (the list it was given itself, e.g. by a job scheduler, else all of them).
+pub fn visible_gpu(index: u32, inherited: Option<&str>) -> Result<String, String> {
+    match inherited.map(str::trim).filter(|v| !v.is_empty()) {
+        None => Ok(index.to_string()),
+        Some(list) => list
+            .split(',')
+            .map(str::trim)
+            .nth(index as usize)
+            .map(str::to_string)
+            .ok_or_else(|| {
+                format!(
+                    "GPU {index}: CUDA_VISIBLE_DEVICES={list} gives this process only {} GPU(s); name those \
+                     (0 to {}) in --devices",
+                    list.split(',').count(),
+                    list.split(',').count().saturating_sub(1)
+                )
+            }),
+    }
+}
+
 /// The CPU cores this process may run on, in order.
 pub fn available_cores() -> Vec<usize> {
     #[cfg(target_os = "linux")]
@@ -229,11 +245,12 @@ mod tests {
             cores(&parse("2", Target::Cpu, &all).unwrap()),
             vec![vec![0, 1, 2, 3], vec![4, 5, 6, 7]]
         );
-        // 7 cores over 3 workers: 3, 2, 2; cores the process may not use are never handed out.
+        // 7 cores over 3 workers: 2 each, the last one unused; cores the process may not use are never
+        // handed out.
         let some = [0, 1, 2, 4, 5, 6, 7];
         assert_eq!(
             cores(&parse("3", Target::Cpu, &some).unwrap()),
-            vec![vec![0, 1, 2], vec![4, 5], vec![6, 7]]
+            vec![vec![0, 1], vec![2, 4], vec![5, 6]]
         );
         assert_eq!(
             parse("1", Target::Cpu, &all).unwrap(),

@@ -158,6 +158,15 @@ impl Worker {
         // worker it starts on its node instead (python/ksearch_worker/ray_bridge.py).
         let bridge = self.device.ray.as_deref();
         crate::sandbox::confine(&mut cmd, self.target, &private, bridge.is_none());
+        if bridge.is_some() {
+            // Ray's own settings (a token-authenticated cluster's among them) reach the bridge, which runs no
+            // candidate code; the actor drops them before it starts the worker.
+            for (name, value) in std::env::vars_os() {
+                if name.to_string_lossy().starts_with("RAY_") {
+                    cmd.env(name, value);
+                }
+            }
+        }
         if let Ok(w) = std::env::join_paths(&self.writable) {
             cmd.env("KSEARCH_WRITABLE", w);
         }
@@ -165,7 +174,10 @@ impl Worker {
             cmd.env("KSEARCH_REFERENCE_CACHE", dir);
         }
         if let Some(gpu) = self.device.gpu {
-            cmd.env("CUDA_VISIBLE_DEVICES", gpu.to_string());
+            let inherited = std::env::var("CUDA_VISIBLE_DEVICES").ok();
+            let visible = crate::devices::visible_gpu(gpu, inherited.as_deref())
+                .map_err(WorkerFailure::Spawn)?;
+            cmd.env("CUDA_VISIBLE_DEVICES", visible);
         }
         if let Some(cores) = self.device.cores.clone() {
             // Everything the worker starts (compilers, the kernel host) inherits the pinning.

@@ -37,54 +37,107 @@ SETUP = ("hello", "load_task")
 SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSW", "CREDENTIAL", "COOKIE", "AUTH", "SESSION")
 CORE_LIMIT, FILE_SIZE, CPU_ADDRESS_SPACE = 0, 4 << 30, 16 << 30
 CLONE_NEWNET, CLONE_NEWUSER = 0x40000000, 0x10000000
-
-
-def _confine(cpu: bool) -> None:
-    """In the worker's child between fork and exec: the limits ksearch's sandbox.rs sets on a local worker."""
-    resource.setrlimit(resource.RLIMIT_CORE, (CORE_LIMIT, CORE_LIMIT))
-    resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_SIZE, FILE_SIZE))
-    if cpu and sys.platform.startswith("linux"):
-        resource.setrlimit(resource.RLIMIT_AS, (CPU_ADDRESS_SPACE, CPU_ADDRESS_SPACE))
-        import ctypes
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.unshare(CLONE_NEWNET) != 0:
-            libc.unshare(CLONE_NEWUSER | CLONE_NEWNET)
+PR_SET_PDEATHSIG = 1
 
 
 def worker_env(passed: dict[str, str], private: str) -> dict[str, str]:
-    """The node's environment without secrets, with ksearch's variables and the private folder."""
-    env = {k: v for k, v in os.environ.items() if not any(m in k.upper() for m in SECRET_MARKERS)}
+    """The node's environment without secrets and without Ray's own variables (the cluster's address is
+    no business of candidate code), with ksearch's variables and the private folder."""
+    env = {k: v for k, v in os.environ.items()
+           if not any(m in k.upper() for m in SECRET_MARKERS) and not k.upper().startswith("RAY_")}
     env.update(passed)
     env.update(TMPDIR=private, TMP=private, TEMP=private, HOME=private)
     return env
 
 
+def _libc() -> Any:
+    import ctypes
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def supervise(target: str) -> int:
+    """`--supervise`: between the actor and the worker, on the node. It dies with the actor's thread that
+    started it (SIGTERM), and then, or when the worker ends, kills the worker's whole process group (the
+    compilers and kernel hosts it started), as ksearch kills a local worker's group, and removes the
+    private folder."""
+    import shutil
+    libc = _libc() if sys.platform.startswith("linux") else None
+    if libc is not None:
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    private = os.getcwd()
+    worker = subprocess.Popen([sys.executable, "-m", "ksearch_worker", "--target", target],
+                              start_new_session=True)
+
+    def end_group(*_: Any) -> None:
+        try:
+            os.killpg(worker.pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+    def on_term(*_: Any) -> None:
+        end_group()
+        shutil.rmtree(private, ignore_errors=True)
+        os._exit(1)
+
+    signal.signal(signal.SIGTERM, on_term)
+    status = worker.wait()
+    end_group()
+    shutil.rmtree(private, ignore_errors=True)
+    if status < 0:
+        signal.signal(-status, signal.SIG_DFL)
+        os.kill(os.getpid(), -status)
+    return status
+
+
 class Holder:
-    """The worker process on a node, its stdout read a line per request and its stderr gathered."""
+    """The worker process on a node (behind its supervisor), its stdout read a line per request and its
+    stderr gathered."""
 
     def __init__(self, target: str, passed: dict[str, str]) -> None:
         self.private = tempfile.mkdtemp(prefix="ksearch-ray-worker-")
         self.new_stderr: collections.deque[str] = collections.deque(maxlen=4000)
         cpu = target == "cpu"
-        cmd = [sys.executable, "-m", "ksearch_worker", "--target", target]
         # The package as Ray placed it on this node (runtime_env py_modules) comes first on the path.
         here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         passed = dict(passed, PYTHONPATH=os.pathsep.join(filter(None, [here, passed.get("PYTHONPATH")])))
+        cmd = [sys.executable, "-m", "ksearch_worker.ray_bridge", "--supervise", "--target", target]
+        env = worker_env(passed, self.private)
+        # Resolved before the fork: only system calls run between fork and exec.
+        unshare = _libc().unshare if sys.platform.startswith("linux") else None
+
+        def confine() -> None:
+            """The limits ksearch's sandbox.rs sets on a local worker, and a network namespace of its own
+            on every target (the node's network reaches the cluster). A limit the system refuses leaves the
+            worker less confined, not broken."""
+            for res, value in ((resource.RLIMIT_CORE, CORE_LIMIT), (resource.RLIMIT_FSIZE, FILE_SIZE),
+                               *(((resource.RLIMIT_AS, CPU_ADDRESS_SPACE),) if cpu else ())):
+                try:
+                    resource.setrlimit(res, (value, value))
+                except (ValueError, OSError):
+                    pass
+            if unshare is not None and unshare(CLONE_NEWNET) != 0 and cpu:
+                unshare(CLONE_NEWUSER | CLONE_NEWNET)
+
         started: dict[str, Any] = {}
-        # The worker asks the kernel to kill it when its parent thread ends: fork from a thread that lives
-        # as long as the actor.
         ready = threading.Event()
 
+        # The supervisor asks the kernel to signal it when its parent thread ends: fork from a thread that
+        # lives as long as the actor.
         def spawn_and_stay() -> None:
-            started["p"] = subprocess.Popen(
-                cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                cwd=self.private, env=worker_env(passed, self.private), preexec_fn=lambda: _confine(cpu),
-                start_new_session=True)
-            ready.set()
+            try:
+                started["p"] = subprocess.Popen(
+                    cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                    cwd=self.private, env=env, preexec_fn=confine)
+            except BaseException as e:  # noqa: BLE001 - handed to __init__, which raises it
+                started["error"] = e
+            finally:
+                ready.set()
             threading.Event().wait()
 
         threading.Thread(target=spawn_and_stay, daemon=True).start()
         ready.wait()
+        if "error" in started:
+            raise started["error"]
         self.proc: subprocess.Popen[bytes] = started["p"]
         threading.Thread(target=self._gather_stderr, daemon=True).start()
 
@@ -149,19 +202,33 @@ def _die_like(status: int) -> None:
     sys.exit(status or 1)
 
 
+def _fail(message: str) -> int:
+    print(f"ksearch-worker: {message}", file=sys.stderr, flush=True)
+    return 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ksearch_worker.ray_bridge", description=__doc__)
-    parser.add_argument("--address", required=True, help="ray://HOST:PORT, HOST:PORT or auto")
+    parser.add_argument("--address", help="ray://HOST:PORT, HOST:PORT or auto")
     parser.add_argument("--target", required=True)
+    parser.add_argument("--supervise", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.supervise:
+        return supervise(args.target)
+    if not args.address:
+        parser.error("--address is required")
+    from .__main__ import _die_with_parent, _take_protocol_fds
+    _die_with_parent()
+    # The protocol gets private copies of stdin and stdout before Ray loads: nothing Ray prints can reach
+    # ksearch as a reply.
+    requests, replies = _take_protocol_fds()
     try:
         import ray
         from ray.exceptions import RayActorError
     except ImportError:
-        print("ksearch-worker: --cluster needs Ray in the worker's Python: ksearch installs it into the "
-              "environment it manages; with --python, `pip install -r requirements-ray.txt` (the worker "
-              "package's folder) into that interpreter", file=sys.stderr)
-        return 2
+        return _fail("--cluster needs Ray in the worker's Python: ksearch installs it into the environment it "
+                     "manages; with --python, `pip install -r requirements-ray.txt` (the worker package's "
+                     "folder) into that interpreter")
     import logging
     package = os.path.dirname(os.path.abspath(__file__))
     # The worker package travels with the job, so a node of the cluster imports the same code.
@@ -171,9 +238,6 @@ def main(argv: list[str] | None = None) -> int:
     actor_class = ray.remote(num_gpus=1 if gpu else 0, num_cpus=0 if gpu else 1, max_concurrency=2)(Holder)
     passed = {k: os.environ[k] for k in PASSED_ENV if k in os.environ}
     setup: list[str] = []
-
-    def start() -> Any:
-        return actor_class.remote(args.target, passed)
 
     def ask(actor: Any, line: str) -> tuple[str | None, int | None]:
         done = actor.request.remote(line)
@@ -185,9 +249,22 @@ def main(argv: list[str] | None = None) -> int:
             if ready:
                 return ray.get(done)
 
-    actor = start()
-    for line in sys.stdin:
-        line = line.rstrip("\n")
+    def replace(old: Any) -> Any:
+        """A new actor set up as the old one was; the old one killed, so its device is free again."""
+        try:
+            ray.kill(old, no_restart=True)
+        except Exception:  # noqa: BLE001 - already gone
+            pass
+        new = actor_class.remote(args.target, passed)
+        for earlier in setup:
+            reply, _ = ask(new, earlier)
+            if reply is None or not json.loads(reply).get("ok"):
+                raise RuntimeError(f"the replacement actor refused a setup request: {(reply or '')[:300]}")
+        return new
+
+    actor = actor_class.remote(args.target, passed)
+    for raw in requests:
+        line = raw.decode("utf-8", "replace").rstrip("\n")
         try:
             op = json.loads(line).get("op")
         except (ValueError, AttributeError):
@@ -197,18 +274,19 @@ def main(argv: list[str] | None = None) -> int:
         except RayActorError as e:
             print(f"ksearch-worker: the Ray actor holding the worker was lost ({type(e).__name__}); "
                   "a new one is set up and asked again", file=sys.stderr, flush=True)
-            actor = start()
-            for earlier in setup:
-                ask(actor, earlier)
-            reply, status = ask(actor, line)
+            try:
+                actor = replace(actor)
+                reply, status = ask(actor, line)
+            except (RayActorError, RuntimeError, ValueError) as again:
+                return _fail(f"the replacement Ray actor failed too: {again}")
         if op in SETUP:
             setup.append(line)
         if reply is None:
             _die_like(status if status is not None else 1)
         if op == "hello":
             reply = with_remote(reply, ray.get(actor.where.remote()))
-        sys.stdout.write(reply + "\n")
-        sys.stdout.flush()
+        replies.write(reply.encode() + b"\n")
+        replies.flush()
     return 0
 
 

@@ -13,8 +13,10 @@ def test_the_worker_on_a_node_gets_no_secret_and_its_own_folders(monkeypatch: py
     monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
     monkeypatch.setenv("HF_TOKEN", "hf-secret")
     monkeypatch.setenv("LANG", "C.UTF-8")
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
     env = ray_bridge.worker_env({"KSEARCH_WRITABLE": "/build"}, "/tmp/private")
     assert "OPENAI_API_KEY" not in env and "HF_TOKEN" not in env
+    assert "RAY_ADDRESS" not in env, "candidate code is not told where the cluster is"
     assert env["LANG"] == "C.UTF-8" and env["KSEARCH_WRITABLE"] == "/build"
     assert all(env[k] == "/tmp/private" for k in ("TMPDIR", "TMP", "TEMP", "HOME"))
 

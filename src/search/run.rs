@@ -726,7 +726,16 @@ impl<'a> Runner<'a> {
             // With several devices, the proposals at the head of the batch are evaluated at once, one per
             // device; they reach the history (and the strategy) in the batch's order.
             let mut proposals = vec![proposal];
-            while self.evaluators.len() > 1 && matches!(batch.front(), Some(Next::Propose(_))) {
+            // No more at once than the budget has evaluations left for (the rounds, the tuning cap).
+            let room = if budget.rounds {
+                (seeded + budget.total + budget.tune_total).saturating_sub(history.len())
+            } else {
+                budget.left()
+            };
+            while self.evaluators.len() > 1
+                && proposals.len() < room
+                && matches!(batch.front(), Some(Next::Propose(_)))
+            {
                 if let Some(Next::Propose(p)) = batch.pop_front() {
                     proposals.push(p);
                 }

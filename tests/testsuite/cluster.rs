@@ -4,19 +4,24 @@
 
 use crate::common::*;
 use serde_json::Value;
-use std::path::{Path, PathBuf};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
 use std::process::Command;
 
-/// A Ray head on this machine, stopped (with everything Ray started) however the test leaves.
+/// A Ray head on this machine, run in the foreground (`--block`) in a process group of its own, so that
+/// dropping it kills this head and everything it started, and no other Ray on the machine.
 struct RayHead {
-    ray: PathBuf,
+    head: Killed,
     address: String,
     _temp: tempfile::TempDir,
 }
 
 impl Drop for RayHead {
     fn drop(&mut self) {
-        let _ = Command::new(&self.ray).args(["stop", "--force"]).output();
+        // SAFETY: a signal to a process group this test created.
+        unsafe {
+            libc::killpg(self.head.0.id() as i32, libc::SIGKILL);
+        }
     }
 }
 
@@ -62,18 +67,34 @@ fn start_head() -> RayHead {
         args.push(format!("{flag}={p}"));
     }
     args.push(format!("--temp-dir={}", temp.path().display()));
-    let head = RayHead {
-        ray: ray.clone(),
-        address: format!("127.0.0.1:{port}"),
+    args.push("--block".into());
+    let mut child = Command::new(&ray)
+        .args(&args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let address = format!("127.0.0.1:{port}");
+    // Up when its GCS port answers.
+    let started = std::time::Instant::now();
+    while std::net::TcpStream::connect(&address).is_err() {
+        if let Some(status) = child.try_wait().unwrap() {
+            let mut err = String::new();
+            let _ = std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err);
+            panic!("ray start --head ended ({status}): {err}");
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(120),
+            "the Ray head never listened on {address}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    RayHead {
+        head: Killed(child),
+        address,
         _temp: temp,
-    };
-    let out = Command::new(&ray).args(&args).output().unwrap();
-    assert!(
-        out.status.success(),
-        "ray start --head failed: {}",
-        stderr(&out)
-    );
-    head
+    }
 }
 
 /// The search attempts of a run: (candidate, passed), in order.
@@ -87,9 +108,16 @@ fn attempts(store: &Path, run_id: &str) -> Vec<(String, bool)> {
         .collect()
 }
 
+/// One head for both scenarios, one after the other: two heads at once would share the machine's Ray
+/// processes (`ray::Holder` actors) and each other's kills.
 #[test]
-fn a_search_through_a_local_ray_cluster_makes_the_choices_of_a_local_one() {
+fn searches_through_a_local_ray_cluster() {
     let head = start_head();
+    a_search_through_the_cluster_makes_the_choices_of_a_local_one(&head);
+    actors_lost_mid_run_are_replaced_and_the_evaluation_asked_again(&head);
+}
+
+fn a_search_through_the_cluster_makes_the_choices_of_a_local_one(head: &RayHead) {
     let search = |extra: &[&str]| -> (tempfile::TempDir, Value) {
         let store = tempfile::tempdir().unwrap();
         let mut args = vec![
@@ -159,5 +187,87 @@ fn a_cluster_address_that_does_not_parse_is_refused_before_anything_starts() {
             let s = ksearch::store::Store::open(store.path()).unwrap();
             s.runs().unwrap().is_empty()
         }
+    );
+}
+
+/// Ray actors killed mid-run (as a node is lost): each bridge replaces its actor, gives it the requests that
+/// set the old one up, and asks again; the run completes with every candidate passing, none charged a crash.
+fn actors_lost_mid_run_are_replaced_and_the_evaluation_asked_again(head: &RayHead) {
+    let store = tempfile::tempdir().unwrap();
+    let mut args = vec![
+        "-vv",
+        "run",
+        "scan",
+        "--strategy",
+        "tune",
+        "--budget",
+        "3",
+        "--parallel",
+        "2",
+        "--devices",
+        "2",
+        "--cluster",
+        &head.address,
+        "--json",
+    ];
+    args.extend_from_slice(QUICK);
+    let mut child = ksearch(store.path())
+        .args(&args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Once the first evaluation is stored, every actor holding a worker is killed.
+    let started = std::time::Instant::now();
+    let mut killed = 0;
+    while killed == 0 {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(240),
+            "no evaluation was stored"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the run ended before an actor could be killed"
+        );
+        let stored = ksearch::store::Store::open(store.path())
+            .ok()
+            .and_then(|s| {
+                let run = s.runs().ok()?.first()?.run_id.clone();
+                Some(s.evaluations(&run).ok()?.len())
+            })
+            .unwrap_or(0);
+        if stored == 0 {
+            continue;
+        }
+        // This head's actors only: they are in its process group.
+        let pids = Command::new("pgrep")
+            .args(["-g", &head.head.0.id().to_string(), "-f", "ray::Holder"])
+            .output()
+            .unwrap();
+        for pid in String::from_utf8_lossy(&pids.stdout).split_whitespace() {
+            if Command::new("kill")
+                .args(["-9", pid])
+                .status()
+                .unwrap()
+                .success()
+            {
+                killed += 1;
+            }
+        }
+    }
+    let out = child.wait_with_output().unwrap();
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    let v = last_json(&out);
+    assert_eq!(v["status"], "completed", "{v}");
+    assert_eq!(v["evaluations"], 3);
+    assert!(err.contains("was lost"), "no actor was replaced: {err}");
+    let run_id = v["run_id"].as_str().unwrap();
+    let done = attempts(store.path(), run_id);
+    assert!(done.iter().all(|(_, passed)| *passed), "{done:?}");
+    assert_eq!(
+        v["worker_restarts"], 0,
+        "a lost actor is no worker crash: {v}"
     );
 }

@@ -27,6 +27,9 @@ struct Job {
     incumbent: Option<(String, Candidate)>,
     /// What the store already holds for each feedback workload (a resumed batch).
     stored: Vec<Option<WorkloadResult>>,
+    /// An earlier job of the batch with the same candidate: this one takes its results (as one device would
+    /// read them back from the store) instead of evaluating it again at the same time.
+    same_as: Option<usize>,
 }
 
 /// What a device's worker tells the store's thread.
@@ -72,12 +75,14 @@ impl Runner<'_> {
                         .evaluation(&self.run_id, Phase::Search, &hash, &w.name)
                 })
                 .collect::<Result<Vec<_>, _>>()?;
+            let same_as = jobs.iter().position(|j: &Job| j.hash == hash);
             jobs.push(Job {
                 seq,
                 hash,
                 proposal: p,
                 incumbent,
                 stored,
+                same_as,
             });
         }
         let evaluated = self.run_jobs(&jobs, feedback)?;
@@ -100,7 +105,11 @@ impl Runner<'_> {
         jobs: &[Job],
         feedback: &[Workload],
     ) -> Result<Vec<(Vec<WorkloadResult>, eval::Summary)>> {
-        let queue = Mutex::new((0..jobs.len()).collect::<VecDeque<usize>>());
+        let queue = Mutex::new(
+            (0..jobs.len())
+                .filter(|&j| jobs[j].same_as.is_none())
+                .collect::<VecDeque<usize>>(),
+        );
         // Set when the store fails: workers stop taking jobs, the batch ends with the error.
         let stop = AtomicBool::new(false);
         let (tx, rx) = mpsc::channel::<Report>();
@@ -143,7 +152,13 @@ impl Runner<'_> {
                         }
                         results[j].push(*r);
                     }
-                    Report::Done(j) => done[j] = true,
+                    Report::Done(j) => {
+                        done[j] = true;
+                        for d in (0..jobs.len()).filter(|&d| jobs[d].same_as == Some(j)) {
+                            results[d] = results[j].clone();
+                            done[d] = true;
+                        }
+                    }
                 }
                 // Attempts finish in the batch's order, each once all before it have.
                 while failure.is_none() && summaries.len() < jobs.len() && done[summaries.len()] {
