@@ -47,6 +47,12 @@ impl ScriptedEvaluator {
         }
     }
 
+    /// The same evaluator reporting `name` as its hardware (a device unlike the others of a pool).
+    pub fn named(mut self, name: &str) -> ScriptedEvaluator {
+        self.hello["hardware"]["name"] = json!(name);
+        self
+    }
+
     /// The calls made so far, shared: it stays readable after the evaluator is handed to a runner.
     pub fn calls(&self) -> Arc<Mutex<Vec<Call>>> {
         self.calls.clone()

@@ -353,7 +353,16 @@ impl<'a> Runner<'a> {
             .first()
             .ok_or_else(|| anyhow!("run {run_id}: no evaluator was started"))?;
         store.claim_run(run_id)?;
-        store.set_hello(run_id, &pool_hello(&evaluators))?;
+        let hello = pool_hello(&evaluators);
+        if hello["devices_differ"] == true {
+            tracing::warn!(
+                "the devices of run {run_id} differ ({}): a candidate's time is compared with others measured \
+                 on other devices as it is (each verdict against its incumbent is measured side by side on \
+                 one device)",
+                hello["devices"]
+            );
+        }
+        store.set_hello(run_id, &hello)?;
         let seed = load_seed(store, &config)?;
         if config.from_spec && config.strategy != StrategyKind::WorldModel {
             bail!(
@@ -1032,11 +1041,11 @@ fn search_summary(
 }
 
 /// The hello stored with the run: the first worker's, with every worker's device beside it when there
-/// are several.
+/// are several, and `devices_differ` when their hardware (name, cores) is not the same.
 fn pool_hello(evaluators: &[Box<dyn Evaluate + Send>]) -> Value {
     let mut hello = evaluators[0].hello().clone();
     if evaluators.len() > 1 {
-        hello["devices"] = evaluators
+        let devices: Vec<Value> = evaluators
             .iter()
             .map(|e| {
                 let h = e.hello();
@@ -1047,6 +1056,14 @@ fn pool_hello(evaluators: &[Box<dyn Evaluate + Send>]) -> Value {
                 })
             })
             .collect();
+        let kinds: std::collections::BTreeSet<String> = devices
+            .iter()
+            .map(|d| format!("{} ({} cores)", d["hardware"], d["cores"]))
+            .collect();
+        if kinds.len() > 1 {
+            hello["devices_differ"] = Value::Bool(true);
+        }
+        hello["devices"] = Value::Array(devices);
     }
     hello
 }

@@ -372,3 +372,31 @@ fn a_batch_killed_over_two_devices_resumes_without_evaluating_a_finished_workloa
         );
     }
 }
+
+#[test]
+fn devices_whose_hardware_differs_are_marked_in_the_runs_hello() {
+    let (task, seed) = matmul();
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    for (names, differ) in [(["a", "a"], false), (["a", "b"], true)] {
+        let run_id = new_pool_run(&store, &task, &seed, 1, 2);
+        let runner = Runner::open_with(&store, &run_id, None, |_, _, config| {
+            Ok(names
+                .iter()
+                .map(|n| {
+                    let ev = ScriptedEvaluator::new(config.timing.clone(), |c, _| Ok(time_of(c)));
+                    Box::new(ev.named(n)) as Box<dyn Evaluate + Send>
+                })
+                .collect())
+        })
+        .unwrap();
+        drop(runner);
+        let hello = store.run(&run_id).unwrap().unwrap().hello;
+        assert_eq!(hello["devices"].as_array().map(Vec::len), Some(2));
+        assert_eq!(
+            hello["devices_differ"] == true,
+            differ,
+            "{names:?}: {hello}"
+        );
+    }
+}
