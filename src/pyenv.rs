@@ -123,48 +123,39 @@ impl PythonEnv {
     /// Makes sure the packages `target` needs are there. The managed environment gets MLX installed on
     /// first use of an MLX target; an interpreter given with `--python` is used as it is.
     pub fn ensure_target(&self, target: crate::target::Target) -> Result<()> {
-        if !self.managed || !target.is_gpu() {
+        if !target.is_gpu() {
             return Ok(());
         }
-        let ready = self
-            .python
-            .parent()
-            .and_then(Path::parent)
-            .map(|v| v.join(".ksearch-mlx-ready"));
-        if ready.as_ref().is_some_and(|r| r.exists()) {
-            return Ok(());
-        }
-        let _lock = lock_venv()?;
-        if ready.as_ref().is_some_and(|r| r.exists()) {
-            return Ok(()); // installed by whoever held the lock before
-        }
-        eprintln!(
-            "ksearch: installing MLX into the worker's environment (first use of an MLX target)"
-        );
-        pip_install(
-            &self.python,
-            &self.worker_path.join("requirements-mlx.txt"),
-            "installing MLX for the MLX targets",
-        )?;
-        if let Some(r) = ready {
-            std::fs::write(r, b"")?;
-        }
-        Ok(())
+        self.install_extra(
+            "requirements-mlx.txt",
+            ".ksearch-mlx-ready",
+            "installing MLX for the MLX targets (first use of an MLX target)",
+        )
     }
 
     /// Makes sure Ray is there for `--cluster`: installed into the managed environment on first use; an
     /// interpreter given with `--python` is used as it is (the bridge says how to install it if missing).
     pub fn ensure_ray(&self) -> Result<()> {
+        self.install_extra(
+            "requirements-ray.txt",
+            ".ksearch-ray-ready",
+            "installing Ray for --cluster (first use)",
+        )
+    }
+
+    /// Installs the worker package's `requirements` file into the managed environment unless the `marker`
+    /// beside it says it was, with the same content: a changed pin installs again. Nothing for `--python`.
+    fn install_extra(&self, requirements: &str, marker: &str, what: &str) -> Result<()> {
         if !self.managed {
             return Ok(());
         }
-        let wanted = std::fs::read_to_string(self.worker_path.join("requirements-ray.txt"))?;
-        // The marker holds the requirements it installed: a changed pin installs again.
+        let file = self.worker_path.join(requirements);
+        let wanted = std::fs::read_to_string(&file)?;
         let ready = self
             .python
             .parent()
             .and_then(Path::parent)
-            .map(|v| v.join(".ksearch-ray-ready"));
+            .map(|v| v.join(marker));
         let installed = || {
             ready
                 .as_ref()
@@ -176,14 +167,10 @@ impl PythonEnv {
         }
         let _lock = lock_venv()?;
         if installed() {
-            return Ok(());
+            return Ok(()); // installed by whoever held the lock before
         }
-        eprintln!("ksearch: installing Ray into the worker's environment (first use of --cluster)");
-        pip_install(
-            &self.python,
-            &self.worker_path.join("requirements-ray.txt"),
-            "installing Ray for --cluster",
-        )?;
+        eprintln!("ksearch: {what} into the worker's environment");
+        pip_install(&self.python, &file, what)?;
         if let Some(r) = ready {
             std::fs::write(r, &wanted)?;
         }

@@ -10,21 +10,17 @@ use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::Command;
 
+/// Markers of secret variable names, shared with the Ray bridge's scrub on a cluster's nodes.
+const SECRET_MARKERS: &str = include_str!("../python/ksearch_worker/secret_markers.txt");
+
 /// Environment variables a candidate must never see: provider keys and anything that looks like a secret.
 pub fn is_secret(name: &str) -> bool {
     let n = name.to_ascii_uppercase();
-    [
-        "KEY",
-        "TOKEN",
-        "SECRET",
-        "PASSW",
-        "CREDENTIAL",
-        "COOKIE",
-        "AUTH",
-        "SESSION",
-    ]
-    .iter()
-    .any(|p| n.contains(p))
+    SECRET_MARKERS
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .any(|p| n.contains(p))
 }
 
 /// Address-space limit of CPU workers: enough for any built-in workload, far from the machine's memory.

@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+from pathlib import Path
 from typing import Any
 
 # Environment variables the worker needs from ksearch's side; everything else comes from the node.
@@ -34,7 +35,9 @@ PASSED_ENV = ("PYTHONPATH", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE", "KSEA
               "KSEARCH_REFERENCE_CACHE", "KSEARCH_WORKER_PROFILE", "KSEARCH_ALLOW_CLUSTERS")
 # Requests replayed to a replacement actor before the one in flight, in the order they came.
 SETUP = ("hello", "load_task")
-SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSW", "CREDENTIAL", "COOKIE", "AUTH", "SESSION")
+# The markers of secret variable names, as src/sandbox.rs reads them.
+SECRET_MARKERS = tuple(line.strip() for line in (Path(__file__).parent / "secret_markers.txt").read_text()
+                       .splitlines() if line.strip() and not line.startswith("#"))
 CORE_LIMIT, FILE_SIZE, CPU_ADDRESS_SPACE = 0, 4 << 30, 16 << 30
 CLONE_NEWNET, CLONE_NEWUSER = 0x40000000, 0x10000000
 PR_SET_PDEATHSIG = 1

@@ -301,17 +301,15 @@ impl<'a> Runner<'a> {
                 .with_context(|| format!("starting the worker on device {}", device.label()))?;
                 Ok(Box::new(ev))
             };
-            if config.devices.len() <= 1 {
-                let device = config.devices.first().cloned().unwrap_or_default();
-                return Ok(vec![start(&device)?]);
-            }
+            let one = [Device::default()];
+            let devices = if config.devices.is_empty() {
+                &one[..]
+            } else {
+                &config.devices[..]
+            };
             // Workers start at once: each hello may measure its device for a second or more.
             std::thread::scope(|s| {
-                let started: Vec<_> = config
-                    .devices
-                    .iter()
-                    .map(|d| s.spawn(move || start(d)))
-                    .collect();
+                let started: Vec<_> = devices.iter().map(|d| s.spawn(move || start(d))).collect();
                 started
                     .into_iter()
                     .map(|h| h.join().expect("a worker start panicked"))
@@ -436,8 +434,9 @@ impl<'a> Runner<'a> {
         Ok(())
     }
 
-    /// Evaluates a candidate on `workloads`, reusing what the store already has for this run.
-    /// In the search phase it stops at the first failing workload: the candidate is out either way.
+    /// Evaluates a candidate on every one of `workloads` on the first device, reusing what the store already
+    /// has for this run (the held-out, final and confirming phases; the search phase goes through
+    /// `evaluate_proposals`, which stops at a candidate's first failure).
     fn evaluate(
         &mut self,
         cand: &Candidate,
@@ -446,23 +445,23 @@ impl<'a> Runner<'a> {
         phase: Phase,
         opts: EvalOptions<'_>,
     ) -> Result<Vec<WorkloadResult>> {
+        let stored = workloads
+            .iter()
+            .map(|w| self.store.evaluation(&self.run_id, phase, hash, &w.name))
+            .collect::<Result<Vec<_>, _>>()?;
         // What is left to evaluate has its kernel modules compiled at once first (mlx-cuda).
-        let mut left = Vec::new();
-        for w in workloads {
-            if self
-                .store
-                .evaluation(&self.run_id, phase, hash, &w.name)?
-                .is_none()
-            {
-                left.push(w);
-            }
-        }
+        let left: Vec<&Workload> = workloads
+            .iter()
+            .zip(&stored)
+            .filter(|(_, s)| s.is_none())
+            .map(|(w, _)| w)
+            .collect();
         if !left.is_empty() {
             self.evaluators[0].precompile(cand, &left);
         }
         let mut out = Vec::new();
-        for (i, w) in workloads.iter().enumerate() {
-            let r = match self.store.evaluation(&self.run_id, phase, hash, &w.name)? {
+        for (i, (w, stored)) in workloads.iter().zip(stored).enumerate() {
+            let r = match stored {
                 Some(r) => r,
                 None => {
                     crate::progress::report(crate::progress::Phase::Evaluating {
@@ -476,11 +475,7 @@ impl<'a> Runner<'a> {
                     r
                 }
             };
-            let failed = r.status != Status::Passed;
             out.push(r);
-            if failed && phase == Phase::Search {
-                break;
-            }
         }
         Ok(out)
     }
@@ -669,12 +664,13 @@ impl<'a> Runner<'a> {
         loop {
             let budget = self.budget(history);
             // Evaluations are bounded whatever the strategy does: the seed, the rounds, the tuning cap.
-            let spent = if budget.rounds {
-                history.len() >= seeded + budget.total + budget.tune_total
-                    || (budget.left() == 0 && budget.tune_left() == 0)
+            let room = if budget.rounds {
+                (seeded + budget.total + budget.tune_total).saturating_sub(history.len())
             } else {
-                budget.left() == 0
+                budget.left()
             };
+            let spent =
+                room == 0 || (budget.rounds && budget.left() == 0 && budget.tune_left() == 0);
             // A seed that does not compile, or that the evaluator could not run (the target is missing
             // here), ends the run with its reason: every later candidate would meet the same failure. For
             // LLM strategies any failing seed does: their prompts build on a correct starting candidate.
@@ -734,13 +730,8 @@ impl<'a> Runner<'a> {
             };
             // With several devices, the proposals at the head of the batch are evaluated at once, one per
             // device; they reach the history (and the strategy) in the batch's order.
+            // No more at once than the budget has evaluations left for (`room`).
             let mut proposals = vec![proposal];
-            // No more at once than the budget has evaluations left for (the rounds, the tuning cap).
-            let room = if budget.rounds {
-                (seeded + budget.total + budget.tune_total).saturating_sub(history.len())
-            } else {
-                budget.left()
-            };
             while self.evaluators.len() > 1
                 && proposals.len() < room
                 && matches!(batch.front(), Some(Next::Propose(_)))
@@ -750,12 +741,7 @@ impl<'a> Runner<'a> {
                 }
             }
             let before = history.len();
-            if proposals.len() == 1 {
-                let p = proposals.pop().expect("one");
-                self.evaluate_proposal(history, p, feedback)?;
-            } else {
-                self.evaluate_at_once(history, proposals, feedback)?;
-            }
+            self.evaluate_proposals(history, proposals, feedback)?;
             self.persist_strategy()?;
             for i in before..history.len() {
                 progress(Event::Evaluated {
@@ -765,50 +751,6 @@ impl<'a> Runner<'a> {
                 });
             }
         }
-    }
-
-    /// One proposal evaluated on the feedback workloads, beside its incumbent, stored and added to the
-    /// history.
-    fn evaluate_proposal(
-        &mut self,
-        history: &mut Vec<Observation>,
-        p: Proposal,
-        feedback: &[Workload],
-    ) -> Result<()> {
-        // Timed beside the candidate the strategy names, else the run's best so far: the verdict the
-        // strategy is told comes from the two measured side by side on the same inputs.
-        let incumbent = p
-            .compare_with
-            .and_then(|h| history.iter().find(|o| o.hash == h && o.cost().is_some()))
-            .or_else(|| best_of(history))
-            .map(|o| (o.hash.clone(), o.candidate.clone()));
-        let seq = history.len();
-        let hash = self.store.put_candidate(&p.candidate)?;
-        self.store.begin_attempt(
-            &self.run_id,
-            Phase::Search,
-            seq as i64,
-            &hash,
-            p.parent.as_deref(),
-            &p.origin,
-        )?;
-        let opts = EvalOptions {
-            incumbent: incumbent.as_ref().map(|(h, c)| (h.as_str(), c)),
-            retime_baselines: false,
-        };
-        let results = self.evaluate(&p.candidate, &hash, feedback, Phase::Search, opts)?;
-        let summary = search_summary(&results, feedback.len(), self.evaluators[0].timing());
-        self.store
-            .finish_attempt(&self.run_id, Phase::Search, seq as i64, &summary)?;
-        history.push(Observation {
-            hash,
-            origin: p.origin,
-            candidate: p.candidate,
-            summary,
-            results,
-            held_out: None,
-        });
-        Ok(())
     }
 
     /// Held-out workloads, scored only now: the best candidates in order until one passes them all (the

@@ -21,26 +21,7 @@ fn matmul() -> (Task, Candidate) {
 }
 
 fn new_tune_run(store: &Store, task: &Task, seed: &Candidate, budget: usize) -> String {
-    create(
-        store,
-        NewRun {
-            task,
-            target: Target::Cpu,
-            seed: Some(seed),
-            seed_name: "naive".into(),
-            settings: Settings::for_task(task, Target::Cpu),
-            strategy: StrategyKind::Tune,
-            budget,
-            llm: None,
-            tune_budget: 0,
-            tune_total: None,
-            world_model: WorldModelConfig::default(),
-            parallel: 1,
-            devices: Vec::new(),
-            rng_seed: None,
-        },
-    )
-    .unwrap()
+    new_pool_run(store, task, seed, budget, 0)
 }
 
 /// The run opened with a scripted evaluator; with `die_at`, its call of that index panics, as a run
@@ -235,6 +216,8 @@ fn open_pool<'a>(
     (runner, log, most)
 }
 
+/// A tune run; with `devices` above 0, proposing 4 at a time over that many devices (scripted ones in
+/// `open_pool`, each named by a core of its own).
 fn new_pool_run(
     store: &Store,
     task: &Task,
@@ -256,7 +239,7 @@ fn new_pool_run(
             tune_budget: 0,
             tune_total: None,
             world_model: WorldModelConfig::default(),
-            parallel: 4,
+            parallel: if devices == 0 { 1 } else { 4 },
             devices: (0..devices)
                 .map(|d| Device {
                     cores: Some(vec![d]),

@@ -292,31 +292,29 @@ impl Strategy for Tune {
         "tune"
     }
 
-    fn propose(&mut self, history: &[Observation], _budget: &super::Budget) -> Next {
-        match self.next(history) {
-            Some(p) => Next::Propose(p),
-            None => Next::Done("every valid configuration has been evaluated".into()),
-        }
+    fn propose(&mut self, history: &[Observation], budget: &super::Budget) -> Next {
+        self.propose_batch(history, budget, 1).remove(0)
     }
 
-    /// `k` distinct configurations, each chosen as `propose` would with the ones before it pending.
+    /// `k` distinct configurations, each chosen as one alone would be with the ones before it pending.
     fn propose_batch(
         &mut self,
         history: &[Observation],
-        budget: &super::Budget,
+        _budget: &super::Budget,
         k: usize,
     ) -> Vec<Next> {
         let mut pending = BTreeSet::new();
         let mut batch = Vec::new();
-        while batch.len() < k {
-            match self.next_besides(history, &pending) {
-                Some(p) => {
-                    pending.extend(self.index_of(&p.candidate.params()));
-                    batch.push(Next::Propose(p));
-                }
-                None if batch.is_empty() => return vec![self.propose(history, budget)],
-                None => break,
-            }
+        while batch.len() < k
+            && let Some(p) = self.next_besides(history, &pending)
+        {
+            pending.extend(self.index_of(&p.candidate.params()));
+            batch.push(Next::Propose(p));
+        }
+        if batch.is_empty() {
+            batch.push(Next::Done(
+                "every valid configuration has been evaluated".into(),
+            ));
         }
         batch
     }

@@ -117,23 +117,28 @@ fn searches_through_a_local_ray_cluster() {
     actors_lost_mid_run_are_replaced_and_the_evaluation_asked_again(&head);
 }
 
+/// `run scan`: a tune search of 3 evaluations, 2 at a time, then `extra`.
+fn tune_search<'a>(extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec![
+        "run",
+        "scan",
+        "--strategy",
+        "tune",
+        "--budget",
+        "3",
+        "--parallel",
+        "2",
+        "--json",
+    ];
+    args.extend_from_slice(QUICK);
+    args.extend_from_slice(extra);
+    args
+}
+
 fn a_search_through_the_cluster_makes_the_choices_of_a_local_one(head: &RayHead) {
     let search = |extra: &[&str]| -> (tempfile::TempDir, Value) {
         let store = tempfile::tempdir().unwrap();
-        let mut args = vec![
-            "run",
-            "scan",
-            "--strategy",
-            "tune",
-            "--budget",
-            "3",
-            "--parallel",
-            "2",
-            "--rng-seed",
-            "7",
-            "--json",
-        ];
-        args.extend_from_slice(QUICK);
+        let mut args = tune_search(&["--rng-seed", "7"]);
         args.extend_from_slice(extra);
         let out = run(store.path(), &args);
         assert!(out.status.success(), "{}", stderr(&out));
@@ -160,7 +165,7 @@ fn a_search_through_the_cluster_makes_the_choices_of_a_local_one(head: &RayHead)
     );
     assert_eq!(c, l);
     assert!(c.iter().all(|(_, passed)| *passed), "{c:?}");
-    // The workers ran in the actors, confined there: their own network namespace, no secrets.
+    // The workers ran in the actors, each in a network namespace of its own.
     let hello = ksearch::store::Store::open(cluster_store.path())
         .unwrap()
         .run(on_cluster["run_id"].as_str().unwrap())
@@ -194,23 +199,8 @@ fn a_cluster_address_that_does_not_parse_is_refused_before_anything_starts() {
 /// set the old one up, and asks again; the run completes with every candidate passing, none charged a crash.
 fn actors_lost_mid_run_are_replaced_and_the_evaluation_asked_again(head: &RayHead) {
     let store = tempfile::tempdir().unwrap();
-    let mut args = vec![
-        "-vv",
-        "run",
-        "scan",
-        "--strategy",
-        "tune",
-        "--budget",
-        "3",
-        "--parallel",
-        "2",
-        "--devices",
-        "2",
-        "--cluster",
-        &head.address,
-        "--json",
-    ];
-    args.extend_from_slice(QUICK);
+    let mut args = vec!["-vv"];
+    args.extend(tune_search(&["--devices", "2", "--cluster", &head.address]));
     let mut child = ksearch(store.path())
         .args(&args)
         .stdout(std::process::Stdio::piped())

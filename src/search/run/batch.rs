@@ -1,8 +1,9 @@
-//! A batch's proposals evaluated at once over the run's devices (`--devices`, docs/parallel.md).
+//! The search phase's evaluations: proposals evaluated on the feedback workloads, at once over the run's
+//! devices (`--devices`, docs/parallel.md); with one device, one proposal at a time.
 //!
 //! Each device's worker takes the next proposal not yet taken and evaluates it alone, so two evaluations
-//! never time on one device at once. What each proposal is timed beside (the run's best before the batch)
-//! and its attempt's number are fixed before any starts. Only this thread touches the store: workers send
+//! never time on one device at once. What each proposal is timed beside (the candidate the strategy names,
+//! else the run's best before the proposals) and its attempt's number are fixed before any starts. Only this thread touches the store: workers send
 //! each workload's result here, where it is stored the moment it arrives (a killed run loses only the
 //! workloads in flight), and attempts are finished in the batch's order, so the history a resumed run reads
 //! never has a gap before a finished attempt.
@@ -41,8 +42,9 @@ enum Report {
 }
 
 impl Runner<'_> {
-    /// Evaluates `proposals` at once, one per device, and adds them to the history in their order.
-    pub(super) fn evaluate_at_once(
+    /// Evaluates `proposals` at once, one per device, each up to its first failing workload (the candidate
+    /// is out either way), and adds them to the history in their order.
+    pub(super) fn evaluate_proposals(
         &mut self,
         history: &mut Vec<Observation>,
         proposals: Vec<Proposal>,
@@ -61,7 +63,8 @@ impl Runner<'_> {
                 p.parent.as_deref(),
                 &p.origin,
             )?;
-            // Beside the candidate the strategy names, else the run's best before this batch.
+            // Beside the candidate the strategy names, else the run's best before these proposals: the verdict
+            // the strategy is told comes from the two measured side by side on the same inputs.
             let incumbent = p
                 .compare_with
                 .as_ref()
