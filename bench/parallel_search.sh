@@ -75,6 +75,10 @@ record = {
 }
 suffix = f"-devices{devices}" if devices else ""
 out = Path("bench/results") / f"cpu-parallel-search-{datetime.date.today():%Y%m%d}-latency{latency:g}s{suffix}.json"
+n = 2
+while out.exists():  # an earlier record of the same day stays as it is
+    out = out.with_name(f"cpu-parallel-search-{datetime.date.today():%Y%m%d}-latency{latency:g}s{suffix}-{n}.json")
+    n += 1
 out.write_text(json.dumps(record, indent=1) + "\n")
 print(json.dumps(record, indent=1))
 PY

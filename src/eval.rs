@@ -123,6 +123,10 @@ pub struct WorkloadResult {
     /// inputs, baselines); part of `elapsed_s`, not the candidate's cost.
     #[serde(default)]
     pub prepare_s: f64,
+    /// The worker process itself died during this evaluation (not a timeout, not a crash its kernel host
+    /// reported): the search evaluates it once more, on the next free device, before the verdict stands.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub worker_died: bool,
 }
 
 impl WorkloadResult {
@@ -148,6 +152,7 @@ impl WorkloadResult {
             compile_s: 0.0,
             baselines_timed_now: false,
             prepare_s: 0.0,
+            worker_died: false,
         }
     }
 }
@@ -772,6 +777,7 @@ impl Evaluator {
                 Err(f) => {
                     self.compiled.clear();
                     self.modules.clear();
+                    result.worker_died = matches!(f, WorkerFailure::Crashed { .. });
                     return fail(result, failure_status(&f));
                 }
             }

@@ -1,12 +1,23 @@
 //! What a run is doing right now: the phase of the evaluation in flight (compiling, preparing a workload,
 //! checking, timing) or of the LLM call (waiting for a reply, a retry), for the progress line and for `--json`
 //! phase events (`docs/formats.md` §6). The command line sets a sink for the length of a run; the evaluator,
-//! the worker's stderr reader and the LLM client report to it as they go, from any thread. Observation only:
+//! the worker's stderr reader and the LLM client report to it as they go, from any thread, each phase in its
+//! **slot**: what the reporting thread works for (a device of the run, an LLM lane, `llm` for the run's own
+//! calls), so that with `--parallel` and `--devices` every slot's phase can be shown at once. Observation only:
 //! nothing decides on a phase (the worker's phases come from a stderr candidate code shares, so they inform a
 //! person, never the search).
 
 use serde_json::{Value, json};
+use std::cell::RefCell;
 use std::sync::RwLock;
+
+thread_local! {
+    /// The slot this thread reports in (a device's thread sets it); empty: derived from the phase.
+    static SLOT: RefCell<String> = const { RefCell::new(String::new()) };
+}
+
+/// The slot of the queue of proposals waiting for a device.
+pub const QUEUE: &str = "queue";
 
 /// `, lane NAME` for a call made in a lane, else nothing.
 fn in_lane(lane: &str) -> String {
@@ -55,6 +66,10 @@ pub enum Phase {
     },
     /// A step inside the worker's evaluation of a workload: `checking`, `timing` or `rechecking`.
     Worker { step: String, workload: String },
+    /// Proposals waiting for a device (`count` may be 0: none left).
+    Queued { count: usize },
+    /// Nothing in flight in this slot: its LLM call answered, its device has no evaluation left.
+    Idle,
 }
 
 impl Phase {
@@ -94,6 +109,18 @@ impl Phase {
                 short(candidate)
             ),
             Phase::Worker { step, workload } => format!("{step} {workload}"),
+            Phase::Queued { count } => format!("{count} queued for a device"),
+            Phase::Idle => "idle".to_string(),
+        }
+    }
+
+    /// The slot a phase reported from a thread that set none belongs to: an LLM call's lane (`llm` for
+    /// the run's own client), else the run.
+    pub fn slot(&self) -> String {
+        match self {
+            Phase::Llm { lane, .. } | Phase::LlmRetry { lane, .. } => llm_slot(lane),
+            Phase::Queued { .. } => QUEUE.to_string(),
+            _ => "run".to_string(),
         }
     }
 
@@ -127,6 +154,8 @@ impl Phase {
             } => json!({"phase": "evaluating", "candidate": candidate, "workload": workload,
                         "index": index, "count": count}),
             Phase::Worker { step, workload } => json!({"phase": step, "workload": workload}),
+            Phase::Queued { count } => json!({"phase": "queued", "count": count}),
+            Phase::Idle => json!({"phase": "idle"}),
         }
     }
 
@@ -151,7 +180,8 @@ fn short(hash: &str) -> &str {
     &hash[..hash.len().min(12)]
 }
 
-type Sink = Box<dyn Fn(&Phase) + Send + Sync>;
+/// Where phases go: the slot and the phase.
+type Sink = Box<dyn Fn(&str, &Phase) + Send + Sync>;
 
 static SINK: RwLock<Option<Sink>> = RwLock::new(None);
 
@@ -160,10 +190,71 @@ pub fn set_sink(sink: Option<Sink>) {
     *SINK.write().unwrap_or_else(|e| e.into_inner()) = sink;
 }
 
-/// Reports a phase to the sink, if one is set.
+/// The slot of an LLM call made in `lane` (`llm` for the run's own client).
+pub fn llm_slot(lane: &str) -> String {
+    if lane.is_empty() {
+        "llm".to_string()
+    } else {
+        lane.to_string()
+    }
+}
+
+/// Names the slot this thread's phases are reported in (empty: derived from each phase).
+pub fn set_slot(slot: &str) {
+    SLOT.with(|s| *s.borrow_mut() = slot.to_string());
+}
+
+/// The slot this thread reports in, if it set one.
+pub fn slot() -> String {
+    SLOT.with(|s| s.borrow().clone())
+}
+
+/// Reports a phase to the sink, if one is set, in this thread's slot.
 pub fn report(phase: Phase) {
+    report_in(&slot(), phase)
+}
+
+/// Reports a phase in `slot` (empty: derived from the phase), as a thread reporting for another does (the
+/// worker's stderr reader, for the device whose request it serves).
+pub fn report_in(slot: &str, phase: Phase) {
     if let Some(sink) = SINK.read().unwrap_or_else(|e| e.into_inner()).as_ref() {
-        sink(&phase);
+        if slot.is_empty() {
+            sink(&phase.slot(), &phase);
+        } else {
+            sink(slot, &phase);
+        }
+    }
+}
+
+/// Every slot's phase at once, for the progress line: each slot keeps its last phase until it reports
+/// `Idle` (or a queue of 0).
+#[derive(Debug, Default)]
+pub struct Slots {
+    phases: std::collections::BTreeMap<String, String>,
+}
+
+impl Slots {
+    /// Takes a phase; returns the line to show: the one slot's phase alone, else `slot: phase` for each, in
+    /// the slots' order (devices, lanes, the queue).
+    pub fn update(&mut self, slot: &str, phase: &Phase) -> String {
+        match phase {
+            Phase::Idle | Phase::Queued { count: 0 } => {
+                self.phases.remove(slot);
+            }
+            _ => {
+                self.phases.insert(slot.to_string(), phase.describe());
+            }
+        }
+        match self.phases.len() {
+            0 => String::new(),
+            1 => self.phases.values().next().cloned().unwrap_or_default(),
+            _ => self
+                .phases
+                .iter()
+                .map(|(s, p)| format!("{s}: {p}"))
+                .collect::<Vec<_>>()
+                .join(" · "),
+        }
     }
 }
 
@@ -212,5 +303,36 @@ mod tests {
             "waiting for the LLM (action, lane cycle 3 round 1)"
         );
         assert_eq!(p.to_json()["lane"], "cycle 3 round 1");
+    }
+
+    #[test]
+    fn each_slot_keeps_its_phase_until_it_is_idle() {
+        let mut slots = Slots::default();
+        let llm = |lane: &str| Phase::Llm {
+            purpose: "improve".into(),
+            attempt: 1,
+            lane: lane.into(),
+        };
+        assert_eq!(llm("cycle 2 round 1").slot(), "cycle 2 round 1");
+        assert_eq!(llm("").slot(), "llm");
+        let timing = Phase::Worker {
+            step: "timing".into(),
+            workload: "sq256".into(),
+        };
+        // One slot: its phase alone, as a run of one thing at a time always showed.
+        assert_eq!(slots.update("device 0", &timing), "timing sq256");
+        slots.update("cycle 2 round 1", &llm("cycle 2 round 1"));
+        let line = slots.update(QUEUE, &Phase::Queued { count: 2 });
+        assert_eq!(
+            line,
+            "cycle 2 round 1: waiting for the LLM (improve, lane cycle 2 round 1) · device 0: timing sq256 · \
+             queue: 2 queued for a device"
+        );
+        slots.update(QUEUE, &Phase::Queued { count: 0 });
+        assert_eq!(
+            slots.update("cycle 2 round 1", &Phase::Idle),
+            "timing sq256"
+        );
+        assert_eq!(slots.update("device 0", &Phase::Idle), "");
     }
 }

@@ -323,8 +323,13 @@ pub fn run_summary(result: &RunResult) -> String {
     out
 }
 
-pub fn runs_table(runs: &[RunRow]) -> String {
-    let mut t = table(&[
+/// The runs, one line each; `in_flight` (by run) what a running or interrupted run has in flight, shown in
+/// a column of its own when any has something.
+pub fn runs_table(
+    runs: &[RunRow],
+    in_flight: &std::collections::BTreeMap<String, crate::search::InFlight>,
+) -> String {
+    let mut head = vec![
         "run",
         "task",
         "target",
@@ -332,7 +337,12 @@ pub fn runs_table(runs: &[RunRow]) -> String {
         "status",
         "spent/budget",
         "best speedup vs seed",
-    ]);
+    ];
+    let column = in_flight.values().any(|f| !f.is_empty());
+    if column {
+        head.push("in flight");
+    }
+    let mut t = table(&head);
     for r in runs {
         t.add_row(vec![
             Cell::new(&r.run_id),
@@ -351,6 +361,17 @@ pub fn runs_table(runs: &[RunRow]) -> String {
                     .and_then(|b| b.speedup_vs_seed),
             )),
         ]);
+        if column {
+            let cells = t.row_count() - 1;
+            if let Some(row) = t.row_mut(cells) {
+                row.add_cell(Cell::new(
+                    in_flight
+                        .get(&r.run_id)
+                        .map(crate::search::InFlight::describe)
+                        .unwrap_or_default(),
+                ));
+            }
+        }
     }
     t.to_string()
 }

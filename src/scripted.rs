@@ -15,6 +15,10 @@ use std::sync::{Arc, Mutex};
 /// failed with this status and message.
 pub type Outcome = Result<f64, (Status, String)>;
 
+/// The message of a scripted `crash` that stands for the worker process dying mid-evaluation (the result
+/// is marked `worker_died`, as `Evaluator` marks a worker's death).
+pub const WORKER_DIED: &str = "scripted: the worker died";
+
 /// One evaluation the runner asked for: the candidate's hash, the workload, whether the baselines were
 /// timed again (the final and confirming phases).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -94,6 +98,7 @@ impl Evaluate for ScriptedEvaluator {
                 });
             }
             Err((status, message)) => {
+                r.worker_died = status == Status::Crash && message == WORKER_DIED;
                 r.status = status;
                 r.message = message;
             }

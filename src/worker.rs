@@ -99,6 +99,8 @@ pub struct Worker {
     stdin: Option<ChildStdin>,
     rx: Option<Receiver<Line>>,
     stderr_tail: Arc<Mutex<VecDeque<String>>>,
+    /// The progress slot of the thread whose request runs now: the worker's phase lines are shown in it.
+    slot: Arc<Mutex<String>>,
     next_id: u64,
     /// Requests replayed after every restart (`load_task`), so a new worker is in the same state.
     preamble: Vec<(String, Value)>,
@@ -124,6 +126,7 @@ impl Worker {
             stdin: None,
             rx: None,
             stderr_tail: Arc::new(Mutex::new(VecDeque::new())),
+            slot: Arc::default(),
             next_id: 1,
             preamble: Vec::new(),
             restarts: 0,
@@ -232,6 +235,7 @@ impl Worker {
         });
         let tail = Arc::new(Mutex::new(VecDeque::new()));
         let tail2 = tail.clone();
+        let slot = self.slot.clone();
         std::thread::spawn(move || {
             // Read bytes, not UTF-8 lines: candidate code shares this pipe and may write anything; a reader
             // that stopped at the first invalid byte would leave the pipe undrained (the worker's next write
@@ -254,7 +258,8 @@ impl Worker {
                 let line = printable(String::from_utf8_lossy(&buf).trim_end_matches(['\n', '\r']));
                 tracing::debug!(target: "worker", "{line}");
                 if let Some(p) = crate::progress::Phase::from_worker_line(&line) {
-                    crate::progress::report(p);
+                    let slot = slot.lock().unwrap().clone();
+                    crate::progress::report_in(&slot, p);
                 }
                 let mut t = tail2.lock().unwrap();
                 if t.len() == STDERR_TAIL_LINES {
@@ -373,6 +378,7 @@ impl Worker {
     ) -> Result<Reply, WorkerFailure> {
         let id = self.next_id;
         self.next_id += 1;
+        *self.slot.lock().unwrap() = crate::progress::slot();
         // A nonce the worker must echo: GPU candidates run inside the worker (CPU ones in a kernel host
         // of their own) and could write to its reply pipe, so a reply is believed only with the nonce of
         // its request, and any other line on the pipe is a forgery.

@@ -438,14 +438,15 @@ fn execute(
     {
         let bar = bar.clone();
         let run_id = run_id.clone();
-        crate::progress::set_sink(Some(Box::new(move |p| {
+        // Every slot's phase at once (devices, LLM lanes, the queue), each until it is idle.
+        let slots = std::sync::Mutex::new(crate::progress::Slots::default());
+        crate::progress::set_sink(Some(Box::new(move |slot, p| {
             if json {
-                eprintln!(
-                    "{}",
-                    with_fields(progress_json(&run_id, "phase"), p.to_json())
-                );
+                let mut fields = p.to_json();
+                fields["slot"] = json!(slot);
+                eprintln!("{}", with_fields(progress_json(&run_id, "phase"), fields));
             }
-            bar.set_message(p.describe());
+            bar.set_message(slots.lock().unwrap().update(slot, p));
         })));
     }
     let result = runner.execute(|e| {

@@ -1,6 +1,7 @@
 use super::print_json;
 use crate::report;
-use crate::store::Store;
+use crate::search::InFlight;
+use crate::store::{RunStatus, Store};
 use anyhow::Result;
 use clap::Subcommand;
 use serde_json::json;
@@ -34,6 +35,25 @@ pub(super) fn runs(args: RunsArgs, store_dir: &Path) -> Result<u8> {
         Some(s) => s.runs()?,
         None => Vec::new(),
     };
+    // What each unfinished run has in flight (its cycles, its proposals not yet evaluated).
+    let mut in_flight = std::collections::BTreeMap::new();
+    if let Some(store) = &store {
+        for r in runs
+            .iter()
+            .filter(|r| matches!(r.status, RunStatus::Running | RunStatus::Interrupted))
+        {
+            if let Some(state) = store.strategy_state(&r.run_id)? {
+                let done: Vec<String> = store
+                    .attempts(&r.run_id, None)?
+                    .into_iter()
+                    .filter(|a| a.finished)
+                    .map(|a| a.candidate)
+                    .collect();
+                let f = InFlight::of(&state, |h| done.iter().any(|d| d == h));
+                in_flight.insert(r.run_id.clone(), f);
+            }
+        }
+    }
     if json {
         print_json(&json!(
             runs.iter()
@@ -42,13 +62,18 @@ pub(super) fn runs(args: RunsArgs, store_dir: &Path) -> Result<u8> {
                     "status": r.status, "evaluations": r.evaluations, "budget": r.budget,
                     "created_at": r.created_at, "updated_at": r.updated_at,
                     "best": r.result.as_ref().and_then(|x| x.best.as_ref()),
+                    "in_flight": in_flight.get(&r.run_id).map(|f| json!({
+                        "cycles": f.cycles.iter().map(|(n, node)| json!({"cycle": n, "node": node}))
+                            .collect::<Vec<_>>(),
+                        "pending": f.pending,
+                    })),
                 }))
                 .collect::<Vec<_>>()
         ));
     } else if runs.is_empty() {
         println!("no runs in {}", store_dir.join("ksearch.db").display());
     } else {
-        println!("{}", report::runs_table(&runs));
+        println!("{}", report::runs_table(&runs, &in_flight));
     }
     Ok(0)
 }

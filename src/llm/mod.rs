@@ -576,6 +576,11 @@ impl Llm {
         }
         let t0 = Instant::now();
         let (result, attempts) = self.call_with_retries(&req);
+        // The call's slot has nothing in flight until its next call.
+        crate::progress::report_in(
+            &crate::progress::llm_slot(&self.lane),
+            crate::progress::Phase::Idle,
+        );
         let latency_s = t0.elapsed().as_secs_f64();
         self.meter.calls += 1;
         self.meter.requests += u64::from(attempts);

@@ -239,7 +239,12 @@ impl Evolve {
 
     /// Up to `k` proposals whose LLM calls run at once, one lane each (`docs/parallel.md`); with `k` = 1
     /// the run's own client asks, as a run without lanes always did. The answers are applied in lane order.
-    fn batch(&mut self, history: &[Observation], k: usize) -> Result<(Vec<Proposal>, usize), Stop> {
+    fn batch(
+        &mut self,
+        history: &[Observation],
+        k: usize,
+        in_flight: &[String],
+    ) -> Result<(Vec<Proposal>, usize), Stop> {
         let mut plans = Vec::new();
         for _ in 0..k.max(1) {
             plans.push(self.plan(history)?);
@@ -255,7 +260,7 @@ impl Evolve {
             .collect();
         let answers = self.agent.candidates_at_once(&asks, self.cfg.tries)?;
         let mut proposals = Vec::new();
-        let mut taken = Vec::new();
+        let mut taken = in_flight.to_vec();
         let mut repeats = 0;
         let mut stop = None;
         for (plan, answer) in plans.into_iter().zip(answers) {
@@ -294,38 +299,27 @@ struct LanePlan {
 const PROPOSALS_PER_STEP: usize = 16;
 
 impl Evolve {
+    /// Keeps a batch's proposals pending until evaluated, after those still in flight.
     fn keep_pending(&mut self, next: &[Next]) {
-        self.st.pending = next
-            .iter()
-            .filter_map(|n| match n {
-                Next::Propose(p) => Some(super::Pending::of(p)),
-                _ => None,
-            })
-            .collect();
-    }
-}
-
-impl Strategy for Evolve {
-    fn name(&self) -> &'static str {
-        "evolve"
+        self.st.pending.extend(next.iter().filter_map(|n| match n {
+            Next::Propose(p) => Some(super::Pending::of(p)),
+            _ => None,
+        }));
     }
 
-    fn propose(&mut self, history: &[Observation], budget: &super::Budget) -> Next {
-        self.propose_batch(history, budget, 1)
-            .into_iter()
-            .next()
-            .expect("a batch holds one answer at least")
-    }
-
-    fn propose_batch(
+    /// Up to `k` proposals besides `in_flight` (proposed, being evaluated): `propose_batch` and
+    /// `propose_ahead` alike. An island's next proposal does not wait for its last one's result (the
+    /// asynchronous evolution of OpenEvolve); a reply equal to a candidate in flight is a repeat.
+    fn proposals(
         &mut self,
         history: &[Observation],
         budget: &super::Budget,
         k: usize,
+        in_flight: &[String],
     ) -> Vec<Next> {
         self.agent.budget = budget.describe();
         // Proposals of the last batch a kill left unevaluated: proposed again, with no LLM call.
-        match super::Pending::outstanding(&mut self.st.pending, history) {
+        match super::Pending::outstanding_besides(&mut self.st.pending, history, in_flight) {
             Ok(pending) if !pending.is_empty() => return pending,
             Ok(_) => {}
             Err(e) => {
@@ -339,7 +333,7 @@ impl Strategy for Evolve {
         while asked < PROPOSALS_PER_STEP {
             let k = k.clamp(1, PROPOSALS_PER_STEP - asked);
             asked += k;
-            match self.batch(history, k) {
+            match self.batch(history, k, in_flight) {
                 Ok((proposals, _)) if !proposals.is_empty() => {
                     let next: Vec<Next> = proposals.into_iter().map(Next::Propose).collect();
                     self.keep_pending(&next);
@@ -368,6 +362,38 @@ impl Strategy for Evolve {
             ))
         };
         vec![next]
+    }
+}
+
+impl Strategy for Evolve {
+    fn name(&self) -> &'static str {
+        "evolve"
+    }
+
+    fn propose(&mut self, history: &[Observation], budget: &super::Budget) -> Next {
+        self.propose_batch(history, budget, 1)
+            .into_iter()
+            .next()
+            .expect("a batch holds one answer at least")
+    }
+
+    fn propose_batch(
+        &mut self,
+        history: &[Observation],
+        budget: &super::Budget,
+        k: usize,
+    ) -> Vec<Next> {
+        self.proposals(history, budget, k, &[])
+    }
+
+    fn propose_ahead(
+        &mut self,
+        history: &[Observation],
+        budget: &super::Budget,
+        k: usize,
+        in_flight: &[String],
+    ) -> Vec<Next> {
+        self.proposals(history, budget, k, in_flight)
     }
 
     fn state(&self) -> Value {

@@ -167,6 +167,20 @@ impl<S: Strategy> Strategy for Hybrid<S> {
         self.inner.propose_batch(history, budget, k)
     }
 
+    fn propose_ahead(
+        &mut self,
+        history: &[Observation],
+        budget: &Budget,
+        k: usize,
+        in_flight: &[String],
+    ) -> Vec<Next> {
+        // Tuning comes first, from results not in yet: with tuning on, the search waits for them.
+        if budget.tune_total > 0 {
+            return Vec::new();
+        }
+        self.inner.propose_ahead(history, budget, k, in_flight)
+    }
+
     fn finish(&mut self, history: &[Observation]) {
         self.inner.finish(history)
     }

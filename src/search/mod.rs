@@ -154,9 +154,20 @@ impl Pending {
         pending: &mut Vec<Pending>,
         history: &[Observation],
     ) -> Result<Vec<Next>, String> {
+        Self::outstanding_besides(pending, history, &[])
+    }
+
+    /// [`Pending::outstanding`] while `in_flight` are being evaluated: those stay pending and are not
+    /// proposed again.
+    pub fn outstanding_besides(
+        pending: &mut Vec<Pending>,
+        history: &[Observation],
+        in_flight: &[String],
+    ) -> Result<Vec<Next>, String> {
         pending.retain(|p| !history.iter().any(|o| o.hash == p.hash));
         pending
             .iter()
+            .filter(|p| !in_flight.contains(&p.hash))
             .map(|p| p.proposal(None).map(Next::Propose))
             .collect()
     }
@@ -202,6 +213,21 @@ pub trait Strategy {
     fn propose_batch(&mut self, history: &[Observation], budget: &Budget, k: usize) -> Vec<Next> {
         let _ = k;
         vec![self.propose(history, budget)]
+    }
+    /// Proposals made while `in_flight` (hashes proposed and not yet evaluated, in the history's coming
+    /// order) are evaluated, so their LLM work overlaps the evaluations (`--parallel`, docs/parallel.md):
+    /// only work that does not need those results, from a budget that already counts them. The history
+    /// lacks them; the next call sees them. Empty: nothing can be proposed before they are in (the
+    /// runner waits for them and asks again). Strategies that do not look ahead answer empty.
+    fn propose_ahead(
+        &mut self,
+        history: &[Observation],
+        budget: &Budget,
+        k: usize,
+        in_flight: &[String],
+    ) -> Vec<Next> {
+        let _ = (history, budget, k, in_flight);
+        Vec::new()
     }
     /// The budget is spent: close what is open (the world model attaches its cycle's best), no LLM call.
     fn finish(&mut self, _history: &[Observation]) {}
@@ -269,5 +295,95 @@ impl StrategyKind {
              replay:RUN); only `tune` (which searches the seed's tunables) runs without one",
             self.name()
         ))
+    }
+}
+
+/// What a run has in flight, read from its stored strategy state (`runs`, `show`): the world model's cycles
+/// (their numbers and nodes) and the proposals made and not yet evaluated (`evaluated` tells which are).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct InFlight {
+    /// (cycle number, node) of each world-model cycle in flight, in lane order.
+    pub cycles: Vec<(u64, String)>,
+    /// Hashes of the proposals waiting for (or in) their evaluation.
+    pub pending: Vec<String>,
+}
+
+impl InFlight {
+    pub fn of(state: &serde_json::Value, evaluated: impl Fn(&str) -> bool) -> InFlight {
+        let cycle =
+            |c: &serde_json::Value| Some((c["round"].as_u64()?, c["node"].as_str()?.to_string()));
+        let cycles = state["cycle"]
+            .as_object()
+            .map(|_| &state["cycle"])
+            .into_iter()
+            .chain(state["lanes"].as_array().into_iter().flatten())
+            .filter_map(cycle)
+            .collect();
+        // The world model keeps a batch (`batch`) or one proposal (`pending`); evolve a list (`pending`).
+        let lists = [&state["batch"], &state["pending"]];
+        let pending = lists
+            .iter()
+            .flat_map(|l| match l {
+                serde_json::Value::Array(a) => a.iter().collect::<Vec<_>>(),
+                serde_json::Value::Object(_) => vec![*l],
+                _ => Vec::new(),
+            })
+            .filter_map(|p| p["hash"].as_str())
+            .filter(|h| !evaluated(h))
+            .map(str::to_string)
+            .collect();
+        InFlight { cycles, pending }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.cycles.is_empty() && self.pending.is_empty()
+    }
+
+    /// In words, for a table: `cycles 4 (n3), 5 (n7); 2 proposals pending`.
+    pub fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        if !self.cycles.is_empty() {
+            let list: Vec<String> = self
+                .cycles
+                .iter()
+                .map(|(n, node)| format!("{n} ({node})"))
+                .collect();
+            let word = if list.len() == 1 { "cycle" } else { "cycles" };
+            parts.push(format!("{word} {}", list.join(", ")));
+        }
+        match self.pending.len() {
+            0 => {}
+            1 => parts.push("1 proposal pending".into()),
+            n => parts.push(format!("{n} proposals pending")),
+        }
+        parts.join("; ")
+    }
+}
+
+#[cfg(test)]
+mod in_flight_tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn cycles_and_unevaluated_proposals_are_read_from_a_stored_state() {
+        let state = json!({
+            "strategy": "world-model",
+            "cycle": null,
+            "lanes": [{"node": "n3", "round": 4}, {"node": "n7", "round": 5}],
+            "batch": [{"hash": "aa"}, {"hash": "bb"}, {"hash": "cc"}],
+            "pending": null,
+        });
+        let f = InFlight::of(&state, |h| h == "aa");
+        assert_eq!(f.cycles, vec![(4, "n3".into()), (5, "n7".into())]);
+        assert_eq!(f.pending, vec!["bb".to_string(), "cc".to_string()]);
+        assert_eq!(f.describe(), "cycles 4 (n3), 5 (n7); 2 proposals pending");
+        let one = json!({"cycle": {"node": "n1", "round": 2}, "pending": {"hash": "dd"}});
+        assert_eq!(
+            InFlight::of(&one, |_| false).describe(),
+            "cycle 2 (n1); 1 proposal pending"
+        );
+        let evolve = json!({"strategy": "evolve", "pending": [{"hash": "ee"}]});
+        assert_eq!(InFlight::of(&evolve, |_| true), InFlight::default());
     }
 }

@@ -148,7 +148,7 @@ pub struct Runner<'a> {
     /// One evaluator per device (`config.devices`), never empty. The first also runs what is not a
     /// batch: held-out checks, the final phase, the confirmation.
     evaluators: Vec<Box<dyn Evaluate + Send>>,
-    strategy: Box<dyn Strategy>,
+    strategy: Box<dyn Strategy + Send>,
     /// Exchanges recorded by the LLM client since the last drain into the store.
     exchanges: Arc<Mutex<Vec<Exchange>>>,
 }
@@ -368,7 +368,7 @@ impl<'a> Runner<'a> {
             );
         }
         let exchanges = Arc::new(Mutex::new(Vec::new()));
-        let mut strategy: Box<dyn Strategy> = match (config.strategy, llm) {
+        let mut strategy: Box<dyn Strategy + Send> = match (config.strategy, llm) {
             (StrategyKind::Tune, _) => Box::new(Tune::new(
                 seed.ok_or_else(|| anyhow!("`tune` needs a seed candidate"))?,
                 config.budget,
@@ -422,16 +422,14 @@ impl<'a> Runner<'a> {
     /// Moves what the strategy produced since the last call into the store: LLM exchanges, tree
     /// snapshots and its state.
     fn persist_strategy(&mut self) -> Result<()> {
-        let drained: Vec<Exchange> = std::mem::take(&mut *self.exchanges.lock().unwrap());
-        for ex in &drained {
-            self.store.put_exchange(&self.run_id, ex)?;
-        }
-        for snap in self.strategy.take_snapshots() {
-            self.store.put_snapshot(&self.run_id, &snap)?;
-        }
-        self.store
-            .set_strategy_state(&self.run_id, &self.strategy.state())?;
-        Ok(())
+        let snapshots = self.strategy.take_snapshots();
+        batch::persist(
+            self.store,
+            &self.run_id,
+            &self.exchanges,
+            &self.strategy.state(),
+            &snapshots,
+        )
     }
 
     /// Evaluates a candidate on every one of `workloads` on the first device, reusing what the store already
@@ -470,7 +468,15 @@ impl<'a> Runner<'a> {
                         index: i + 1,
                         count: workloads.len(),
                     });
-                    let r = self.evaluators[0].evaluate_workload_with(cand, w, opts);
+                    let mut r = self.evaluators[0].evaluate_workload_with(cand, w, opts);
+                    if r.worker_died {
+                        // The worker died under it (restarted since): once more, as in the search phase.
+                        tracing::warn!(
+                            "the worker died evaluating {hash} on {}: evaluated again",
+                            w.name
+                        );
+                        r = self.evaluators[0].evaluate_workload_with(cand, w, opts);
+                    }
                     self.store.put_evaluation(&self.run_id, phase, hash, &r)?;
                     r
                 }
@@ -740,8 +746,22 @@ impl<'a> Runner<'a> {
                     proposals.push(p);
                 }
             }
+            // With nothing of the batch left to evaluate after these, the strategy is asked for its next
+            // proposals while they are evaluated (docs/parallel.md, "Looking ahead").
+            // Never beside the seed's evaluation: every prompt builds on its result.
+            let ahead = (self.config.parallel > 1
+                && batch.is_empty()
+                && room > proposals.len()
+                && !proposals.iter().any(|p| p.origin == SEED_ORIGIN))
+            .then(|| {
+                let budget = spent_on(budget.clone(), &proposals);
+                let k = self.config.parallel.clamp(1, budget.left().max(1));
+                (budget.left() > 0).then_some(batch::Ahead { budget, k })
+            })
+            .flatten();
             let before = history.len();
-            self.evaluate_proposals(history, proposals, feedback)?;
+            let next = self.evaluate_proposals(history, proposals, feedback, ahead)?;
+            batch.extend(next);
             self.persist_strategy()?;
             for i in before..history.len() {
                 progress(Event::Evaluated {
@@ -966,6 +986,18 @@ struct Chosen<'h> {
 /// The run's seed candidate; None for a run started from the specification.
 /// The search phase's summary of a candidate's results: failed unless each of the `workloads` ran and
 /// passed, with the verdict over them against its incumbent.
+/// `budget` with `proposals` (not evaluated yet) counted as spent: rounds, or tuning variants, or
+/// evaluations for a budget of evaluations.
+fn spent_on(mut budget: Budget, proposals: &[Proposal]) -> Budget {
+    for p in proposals {
+        match (budget.rounds, crate::search::is_round(&p.origin)) {
+            (false, _) | (true, true) => budget.used += 1,
+            (true, false) => budget.tune_used += 1,
+        }
+    }
+    budget
+}
+
 fn search_summary(
     results: &[WorkloadResult],
     workloads: usize,

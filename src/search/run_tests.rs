@@ -383,3 +383,103 @@ fn devices_whose_hardware_differs_are_marked_in_the_runs_hello() {
         );
     }
 }
+
+/// A worker that dies under an evaluation (the process, not the candidate's kernel host) costs that
+/// workload one more evaluation on the next free device, not the candidate: the first candidate proposed
+/// loses its worker once and still passes; the second loses it every time, and after the retry its
+/// `crash` stands. Nothing else is evaluated twice.
+#[test]
+fn a_worker_dying_mid_evaluation_costs_the_evaluation_a_retry_not_the_candidate() {
+    use crate::scripted::WORKER_DIED;
+    let (task, seed) = matmul();
+    let first_workload = task.workloads(false).next().unwrap().name.clone();
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let run_id = new_pool_run(&store, &task, &seed, 6, 2);
+    // Candidates other than the seed, in the order a device first met them; (candidate, workload) calls.
+    let met: Arc<Mutex<Vec<String>>> = Arc::default();
+    let log: Arc<Mutex<Vec<(String, String)>>> = Arc::default();
+    let seed_hash = seed.hash();
+    let mut runner = Runner::open_with(&store, &run_id, None, |_, _, config| {
+        Ok((0..2)
+            .map(|_| {
+                let (met, log, seed_hash, first_workload) = (
+                    met.clone(),
+                    log.clone(),
+                    seed_hash.clone(),
+                    first_workload.clone(),
+                );
+                let ev = ScriptedEvaluator::new(config.timing.clone(), move |c, w| {
+                    let hash = c.hash();
+                    let tries = {
+                        let mut log = log.lock().unwrap();
+                        log.push((hash.clone(), w.name.clone()));
+                        log.iter()
+                            .filter(|(h, n)| *h == hash && *n == w.name)
+                            .count()
+                    };
+                    let role = {
+                        let mut met = met.lock().unwrap();
+                        if hash != seed_hash && !met.contains(&hash) {
+                            met.push(hash.clone());
+                        }
+                        met.iter().position(|h| *h == hash)
+                    };
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                    let dies = match role {
+                        Some(0) => tries == 1, // once
+                        Some(1) => true,       // every time
+                        _ => false,
+                    };
+                    if dies && w.name == first_workload {
+                        return Err((Status::Crash, WORKER_DIED.into()));
+                    }
+                    Ok(time_of(c))
+                });
+                Box::new(ev) as Box<dyn Evaluate + Send>
+            })
+            .collect())
+    })
+    .unwrap();
+    let result = runner.execute(|_| {}).unwrap();
+    drop(runner);
+    assert_eq!(result.status, RunStatus::Completed);
+    assert_eq!(result.evaluations, 6);
+    let (met, log) = (met.lock().unwrap(), log.lock().unwrap());
+    let attempt = |hash: &str| {
+        store
+            .attempts(&run_id, Some(Phase::Search))
+            .unwrap()
+            .into_iter()
+            .find(|a| a.candidate == hash)
+            .unwrap()
+    };
+    let once = attempt(&met[0]);
+    assert!(once.summary.as_ref().unwrap().passed, "{once:?}");
+    let always = attempt(&met[1]);
+    assert!(!always.summary.as_ref().unwrap().passed);
+    let stored = store
+        .evaluation(&run_id, Phase::Search, &met[1], &first_workload)
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (stored.status, stored.message.as_str()),
+        (Status::Crash, WORKER_DIED)
+    );
+    // The search phase: each died-under workload twice, nothing else.
+    let searched: Vec<&(String, String)> = log
+        .iter()
+        .filter(|(h, _)| result.best.as_ref().is_none_or(|b| &b.candidate != h))
+        .collect();
+    let twice: std::collections::BTreeSet<&(String, String)> = searched
+        .iter()
+        .filter(|c| searched.iter().filter(|d| d == c).count() > 1)
+        .copied()
+        .collect();
+    let want: std::collections::BTreeSet<&(String, String)> = log
+        .iter()
+        .filter(|(h, n)| (*h == met[0] || *h == met[1]) && *n == first_workload)
+        .collect();
+    assert_eq!(twice, want, "{log:?}");
+    assert_eq!(want.len(), 2);
+}

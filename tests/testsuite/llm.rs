@@ -391,8 +391,12 @@ fn server_error_then_success() {
     // of this binary report to the same sink).
     let seen = Arc::new(Mutex::new(Vec::new()));
     let sink = seen.clone();
-    ksearch::progress::set_sink(Some(Box::new(move |p| {
+    ksearch::progress::set_sink(Some(Box::new(move |slot, p| {
         if p.to_json()["purpose"] == "retried-call" {
+            assert_eq!(
+                slot, "llm",
+                "the run's own client's calls are shown in the `llm` slot"
+            );
             sink.lock().unwrap().push(p.clone());
         }
     })));

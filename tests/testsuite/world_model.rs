@@ -1164,7 +1164,7 @@ fn search_in_process(
     Vec<ksearch::scripted::Call>,
 ) {
     let run_id = create_in_process(dir, opts);
-    let (r, calls) = execute_in_process(dir, &run_id, opts, None);
+    let (r, calls) = execute_in_process(dir, &run_id, opts, None, || {});
     (run_id, r.expect("the run was not killed"), calls)
 }
 
@@ -1221,11 +1221,13 @@ fn llm_settings(opts: &InProcess) -> ksearch::search::run::LlmSettings {
 /// Runs (or resumes) `run_id` with the scripted evaluator; with `die_at`, the evaluator's call of that
 /// index panics, as a run killed mid-evaluation stops (the result is then None). A candidate's time follows
 /// its tunables as a real matmul's would; one whose kernel differs from the seed's does not compile.
+/// `each_call` runs inside every evaluator call (a test's probe of what happens meanwhile).
 fn execute_in_process(
     dir: &Path,
     run_id: &str,
     opts: &InProcess,
     die_at: Option<usize>,
+    each_call: impl Fn() + Send + 'static,
 ) -> (
     Option<ksearch::run_result::RunResult>,
     Vec<ksearch::scripted::Call>,
@@ -1251,6 +1253,7 @@ fn execute_in_process(
                 panic!("killed at call {n}");
             }
             n += 1;
+            each_call();
             if c.files["matmul.c"] != seed_source {
                 return Err((
                     Status::CompileError,
@@ -1507,7 +1510,7 @@ fn a_killed_batch_resumes_its_pending_proposals_without_asking_again() {
         let run_id = create_in_process(dir.path(), &opts);
         // Killed during the batch's second proposal's second workload (the seed's come first).
         let die_at = 2 * feedback + 1;
-        let (killed, first) = execute_in_process(dir.path(), &run_id, &opts, Some(die_at));
+        let (killed, first) = execute_in_process(dir.path(), &run_id, &opts, Some(die_at), || {});
         assert!(killed.is_none(), "{strategy:?}: the scripted kill happened");
         let asked = server.requests().len();
         if strategy == StrategyKind::WorldModel {
@@ -1525,9 +1528,20 @@ fn a_killed_batch_resumes_its_pending_proposals_without_asking_again() {
                 String::from_utf8_lossy(&run(dir.path(), &["show", &run_id, "--tree"]).stdout)
                     .to_string();
             assert_eq!(text.matches("its cycle is in flight").count(), 3, "{text}");
+            // `runs` lists the three cycles and the two proposals not evaluated (the first one was).
+            let listed: Value =
+                serde_json::from_slice(&run(dir.path(), &["runs", "--json"]).stdout).unwrap();
+            let f = &listed[0]["in_flight"];
+            assert_eq!(f["cycles"].as_array().map(Vec::len), Some(3), "{listed:#}");
+            assert_eq!(f["pending"].as_array().map(Vec::len), Some(2), "{listed:#}");
+            let table = String::from_utf8_lossy(&run(dir.path(), &["runs"]).stdout).to_string();
+            assert!(
+                table.contains("in flight") && table.contains("2 proposals pending"),
+                "{table}"
+            );
         }
 
-        let (r, second) = execute_in_process(dir.path(), &run_id, &opts, None);
+        let (r, second) = execute_in_process(dir.path(), &run_id, &opts, None, || {});
         let r = r.unwrap();
         assert_eq!(
             r.status,
@@ -1656,6 +1670,205 @@ fn world_model_cycles_run_as_lanes_and_replay_to_the_same_tree() {
     assert_eq!(statuses(&tree_of(&replayed)), statuses(&original));
 }
 
+/// Whether the prompt asks a world-model round (ACTION, DEBUG or IMPROVE), not a tree edit.
+fn is_round_prompt(prompt: &str) -> bool {
+    [
+        "## Implement exactly this action",
+        "Make it faster",
+        "## The action being implemented",
+    ]
+    .iter()
+    .any(|k| prompt.contains(k))
+}
+
+/// Looking ahead (`--parallel 3`, one device): while a batch's last proposal is evaluated, the strategy asks
+/// the LLM for its next rounds, so LLM calls and evaluations overlap in time (never without look-ahead: the
+/// runner waited for every evaluation before asking again); nothing is evaluated twice, and a replay,
+/// which sees the replies at other moments, rebuilds the same tree and best.
+#[test]
+fn the_next_rounds_are_asked_while_a_batch_is_evaluated() {
+    use ksearch::search::StrategyKind;
+    use ksearch::store::{RunStatus, Store};
+    use std::sync::{Arc, Mutex};
+    use std::time::{Duration, Instant};
+
+    const LLM_MS: u64 = 300;
+    let asked: Arc<Mutex<Vec<Instant>>> = Arc::default();
+    let evaluated: Arc<Mutex<Vec<(Instant, Instant)>>> = Arc::default();
+    let at = asked.clone();
+    let (server, _) = slow_llm_server(LLM_MS, move |_, prompt, feedback| {
+        let round = is_round_prompt(prompt);
+        if round {
+            at.lock().unwrap().push(Instant::now());
+        }
+        (round, scripted_reply(prompt, feedback))
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let mut opts = InProcess {
+        strategy: StrategyKind::WorldModel,
+        budget: 9,
+        tune_budget: 0,
+        parallel: 3,
+        spec: "llamacpp:scripted".into(),
+        base_url: Some(format!("{}/v1", server.url())),
+    };
+    let run_id = create_in_process(dir.path(), &opts);
+    let spans = evaluated.clone();
+    let (r, calls) = execute_in_process(dir.path(), &run_id, &opts, None, move || {
+        let start = Instant::now();
+        std::thread::sleep(Duration::from_millis(60));
+        spans.lock().unwrap().push((start, Instant::now()));
+    });
+    let r = r.unwrap();
+    assert_eq!(r.status, RunStatus::Completed, "{:?}", r.stopped);
+    assert_eq!(r.rounds, Some(9), "{r:?}");
+    // A round's call spans [asked, asked + LLM_MS]; an evaluator call [start, end].
+    let overlapping = asked
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|&&t| {
+            let end = t + Duration::from_millis(LLM_MS);
+            evaluated
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|&(a, b)| a < end && t < b)
+        })
+        .count();
+    assert!(
+        overlapping >= 2,
+        "rounds asked while an evaluation ran: {overlapping}"
+    );
+    let search: Vec<(String, String)> = calls
+        .iter()
+        .filter(|c| !c.retime_baselines)
+        .map(|c| (c.candidate.clone(), c.workload.clone()))
+        .collect();
+    let distinct: std::collections::BTreeSet<&(String, String)> = search.iter().collect();
+    assert_eq!(distinct.len(), search.len(), "nothing evaluated twice");
+
+    let store = Store::open(dir.path()).unwrap();
+    let tree_of = |run: &str| {
+        let state = store.strategy_state(run).unwrap().unwrap();
+        let wm: ksearch::search::world_model::tree::WorldModel =
+            serde_json::from_value(state["wm"].clone()).unwrap();
+        ksearch::search::world_model::wire::tree_json(&wm)
+    };
+    let shape = |t: &Value| -> Vec<(String, String, Value)> {
+        t["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| {
+                (
+                    n["node_id"].as_str().unwrap().to_string(),
+                    n["status"].as_str().unwrap().to_string(),
+                    n["solution"].clone(),
+                )
+            })
+            .collect()
+    };
+    opts.spec = format!("replay:{run_id}");
+    opts.base_url = None;
+    let (replayed, r2, _) = search_in_process(dir.path(), &opts);
+    assert_eq!(r2.status, RunStatus::Completed, "{:?}", r2.stopped);
+    assert_eq!(
+        r2.best.as_ref().map(|b| &b.candidate),
+        r.best.as_ref().map(|b| &b.candidate)
+    );
+    assert_eq!(shape(&tree_of(&replayed)), shape(&tree_of(&run_id)));
+}
+
+/// A run killed while a batch's last proposal is evaluated and the next batch is being asked for: the
+/// look-ahead's replies are stored before the evaluation ends (every reply the LLM gave is in the store),
+/// and resume asks no lane again and evaluates nothing twice.
+#[test]
+fn a_run_killed_while_looking_ahead_keeps_the_replies_it_was_given() {
+    use ksearch::search::StrategyKind;
+    use ksearch::store::{RunStatus, Store};
+
+    for strategy in [StrategyKind::Evolve, StrategyKind::WorldModel] {
+        let server = Server::route(|n, req| {
+            let (prompt, feedback) = prompt_and_feedback(req);
+            if !prompt.contains("## Parent program") {
+                return chat_reply(&scripted_reply(&prompt, feedback.as_deref()));
+            }
+            chat_reply(&plan_reply(&[
+                ("LOOP_ORDER", 1),
+                ("MR", [1, 2, 4, 8][n % 4]),
+                ("UNROLL", [1, 2, 4, 8][n / 4 % 4]),
+            ]))
+        });
+        let dir = tempfile::tempdir().unwrap();
+        let opts = InProcess {
+            strategy,
+            budget: 6,
+            tune_budget: 0,
+            parallel: 3,
+            spec: "llamacpp:scripted".into(),
+            base_url: Some(format!("{}/v1", server.url())),
+        };
+        let task = ksearch::task::Task::load(&repo().join("tasks/matmul")).unwrap();
+        let feedback = task.workloads(false).count();
+        let run_id = create_in_process(dir.path(), &opts);
+        // Killed during the first batch's third (last) proposal's second workload, the look-ahead running.
+        let die_at = 3 * feedback + 1;
+        let slow = || std::thread::sleep(std::time::Duration::from_millis(150));
+        let (killed, first) = execute_in_process(dir.path(), &run_id, &opts, Some(die_at), slow);
+        assert!(killed.is_none(), "{strategy:?}: the scripted kill happened");
+        let store = Store::open(dir.path()).unwrap();
+        let stored = store.exchanges(&run_id).unwrap().len();
+        assert_eq!(
+            stored,
+            server.requests().len(),
+            "{strategy:?}: every reply given before the kill is stored"
+        );
+
+        let (r, second) = execute_in_process(dir.path(), &run_id, &opts, None, || {});
+        let r = r.unwrap();
+        assert_eq!(
+            r.status,
+            RunStatus::Completed,
+            "{strategy:?}: {:?}",
+            r.stopped
+        );
+        assert_eq!(r.rounds, Some(6), "{strategy:?}: {r:?}");
+        let lanes: Vec<String> = store
+            .exchanges(&run_id)
+            .unwrap()
+            .into_iter()
+            .map(|e| e.lane)
+            .filter(|l| !l.is_empty())
+            .collect();
+        let distinct: std::collections::BTreeSet<&String> = lanes.iter().collect();
+        assert_eq!(
+            distinct.len(),
+            lanes.len(),
+            "{strategy:?}: no lane asked twice: {lanes:?}"
+        );
+        assert!(
+            lanes.len() > 3,
+            "{strategy:?}: the look-ahead's lanes: {lanes:?}"
+        );
+        let search = |calls: &[ksearch::scripted::Call]| -> Vec<(String, String)> {
+            calls
+                .iter()
+                .filter(|c| !c.retime_baselines)
+                .map(|c| (c.candidate.clone(), c.workload.clone()))
+                .collect()
+        };
+        let mut both = search(&first[..die_at]);
+        both.extend(search(&second));
+        let distinct: std::collections::BTreeSet<&(String, String)> = both.iter().collect();
+        assert_eq!(
+            distinct.len(),
+            both.len(),
+            "{strategy:?}: nothing evaluated twice: {both:?}"
+        );
+    }
+}
+
 /// `ksearch run --parallel 3` end to end (the binary, the worker, real evaluations): the flag reaches the
 /// stored run, the world model's rounds are asked in lanes, and `--json` phase events name each lane.
 #[test]
@@ -1689,6 +1902,25 @@ fn the_binary_runs_world_model_lanes_with_real_evaluations() {
         "phase events name the lane: {}",
         &events[..events.len().min(2000)]
     );
+    // Every phase names its slot: an LLM call's is its lane (the run's own client: `llm`), and each slot
+    // with something in flight ends idle.
+    let phases: Vec<Value> = events
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["event"] == "phase")
+        .collect();
+    assert!(!phases.is_empty());
+    for e in &phases {
+        assert!(e["slot"].is_string(), "{e}");
+        if e["phase"] == "llm" {
+            let lane = e["lane"].as_str().unwrap_or("llm");
+            assert_eq!(e["slot"], lane, "{e}");
+        }
+    }
+    let idle_lane = phases
+        .iter()
+        .any(|e| e["phase"] == "idle" && e["slot"] == "cycle 2 round 1");
+    assert!(idle_lane, "the lane's slot ended idle");
 }
 
 /// An `evolve` run none of whose replies ever gives a new candidate (each repeats its parent) did not

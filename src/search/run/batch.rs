@@ -11,8 +11,9 @@
 use super::{Runner, best_of, search_summary};
 use crate::candidate::Candidate;
 use crate::eval::{self, EvalOptions, Evaluate, Status, WorkloadResult};
-use crate::search::{Observation, Proposal};
-use crate::store::Phase;
+use crate::progress::{Phase, QUEUE};
+use crate::search::{Budget, Next, Observation, Proposal};
+use crate::store::Phase as StorePhase;
 use crate::task::Workload;
 use anyhow::Result;
 use std::collections::VecDeque;
@@ -33,23 +34,35 @@ struct Job {
     same_as: Option<usize>,
 }
 
-/// What a device's worker tells the store's thread.
+/// What a device's worker (or the look-ahead) tells the store's thread.
 enum Report {
     /// Job `.0` has this result for its next workload; `.2`: it is new (not read from the store).
     Result(usize, Box<WorkloadResult>, bool),
     /// Job `.0` is evaluated (every workload, or up to its first failure).
     Done(usize),
+    /// The look-ahead's proposals are made: the strategy's state with them pending, and its new tree
+    /// snapshots, stored at once (its LLM replies are not lost to a kill during the evaluations).
+    Ahead(Box<serde_json::Value>, Vec<serde_json::Value>),
+}
+
+/// The strategy asked for its next proposals while a batch is evaluated (`Strategy::propose_ahead`).
+pub(super) struct Ahead {
+    /// The budget with the batch's proposals counted as spent.
+    pub budget: Budget,
+    pub k: usize,
 }
 
 impl Runner<'_> {
     /// Evaluates `proposals` at once, one per device, each up to its first failing workload (the candidate
-    /// is out either way), and adds them to the history in their order.
+    /// is out either way), and adds them to the history in their order. With `ahead`, the strategy is
+    /// asked for its next proposals meanwhile, from the history without these (what it answers).
     pub(super) fn evaluate_proposals(
         &mut self,
         history: &mut Vec<Observation>,
         proposals: Vec<Proposal>,
         feedback: &[Workload],
-    ) -> Result<()> {
+        ahead: Option<Ahead>,
+    ) -> Result<Vec<Next>> {
         let incumbent = best_of(history).map(|o| (o.hash.clone(), o.candidate.clone()));
         let mut jobs = Vec::new();
         for (i, p) in proposals.into_iter().enumerate() {
@@ -57,7 +70,7 @@ impl Runner<'_> {
             let hash = self.store.put_candidate(&p.candidate)?;
             self.store.begin_attempt(
                 &self.run_id,
-                Phase::Search,
+                StorePhase::Search,
                 seq,
                 &hash,
                 p.parent.as_deref(),
@@ -75,7 +88,7 @@ impl Runner<'_> {
                 .iter()
                 .map(|w| {
                     self.store
-                        .evaluation(&self.run_id, Phase::Search, &hash, &w.name)
+                        .evaluation(&self.run_id, StorePhase::Search, &hash, &w.name)
                 })
                 .collect::<Result<Vec<_>, _>>()?;
             let same_as = jobs.iter().position(|j: &Job| j.hash == hash);
@@ -88,7 +101,7 @@ impl Runner<'_> {
                 same_as,
             });
         }
-        let evaluated = self.run_jobs(&jobs, feedback)?;
+        let (evaluated, next) = self.run_jobs(&jobs, feedback, history, ahead)?;
         for (job, (results, summary)) in jobs.into_iter().zip(evaluated) {
             history.push(Observation {
                 hash: job.hash,
@@ -99,19 +112,25 @@ impl Runner<'_> {
                 held_out: None,
             });
         }
-        Ok(())
+        Ok(next)
     }
 
-    /// The jobs spread over the devices; each job's results in workload order, and its summary.
+    /// The jobs spread over the devices; each job's results in workload order, and its summary; and the
+    /// look-ahead's answer.
+    #[allow(clippy::type_complexity)]
     fn run_jobs(
         &mut self,
         jobs: &[Job],
         feedback: &[Workload],
-    ) -> Result<Vec<(Vec<WorkloadResult>, eval::Summary)>> {
+        history: &[Observation],
+        ahead: Option<Ahead>,
+    ) -> Result<(Vec<(Vec<WorkloadResult>, eval::Summary)>, Vec<Next>)> {
+        // (job, the workload it starts from, whether it is a retry after a worker's death)
         let queue = Mutex::new(
             (0..jobs.len())
                 .filter(|&j| jobs[j].same_as.is_none())
-                .collect::<VecDeque<usize>>(),
+                .map(|j| (j, 0, false))
+                .collect::<VecDeque<(usize, usize, bool)>>(),
         );
         // Set when the store fails: workers stop taking jobs, the batch ends with the error.
         let stop = AtomicBool::new(false);
@@ -122,23 +141,66 @@ impl Runner<'_> {
         let mut failure: Option<anyhow::Error> = None;
         let (store, run_id) = (self.store, self.run_id.clone());
         let evaluators = &mut self.evaluators;
+        let (strategy, exchanges) = (&mut self.strategy, &self.exchanges);
         let timing = evaluators[0].timing().clone();
+        let in_flight: Vec<String> = jobs.iter().map(|j| j.hash.clone()).collect();
+        let mut next = Vec::new();
+        // Each device's phases are shown in a slot of its own (one device: the run's, as always).
+        let slots: Vec<String> = match evaluators.len() {
+            1 => vec![String::new()],
+            n => (0..n)
+                .map(|i| {
+                    self.config
+                        .devices
+                        .get(i)
+                        .map_or_else(|| format!("device {i}"), crate::devices::Device::label)
+                })
+                .collect(),
+        };
+        let queued = |count| crate::progress::report_in(QUEUE, Phase::Queued { count });
+        queued(queue.lock().unwrap().len());
         std::thread::scope(|s| {
-            for ev in evaluators.iter_mut() {
+            // The look-ahead: the strategy's LLM work for its next proposals, beside the evaluations. It
+            // touches only the strategy; its state reaches the store through this thread.
+            let looking = ahead.map(|a| {
+                let (tx, in_flight) = (tx.clone(), &in_flight);
+                s.spawn(move || {
+                    let next = strategy.propose_ahead(history, &a.budget, a.k, in_flight);
+                    let snapshots = strategy.take_snapshots();
+                    let _ = tx.send(Report::Ahead(Box::new(strategy.state()), snapshots));
+                    next
+                })
+            });
+            for (ev, slot) in evaluators.iter_mut().zip(&slots) {
                 let (tx, queue, stop) = (tx.clone(), &queue, &stop);
                 s.spawn(move || {
+                    crate::progress::set_slot(slot);
                     loop {
                         if stop.load(Ordering::Relaxed) {
-                            return;
+                            break;
                         }
-                        let Some(j) = queue.lock().unwrap().pop_front() else {
-                            return;
+                        let taken = {
+                            let mut q = queue.lock().unwrap();
+                            q.pop_front().map(|j| (j, q.len()))
                         };
-                        evaluate_job(ev.as_mut(), &jobs[j], j, feedback, &tx, stop);
+                        let Some(((j, from, retry), left)) = taken else {
+                            break;
+                        };
+                        queued(left);
+                        let job = &jobs[j];
+                        if let Some(at) =
+                            evaluate_job(ev.as_mut(), job, j, from, retry, feedback, &tx, stop)
+                        {
+                            // The worker died under this evaluation (its restart is the device's): once
+                            // more, first in line, on the next free device; a second death stands.
+                            queue.lock().unwrap().push_front((j, at, true));
+                            continue;
+                        }
                         if tx.send(Report::Done(j)).is_err() {
-                            return;
+                            break;
                         }
                     }
+                    crate::progress::report(Phase::Idle);
                 });
             }
             drop(tx);
@@ -148,12 +210,20 @@ impl Runner<'_> {
                         if fresh
                             && failure.is_none()
                             && let Err(e) =
-                                store.put_evaluation(&run_id, Phase::Search, &jobs[j].hash, &r)
+                                store.put_evaluation(&run_id, StorePhase::Search, &jobs[j].hash, &r)
                         {
                             failure = Some(e.into());
                             stop.store(true, Ordering::Relaxed);
                         }
                         results[j].push(*r);
+                    }
+                    Report::Ahead(state, snapshots) => {
+                        if failure.is_none()
+                            && let Err(e) = persist(store, &run_id, exchanges, &state, &snapshots)
+                        {
+                            failure = Some(e);
+                            stop.store(true, Ordering::Relaxed);
+                        }
                     }
                     Report::Done(j) => {
                         done[j] = true;
@@ -168,7 +238,7 @@ impl Runner<'_> {
                     let i = summaries.len();
                     let summary = search_summary(&results[i], feedback.len(), &timing);
                     if let Err(e) =
-                        store.finish_attempt(&run_id, Phase::Search, jobs[i].seq, &summary)
+                        store.finish_attempt(&run_id, StorePhase::Search, jobs[i].seq, &summary)
                     {
                         failure = Some(e.into());
                         stop.store(true, Ordering::Relaxed);
@@ -176,28 +246,56 @@ impl Runner<'_> {
                     summaries.push(summary);
                 }
             }
+            if let Some(h) = looking {
+                next = h.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+            }
         });
         match failure {
             Some(e) => Err(e),
-            None => Ok(results.into_iter().zip(summaries).collect()),
+            None => Ok((results.into_iter().zip(summaries).collect(), next)),
         }
     }
 }
 
-/// One job on one device: its modules compiled at once, then each feedback workload (the stored result
-/// where the store has one), up to the first that fails.
+/// The strategy's state, its new tree snapshots and the LLM exchanges recorded since the last drain,
+/// into the store (as `Runner::persist_strategy`, from a state taken on another thread).
+pub(super) fn persist(
+    store: &crate::store::Store,
+    run_id: &str,
+    exchanges: &std::sync::Mutex<Vec<crate::llm::Exchange>>,
+    state: &serde_json::Value,
+    snapshots: &[serde_json::Value],
+) -> Result<()> {
+    let drained: Vec<_> = std::mem::take(&mut *exchanges.lock().unwrap());
+    for ex in &drained {
+        store.put_exchange(run_id, ex)?;
+    }
+    for snap in snapshots {
+        store.put_snapshot(run_id, snap)?;
+    }
+    store.set_strategy_state(run_id, state)?;
+    Ok(())
+}
+
+/// One job on one device, from workload `from`: its modules compiled at once, then each feedback workload
+/// (the stored result where the store has one), up to the first that fails. The workload to evaluate again
+/// when the worker died under it and this is not already the retry (its result is then not reported).
+#[allow(clippy::too_many_arguments)]
 fn evaluate_job(
     ev: &mut (dyn Evaluate + Send),
     job: &Job,
     j: usize,
+    from: usize,
+    retry: bool,
     feedback: &[Workload],
     tx: &mpsc::Sender<Report>,
     stop: &AtomicBool,
-) {
+) -> Option<usize> {
     let cand = &job.proposal.candidate;
     let left: Vec<&Workload> = feedback
         .iter()
         .zip(&job.stored)
+        .skip(from)
         .filter(|(_, s)| s.is_none())
         .map(|(w, _)| w)
         .collect();
@@ -208,14 +306,14 @@ fn evaluate_job(
         incumbent: job.incumbent.as_ref().map(|(h, c)| (h.as_str(), c)),
         retime_baselines: false,
     };
-    for (i, (w, stored)) in feedback.iter().zip(&job.stored).enumerate() {
+    for (i, (w, stored)) in feedback.iter().zip(&job.stored).enumerate().skip(from) {
         if stop.load(Ordering::Relaxed) {
-            return;
+            return None;
         }
         let (r, fresh) = match stored {
             Some(r) => (r.clone(), false),
             None => {
-                crate::progress::report(crate::progress::Phase::Evaluating {
+                crate::progress::report(Phase::Evaluating {
                     candidate: job.hash.clone(),
                     workload: w.name.clone(),
                     index: i + 1,
@@ -224,9 +322,18 @@ fn evaluate_job(
                 (ev.evaluate_workload_with(cand, w, opts), true)
             }
         };
+        if fresh && r.worker_died && !retry {
+            tracing::warn!(
+                "the worker died evaluating {} on {}: evaluated again",
+                job.hash,
+                w.name
+            );
+            return Some(i);
+        }
         let failed = r.status != Status::Passed;
         if tx.send(Report::Result(j, Box::new(r), fresh)).is_err() || failed {
-            return;
+            return None;
         }
     }
+    None
 }

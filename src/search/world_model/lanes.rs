@@ -57,20 +57,25 @@ impl WorldModelStrategy {
         r
     }
 
-    /// The next batch: up to `k` rounds, one per cycle in flight, asked at once.
+    /// The next batch: up to `k` rounds, one per cycle in flight that is not waiting for an evaluation of
+    /// `in_flight` (proposed, being evaluated: `propose_ahead`), asked at once. Empty when every cycle
+    /// waits and no other can start.
     pub(super) fn batch(
         &mut self,
         history: &[Observation],
         budget: &Budget,
         k: usize,
+        in_flight: &[String],
     ) -> Result<Vec<Next>, Stop> {
         // Proposals of a batch a kill left unevaluated: proposed again, with no LLM call.
-        let pending = Pending::outstanding(&mut self.st.batch, history).map_err(Stop)?;
+        let pending =
+            Pending::outstanding_besides(&mut self.st.batch, history, in_flight).map_err(Stop)?;
         if !pending.is_empty() {
             return Ok(pending);
         }
         if let Some(p) = self.st.pending.take()
             && !history.iter().any(|o| o.hash == p.hash)
+            && !in_flight.contains(&p.hash)
         {
             // A single proposal of a run that had one cycle in flight, killed before its evaluation.
             let next = Next::Propose(p.proposal(self.compare_with()).map_err(Stop)?);
@@ -92,10 +97,11 @@ impl WorldModelStrategy {
             if spent >= budget.total {
                 return Ok(vec![Next::BudgetSpent]);
             }
-            if let Some(hash) = self.end_finished_cycles(history)? {
+            if let Some(hash) = self.end_finished_cycles(history, in_flight)? {
                 return Ok(vec![Next::HeldOut(hash)]);
             }
-            while self.st.lanes.len() < k {
+            let waiting = self.waiting(in_flight).len();
+            while self.st.lanes.len() < k + waiting {
                 if !self.start_cycle(history)? {
                     break;
                 }
@@ -108,13 +114,22 @@ impl WorldModelStrategy {
                 )]);
             }
             self.drop_orphaned_cycles();
-            if self.st.lanes.is_empty() {
-                continue;
+            let waiting = self.waiting(in_flight);
+            let ready: Vec<usize> = (0..self.st.lanes.len())
+                .filter(|i| !waiting.contains(i))
+                .collect();
+            if ready.is_empty() {
+                if waiting.is_empty() {
+                    continue;
+                }
+                // Every cycle waits for an evaluation in flight: nothing to ask before it is in.
+                return Ok(Vec::new());
             }
-            let n = k.min(self.st.lanes.len()).min(budget.total - spent);
-            let proposals = self.rounds(history, n)?;
+            let n = k.min(ready.len()).min(budget.total - spent);
+            let proposals = self.rounds(history, &ready[..n], in_flight)?;
             if !proposals.is_empty() {
-                self.st.batch = proposals.iter().map(Pending::of).collect();
+                // After the proposals still in flight, kept by `outstanding_besides`.
+                self.st.batch.extend(proposals.iter().map(Pending::of));
                 return Ok(proposals.into_iter().map(Next::Propose).collect());
             }
         }
@@ -145,9 +160,18 @@ impl WorldModelStrategy {
 
     /// Ends the cycles whose window is spent, in lane order, each with its tree update; the hash of a
     /// cycle's best whose held-out results the update should show and that is not scored yet, if any.
-    fn end_finished_cycles(&mut self, history: &[Observation]) -> Result<Option<String>, Stop> {
+    fn end_finished_cycles(
+        &mut self,
+        history: &[Observation],
+        in_flight: &[String],
+    ) -> Result<Option<String>, Stop> {
         let mut i = 0;
         while i < self.st.lanes.len() {
+            // A cycle waiting for an evaluation is not over before its evidence is in.
+            if self.waiting(in_flight).contains(&i) {
+                i += 1;
+                continue;
+            }
             let ended = self.in_lane(i, |s| -> Result<Option<Option<String>>, Stop> {
                 if !s.cycle_done() {
                     return Ok(None);
@@ -167,11 +191,28 @@ impl WorldModelStrategy {
         Ok(None)
     }
 
-    /// The next round of the first `n` cycles: prompts built in lane order, the LLM asked in lanes at once
+    /// The lanes (by index) whose cycle waits for the evaluation of a candidate it proposed, in flight.
+    fn waiting(&self, in_flight: &[String]) -> Vec<usize> {
+        (0..self.st.lanes.len())
+            .filter(|&i| {
+                self.st.lanes[i]
+                    .proposed
+                    .iter()
+                    .any(|h| in_flight.contains(h))
+            })
+            .collect()
+    }
+
+    /// The next round of these lanes' cycles: prompts built in lane order, the LLM asked in lanes at once
     /// (the run's own client when there is one), the replies applied in lane order.
-    fn rounds(&mut self, history: &[Observation], n: usize) -> Result<Vec<Proposal>, Stop> {
+    fn rounds(
+        &mut self,
+        history: &[Observation],
+        lanes: &[usize],
+        in_flight: &[String],
+    ) -> Result<Vec<Proposal>, Stop> {
         let mut asks = Vec::new();
-        for i in 0..n {
+        for &i in lanes {
             let ask = self.in_lane(i, |s| -> Result<_, Stop> {
                 let c = s.st.cycle.as_ref().expect("a lane's cycle");
                 // Unique in the run: cycles are numbered as they start.
@@ -189,7 +230,7 @@ impl WorldModelStrategy {
         let replies = self.agent.candidates_at_once(&asks, self.cfg.tries)?;
         let mut proposals = Vec::new();
         let mut stop = None;
-        for (i, (ask, reply)) in asks.iter().zip(replies).enumerate() {
+        for (&i, (ask, reply)) in lanes.iter().zip(asks.iter().zip(replies)) {
             let reply = match reply {
                 Ok(reply) => reply,
                 Err(s) => {
@@ -197,11 +238,13 @@ impl WorldModelStrategy {
                     continue;
                 }
             };
-            // Two lanes may write the same candidate: the second is a repeat, as of a measured one.
+            // Two lanes may write the same candidate (or one in flight): the second is a repeat, as of a
+            // measured one.
             let repeat = reply.as_ref().is_ok_and(|(c, _)| {
                 proposals
                     .iter()
                     .any(|q: &Proposal| q.candidate.hash() == c.hash())
+                    || in_flight.contains(&c.hash())
             });
             let taken = self.in_lane(i, |s| {
                 if repeat {

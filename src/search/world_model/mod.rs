@@ -1356,7 +1356,30 @@ impl Strategy for WorldModelStrategy {
             return vec![self.propose(history, budget)];
         }
         self.agent.budget = budget.describe();
-        match self.batch(history, budget, k) {
+        match self.batch(history, budget, k, &[]) {
+            Ok(next) => next,
+            Err(stop) => {
+                self.log(format!("stopped: {}", stop.0));
+                vec![stop.next()]
+            }
+        }
+    }
+
+    /// Rounds of the cycles not waiting for an evaluation in flight, and new cycles on other open actions,
+    /// asked while those evaluations run: with `--parallel K`, K more cycles than are waiting may be in
+    /// flight. A run of one cycle at a time (`--parallel 1`) does not look ahead.
+    fn propose_ahead(
+        &mut self,
+        history: &[Observation],
+        budget: &super::Budget,
+        k: usize,
+        in_flight: &[String],
+    ) -> Vec<Next> {
+        if self.st.lanes.is_empty() && self.st.batch.is_empty() {
+            return Vec::new();
+        }
+        self.agent.budget = budget.describe();
+        match self.batch(history, budget, k, in_flight) {
             Ok(next) => next,
             Err(stop) => {
                 self.log(format!("stopped: {}", stop.0));
