@@ -195,6 +195,9 @@ pub struct Attempt {
     pub origin: String,
     pub finished: bool,
     pub summary: Option<Summary>,
+    /// Unix times it began and finished (None for an attempt still in progress).
+    pub started_at: Option<f64>,
+    pub finished_at: Option<f64>,
 }
 
 /// The SQL condition on `hash` (a candidate's, or `?1`) that no run refers to it: no attempt evaluates it or
@@ -757,7 +760,8 @@ impl Store {
         let mut st = self
             .conn
             .prepare(
-                "SELECT seq, phase, candidate, parent, origin, finished, summary FROM attempts
+                "SELECT seq, phase, candidate, parent, origin, finished, summary, started_at, finished_at
+                 FROM attempts
                  WHERE run_id=?1 AND (?2 IS NULL OR phase=?2) ORDER BY phase DESC, seq",
             )
             .map_err(|e| self.sql(e))?;
@@ -772,6 +776,8 @@ impl Store {
                     origin: r.get(4)?,
                     finished: r.get::<_, i64>(5)? != 0,
                     summary: summary.and_then(|s| serde_json::from_str(&s).ok()),
+                    started_at: r.get(7)?,
+                    finished_at: r.get(8)?,
                 })
             })
             .map_err(|e| self.sql(e))?;

@@ -12,6 +12,7 @@ mod eval;
 mod export;
 mod flags;
 mod gc;
+mod report_html;
 mod run;
 mod runs;
 mod show;
@@ -77,6 +78,9 @@ enum Command {
     Compare(compare::CompareArgs),
     /// Show one run: configuration, best candidate, every evaluation.
     Show(show::ShowArgs),
+    /// Write one run as a self-contained HTML page (charts, every evaluation, the world model, the best
+    /// candidate's changes, the LLM calls): `ksearch report RUN --html FILE`
+    Report(report_html::ReportArgs),
     /// Evaluate candidate folders against the reference and the baselines on every workload (several
     /// candidates share one worker and the same input sets).
     Eval(eval::EvalArgs),
@@ -260,6 +264,7 @@ fn dispatch(cli: Cli) -> Result<u8> {
         Command::Runs(a) => runs::runs(a, &store_dir),
         Command::Compare(a) => compare::compare(&store_dir, &a.a, &a.b, a.json),
         Command::Show(a) => show::show(a, &store_dir),
+        Command::Report(a) => report_html::report(a, &store_dir),
         Command::Eval(a) => eval::eval(a, python),
         Command::Doctor { json } => doctor::doctor(&store_dir, python, json),
         Command::Gc(a) => gc::gc(&store_dir, a.dry_run, a.older_than, a.json),

@@ -1949,3 +1949,70 @@ fn an_evolve_run_whose_replies_never_give_a_new_candidate_is_stopped() {
         "{why}"
     );
 }
+
+/// `ksearch report RUN --html FILE` on a world-model run: one self-contained page (nothing fetched, no
+/// script) with every evaluation, every LLM call, the tree with every stored node, the charts and the best
+/// candidate's changes from its parent; LLM-written text is escaped; an existing file is not replaced
+/// without `--force`.
+#[test]
+fn the_html_report_shows_a_run_whole_and_fetches_nothing() {
+    use ksearch::store::Store;
+    let (dir, run_id, r, _) = scripted_search(ksearch::search::StrategyKind::WorldModel, 6, 0);
+    let store = Store::open(dir.path()).unwrap();
+    // An LLM-written node title that would run in the reader's browser if it were not escaped.
+    let mut state = store.strategy_state(&run_id).unwrap().unwrap();
+    let nodes = state["wm"]["nodes"].as_object_mut().unwrap();
+    let first = nodes
+        .iter()
+        .find(|(_, n)| n["action"].is_object())
+        .map(|(k, _)| k.clone())
+        .unwrap();
+    nodes[&first]["action"]["title"] = json!("<script>alert('owned')</script>");
+    let node_count = nodes.len();
+    store.set_strategy_state(&run_id, &state).unwrap();
+
+    let page_path = dir.path().join("report.html");
+    let p = page_path.to_str().unwrap();
+    let out = run(dir.path(), &["report", &run_id, "--html", p]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let page = std::fs::read_to_string(&page_path).unwrap();
+    assert!(
+        !page.contains("<script"),
+        "no script, and the node's title escaped"
+    );
+    assert!(
+        page.contains("&lt;script&gt;alert("),
+        "the title is shown, escaped"
+    );
+    // Nothing is fetched: the only address is SVG's namespace name.
+    let addresses = page.matches("http").count();
+    let namespaces = page.matches("http://www.w3.org/2000/svg").count();
+    assert_eq!(addresses, namespaces, "no address but SVG's namespace");
+    assert!(!page.contains("url(") && !page.contains("@import"));
+    // Every evaluation, every LLM call, every node of the tree (in the table and drawn, with the root).
+    let attempts = store.attempts(&run_id, None).unwrap().len();
+    assert_eq!(page.matches(r#"<tr class="attempt"#).count(), attempts);
+    let exchanges = store.exchanges(&run_id).unwrap().len();
+    assert_eq!(page.matches(r#"<tr class="exchange"#).count(), exchanges);
+    assert_eq!(page.matches(r#"<tr class="node-row">"#).count(), node_count);
+    assert_eq!(page.matches(r#"<g class="node "#).count(), node_count + 1);
+    // The charts, the best candidate's changes from its parent, what it was measured on.
+    assert!(
+        page.matches(r#"<svg class="chart""#).count() >= 3,
+        "progress, wall time, LLM"
+    );
+    let best = r.best.as_ref().unwrap();
+    assert!(page.contains(&best.candidate));
+    assert!(
+        page.contains(r#"<span class="ins">"#),
+        "the diff shows added lines"
+    );
+    assert!(page.contains("measured for the target"));
+    assert!(page.contains(&format!("run <code>{run_id}</code>")));
+
+    let again = run(dir.path(), &["report", &run_id, "--html", p]);
+    assert!(!again.status.success());
+    assert!(stderr(&again).contains("--force"), "{}", stderr(&again));
+    let forced = run(dir.path(), &["report", "last", "--html", p, "--force"]);
+    assert!(forced.status.success(), "{}", stderr(&forced));
+}

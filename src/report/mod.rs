@@ -1,5 +1,9 @@
-//! What people read: summary tables for `run`, `show`, `eval`, `runs` and `tasks`. Scripts read the
-//! JSON the same commands print with `--json`.
+//! What people read: summary tables for `run`, `show`, `eval`, `runs` and `tasks` (scripts read the
+//! JSON the same commands print with `--json`), and one run as a self-contained HTML page (`html`,
+//! drawn with `svg`).
+
+pub mod html;
+mod svg;
 
 use crate::eval::WorkloadResult;
 use crate::run_result::RunResult;
