@@ -18,8 +18,8 @@ use anyhow::{Context, Result, anyhow};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
 
-const TEMPLATE: &str = include_str!("../../assets/report/report.html");
-const CSS: &str = include_str!("../../assets/report/report.css");
+const TEMPLATE: &str = include_str!("../../templates/report.html");
+const CSS: &str = include_str!("../../templates/report.css");
 
 /// The page for `run_id`.
 pub fn render(store: &Store, run_id: &str) -> Result<String> {
