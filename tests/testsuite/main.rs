@@ -33,6 +33,7 @@ mod runs;
 mod sandbox;
 mod translate;
 mod translate_corpus;
+mod wheel;
 mod world_model;
 
 /// A test file put in tests/ becomes a binary of its own again, and one put here but not declared
