@@ -435,14 +435,16 @@ impl Task {
         })
     }
 
-    /// Dims plus `io_bytes`, for roofline formulas.
+    /// Dims plus `io_bytes` (every input and output once) and `bytes_NAME` for each of them, for roofline
+    /// formulas (a kernel that reads only part of an input, as a paged cache, counts that part).
     pub fn roofline_env(&self, rw: &ResolvedWorkload) -> Env {
         let mut env = Self::dims_env(&rw.dims);
-        let io: i64 = rw
-            .shapes
-            .iter()
-            .map(|(n, s)| s.iter().product::<i64>() * rw.dtypes[n].size() as i64)
-            .sum();
+        let mut io = 0i64;
+        for (n, s) in &rw.shapes {
+            let bytes = s.iter().product::<i64>() * rw.dtypes[n].size() as i64;
+            env.insert(format!("bytes_{n}"), bytes as f64);
+            io += bytes;
+        }
         env.insert("io_bytes".into(), io as f64);
         env
     }
