@@ -39,6 +39,7 @@ pub mod run_result;
 pub mod sandbox;
 pub mod scripted;
 pub mod search;
+pub mod serve;
 pub mod store;
 pub mod units;
 pub mod worker;

@@ -991,6 +991,24 @@ impl Store {
             .map(|r| r.map(mark_interrupted))
     }
 
+    /// A short summary of everything the store holds that a view shows (runs and their updates, attempts
+    /// begun and finished, evaluations, LLM exchanges, strategy states, tree snapshots): it changes whenever
+    /// a run writes anything a page would draw differently. `ksearch serve` polls it.
+    pub fn change_mark(&self) -> Result<String> {
+        self.conn
+            .query_row(
+                "SELECT (SELECT COUNT(*) || '.' || COALESCE(MAX(updated_at), 0) FROM runs) || '/' ||
+                        (SELECT COUNT(*) || '.' || COALESCE(SUM(finished), 0) FROM attempts) || '/' ||
+                        (SELECT COALESCE(MAX(id), 0) FROM evaluations) || '/' ||
+                        (SELECT COUNT(*) FROM llm_exchanges) || '/' ||
+                        (SELECT COALESCE(MAX(updated_at), 0) FROM strategy_state) || '/' ||
+                        (SELECT COUNT(*) FROM wm_snapshots)",
+                [],
+                |r| r.get::<_, String>(0),
+            )
+            .map_err(|e| self.sql(e))
+    }
+
     pub fn runs(&self) -> Result<Vec<RunRow>> {
         let mut st = self
             .conn

@@ -15,6 +15,7 @@ mod gc;
 mod report_html;
 mod run;
 mod runs;
+mod serve;
 mod show;
 mod tasks;
 mod translate;
@@ -81,6 +82,9 @@ enum Command {
     /// Write one run as a self-contained HTML page (charts, every evaluation, the world model, the best
     /// candidate's changes, the LLM calls): `ksearch report RUN --html FILE`
     Report(report_html::ReportArgs),
+    /// A local web dashboard over the store (read-only, on 127.0.0.1): the runs, each run live (its
+    /// evaluations, the world-model tree, diffs, LLM calls), two runs compared. Prints its address.
+    Serve(serve::ServeArgs),
     /// Evaluate candidate folders against the reference and the baselines on every workload (several
     /// candidates share one worker and the same input sets).
     Eval(eval::EvalArgs),
@@ -265,6 +269,7 @@ fn dispatch(cli: Cli) -> Result<u8> {
         Command::Compare(a) => compare::compare(&store_dir, &a.a, &a.b, a.json),
         Command::Show(a) => show::show(a, &store_dir),
         Command::Report(a) => report_html::report(a, &store_dir),
+        Command::Serve(a) => serve::serve(a, &store_dir),
         Command::Eval(a) => eval::eval(a, python),
         Command::Doctor { json } => doctor::doctor(&store_dir, python, json),
         Command::Gc(a) => gc::gc(&store_dir, a.dry_run, a.older_than, a.json),

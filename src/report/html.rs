@@ -21,8 +21,18 @@ use std::collections::{BTreeMap, BTreeSet};
 const TEMPLATE: &str = include_str!("../../templates/report.html");
 const CSS: &str = include_str!("../../templates/report.css");
 
-/// The page for `run_id`.
+/// The self-contained page for `run_id` (`report --html`).
 pub fn render(store: &Store, run_id: &str) -> Result<String> {
+    page(store, run_id, None)
+}
+
+/// The same page served live by `ksearch serve`: its style and script from the server's assets, candidates
+/// linked to their diffs, and `mark` (the store's state it was drawn from) for the script to compare.
+pub fn render_live(store: &Store, run_id: &str, mark: &str) -> Result<String> {
+    page(store, run_id, Some(mark))
+}
+
+fn page(store: &Store, run_id: &str, live: Option<&str>) -> Result<String> {
     let row = store
         .run(run_id)?
         .ok_or_else(|| anyhow!("no run `{run_id}` in {}", store.path().display()))?;
@@ -61,10 +71,13 @@ pub fn render(store: &Store, run_id: &str) -> Result<String> {
 
     let ctx = json!({
         "css": CSS,
+        "live": live.is_some(),
+        "mark": live,
         "run": {
             "id": row.run_id, "task": row.task, "target": row.target, "strategy": row.strategy,
             "status": row.status.as_str(), "budget": row.budget,
-            "rounds": result.and_then(|r| r.rounds), "evaluations": result.map(|r| r.evaluations),
+            "rounds": result.and_then(|r| r.rounds),
+            "evaluations": result.map(|r| r.evaluations as i64).unwrap_or(row.evaluations),
             "elapsed": result.map(|r| fmt_duration(r.elapsed_s)),
             "stopped": result.and_then(|r| r.stopped.clone()), "error": row.error,
             "llm": result.and_then(|r| r.llm.as_ref()).map(|l| l.spec.clone()),
@@ -96,7 +109,7 @@ pub fn render(store: &Store, run_id: &str) -> Result<String> {
         "baselines": baseline_rows(&evals, &workloads),
         "tree": tree_view(store, run_id)?,
         "diff": match best {
-            Some(b) => best_diff(store, &attempts, &b.candidate)?,
+            Some(b) => candidate_diff(store, &attempts, &b.candidate)?,
             None => Value::Null,
         },
         "exchanges": exchange_rows(&exchanges),
@@ -475,14 +488,15 @@ fn tree_view(store: &Store, run_id: &str) -> Result<Value> {
     }))
 }
 
-/// The best candidate's files against its parent's (the seed's where it has no parent), line by line.
-fn best_diff(store: &Store, attempts: &[Attempt], best: &str) -> Result<Value> {
-    let Some(cand) = store.candidate(best)? else {
+/// A candidate's files against its parent's in the run (nothing where it has no parent), line by line, with
+/// its whole source beside.
+pub fn candidate_diff(store: &Store, attempts: &[Attempt], hash: &str) -> Result<Value> {
+    let Some(cand) = store.candidate(hash)? else {
         return Ok(Value::Null);
     };
     let parent_hash = attempts
         .iter()
-        .find(|a| a.candidate == best)
+        .find(|a| a.candidate == hash)
         .and_then(|a| a.parent.clone());
     let parent = match &parent_hash {
         Some(h) => store.candidate(h)?,
@@ -528,10 +542,10 @@ fn best_diff(store: &Store, attempts: &[Attempt], best: &str) -> Result<Value> {
                     }
                 }
             }
-            json!({"name": name, "changed": !lines.is_empty(), "lines": lines})
+            json!({"name": name, "changed": !lines.is_empty(), "lines": lines, "source": new})
         })
         .collect();
-    Ok(json!({"candidate": best, "parent": parent_hash, "files": files}))
+    Ok(json!({"candidate": hash, "name": cand.plan.name, "parent": parent_hash, "files": files}))
 }
 
 /// Each LLM call: its number, lane, purpose, model, tokens, cost, latency, outcome (never a prompt's key:

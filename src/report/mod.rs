@@ -3,7 +3,7 @@
 //! drawn with `svg`).
 
 pub mod html;
-mod svg;
+pub mod svg;
 
 use crate::eval::WorkloadResult;
 use crate::run_result::RunResult;

@@ -20,6 +20,7 @@ mod check;
 mod check_corpus;
 mod cluster;
 mod cuda_seeds_cpu;
+mod dashboard;
 mod evaluation;
 mod export;
 mod fault_tolerance;

@@ -162,7 +162,7 @@ fn prompt_and_feedback(req: &Recorded) -> (String, Option<String>) {
     (first, feedback)
 }
 
-fn llm_server(faults: impl Fn(usize) -> Option<Step> + Send + Sync + 'static) -> Server {
+pub(crate) fn llm_server(faults: impl Fn(usize) -> Option<Step> + Send + Sync + 'static) -> Server {
     Server::route(move |n, req| {
         faults(n).unwrap_or_else(|| {
             let (prompt, feedback) = prompt_and_feedback(req);
@@ -1120,7 +1120,7 @@ fn from_spec_is_refused_with_a_seed_a_candidate_or_a_strategy_that_needs_one() {
 /// rather than through Python. A candidate's time follows its tunables as a real matmul's would (i-k-j,
 /// tiles, register blocking each pay); one whose kernel source differs from the seed's is the fixture's
 /// broken kernel and does not compile. Returns the store's folder, the run, its result and the calls.
-fn scripted_search(
+pub(crate) fn scripted_search(
     strategy: ksearch::search::StrategyKind,
     budget: usize,
     tune_budget: usize,
@@ -1145,13 +1145,13 @@ fn scripted_search(
 }
 
 /// How `search_in_process` runs: the strategy, its budgets, `--parallel`, and the LLM.
-struct InProcess {
-    strategy: ksearch::search::StrategyKind,
-    budget: usize,
-    tune_budget: usize,
-    parallel: usize,
-    spec: String,
-    base_url: Option<String>,
+pub(crate) struct InProcess {
+    pub(crate) strategy: ksearch::search::StrategyKind,
+    pub(crate) budget: usize,
+    pub(crate) tune_budget: usize,
+    pub(crate) parallel: usize,
+    pub(crate) spec: String,
+    pub(crate) base_url: Option<String>,
 }
 
 /// A run of `opts` in-process in the store at `dir`: returns the run, its result and the evaluator's calls.
@@ -1169,7 +1169,7 @@ fn search_in_process(
 }
 
 /// A run of `opts` created in the store at `dir`, not started.
-fn create_in_process(dir: &Path, opts: &InProcess) -> String {
+pub(crate) fn create_in_process(dir: &Path, opts: &InProcess) -> String {
     use ksearch::candidate::Candidate;
     use ksearch::eval::Settings;
     use ksearch::search::run::{self, NewRun};
@@ -1222,7 +1222,7 @@ fn llm_settings(opts: &InProcess) -> ksearch::search::run::LlmSettings {
 /// index panics, as a run killed mid-evaluation stops (the result is then None). A candidate's time follows
 /// its tunables as a real matmul's would; one whose kernel differs from the seed's does not compile.
 /// `each_call` runs inside every evaluator call (a test's probe of what happens meanwhile).
-fn execute_in_process(
+pub(crate) fn execute_in_process(
     dir: &Path,
     run_id: &str,
     opts: &InProcess,
