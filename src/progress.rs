@@ -258,9 +258,124 @@ impl Slots {
     }
 }
 
+impl Slots {
+    /// Each slot and its phase, in the slots' order.
+    pub fn entries(&self) -> Vec<(String, String)> {
+        self.phases
+            .iter()
+            .map(|(s, p)| (s.clone(), p.clone()))
+            .collect()
+    }
+}
+
+/// Where a running run keeps its slots' phases for `ksearch serve`: `live/RUN.json` in the store folder.
+pub fn live_path(store_dir: &std::path::Path, run_id: &str) -> std::path::PathBuf {
+    store_dir.join("live").join(format!("{run_id}.json"))
+}
+
+/// A running run's slots' phases, written to `live_path` at every change (a small file replaced whole, so
+/// a reader never sees half of one) and removed when the run's progress ends. What the dashboard shows as
+/// a run's "now"; the store keeps only what is finished.
+pub struct LiveFile {
+    path: std::path::PathBuf,
+    slots: Slots,
+}
+
+impl LiveFile {
+    pub fn new(store_dir: &std::path::Path, run_id: &str) -> LiveFile {
+        LiveFile {
+            path: live_path(store_dir, run_id),
+            slots: Slots::default(),
+        }
+    }
+
+    /// Takes a phase and writes every slot's. Best effort: the file informs a person, and a run never
+    /// fails for it.
+    pub fn update(&mut self, slot: &str, phase: &Phase) {
+        self.slots.update(slot, phase);
+        let body = json!({
+            "pid": std::process::id(),
+            "time": crate::clock::now(),
+            "slots": self.slots.entries().into_iter()
+                .map(|(slot, phase)| json!({"slot": slot, "phase": phase})).collect::<Vec<_>>(),
+        });
+        let Some(dir) = self.path.parent() else {
+            return;
+        };
+        let tmp = self
+            .path
+            .with_extension(format!("{}.tmp", std::process::id()));
+        let _ = std::fs::create_dir_all(dir)
+            .and_then(|()| std::fs::write(&tmp, body.to_string()))
+            .and_then(|()| std::fs::rename(&tmp, &self.path));
+    }
+}
+
+impl Drop for LiveFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// The slots' phases a running run last wrote (empty when it wrote none, or its file is gone).
+pub fn read_live(store_dir: &std::path::Path, run_id: &str) -> Vec<(String, String)> {
+    let Ok(text) = std::fs::read_to_string(live_path(store_dir, run_id)) else {
+        return Vec::new();
+    };
+    let v: Value = serde_json::from_str(&text).unwrap_or_default();
+    v["slots"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|e| {
+            Some((
+                e["slot"].as_str()?.to_string(),
+                e["phase"].as_str()?.to_string(),
+            ))
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_live_file_holds_every_busy_slot_and_goes_with_the_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = live_path(dir.path(), "r1");
+        {
+            let mut live = LiveFile::new(dir.path(), "r1");
+            assert!(read_live(dir.path(), "r1").is_empty());
+            live.update(
+                "cores 0",
+                &Phase::Compiling {
+                    candidate: "abc".into(),
+                },
+            );
+            live.update(
+                "lane-1",
+                &Phase::Llm {
+                    purpose: "improve".into(),
+                    attempt: 1,
+                    lane: "lane-1".into(),
+                },
+            );
+            let now = read_live(dir.path(), "r1");
+            assert_eq!(now.len(), 2, "{now:?}");
+            assert_eq!(now[0].0, "cores 0");
+            assert!(now[0].1.contains("abc"), "{now:?}");
+            live.update("cores 0", &Phase::Idle);
+            assert_eq!(read_live(dir.path(), "r1").len(), 1);
+            assert!(path.is_file());
+            // Only the file itself is left in the folder (each write replaces it whole).
+            assert_eq!(
+                std::fs::read_dir(path.parent().unwrap()).unwrap().count(),
+                1
+            );
+        }
+        assert!(!path.exists(), "removed when the run's progress ends");
+    }
 
     #[test]
     fn worker_lines_become_phases_and_other_lines_do_not() {

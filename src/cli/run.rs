@@ -438,9 +438,15 @@ fn execute(
     {
         let bar = bar.clone();
         let run_id = run_id.clone();
-        // Every slot's phase at once (devices, LLM lanes, the queue), each until it is idle.
+        // Every slot's phase at once (devices, LLM lanes, the queue), each until it is idle; the same kept
+        // in the store folder for `ksearch serve` (removed when the sink is).
         let slots = std::sync::Mutex::new(crate::progress::Slots::default());
+        let store_dir = store.path().parent().unwrap_or(std::path::Path::new("."));
+        let live = std::sync::Mutex::new(crate::progress::LiveFile::new(store_dir, &run_id));
         crate::progress::set_sink(Some(Box::new(move |slot, p| {
+            live.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .update(slot, p);
             if json {
                 let mut fields = p.to_json();
                 fields["slot"] = json!(slot);

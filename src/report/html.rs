@@ -23,16 +23,27 @@ const CSS: &str = include_str!("../../templates/report.css");
 
 /// The self-contained page for `run_id` (`report --html`).
 pub fn render(store: &Store, run_id: &str) -> Result<String> {
-    page(store, run_id, None)
+    page(store, run_id, None, &[])
 }
 
 /// The same page served live by `ksearch serve`: its style and script from the server's assets, candidates
-/// linked to their diffs, and `mark` (the store's state it was drawn from) for the script to compare.
-pub fn render_live(store: &Store, run_id: &str, mark: &str) -> Result<String> {
-    page(store, run_id, Some(mark))
+/// linked to their diffs, `mark` (the store's state it was drawn from) for the script to compare, and what a
+/// running run's slots are doing `now` (`progress::read_live`).
+pub fn render_live(
+    store: &Store,
+    run_id: &str,
+    mark: &str,
+    now: &[(String, String)],
+) -> Result<String> {
+    page(store, run_id, Some(mark), now)
 }
 
-fn page(store: &Store, run_id: &str, live: Option<&str>) -> Result<String> {
+fn page(
+    store: &Store,
+    run_id: &str,
+    live: Option<&str>,
+    now: &[(String, String)],
+) -> Result<String> {
     let row = store
         .run(run_id)?
         .ok_or_else(|| anyhow!("no run `{run_id}` in {}", store.path().display()))?;
@@ -73,6 +84,7 @@ fn page(store: &Store, run_id: &str, live: Option<&str>) -> Result<String> {
         "css": CSS,
         "live": live.is_some(),
         "mark": live,
+        "now": now.iter().map(|(slot, phase)| json!({"slot": slot, "phase": phase})).collect::<Vec<_>>(),
         "run": {
             "id": row.run_id, "task": row.task, "target": row.target, "strategy": row.strategy,
             "status": row.status.as_str(), "budget": row.budget,
@@ -89,6 +101,7 @@ fn page(store: &Store, run_id: &str, live: Option<&str>) -> Result<String> {
             row.target,
             [hw.name.clone(), hw.kind.clone()].into_iter().flatten().next().unwrap_or_else(|| "hardware the worker did not name".into())
         ),
+        "best_so_far": best_so_far(&search),
         "best": best.map(|b| json!({
             "candidate": b.candidate, "name": b.name,
             "geomean": fmt_time(b.geomean_s),
@@ -102,6 +115,7 @@ fn page(store: &Store, run_id: &str, live: Option<&str>) -> Result<String> {
             "wall": progress_chart(&search, seed_time, &by_attempt, true),
             "workloads": best.and_then(workload_bars),
             "roofline": best.and_then(roofline_bars),
+            "roofline_chart": best.and_then(|b| roofline_chart(&hw, &b.candidate, &evals)),
             "llm": llm_chart(&exchanges),
         },
         "workloads": workloads,
@@ -133,6 +147,26 @@ fn fmt_duration(s: f64) -> String {
     }
 }
 
+/// A run without a result yet (still going, or killed): its fastest search evaluation that passed so far.
+fn best_so_far(search: &[&Attempt]) -> Value {
+    let time = |a: &&&Attempt| {
+        a.summary
+            .as_ref()
+            .filter(|s| s.passed)
+            .and_then(|s| s.geomean_s)
+    };
+    search
+        .iter()
+        .filter(|a| time(a).is_some())
+        .min_by(|a, b| {
+            time(a)
+                .partial_cmp(&time(b))
+                .unwrap_or(std::cmp::Ordering::Equal)
+        })
+        .map(|a| json!({"candidate": a.candidate, "geomean": fmt_time(time(&a))}))
+        .unwrap_or(Value::Null)
+}
+
 /// The geometric mean of (median - IQR/2, median + IQR/2) over an attempt's workloads: its spread.
 fn spread(results: Option<&BTreeMap<String, WorkloadResult>>) -> Option<(f64, f64)> {
     let rs: Vec<&WorkloadResult> = results?.values().collect();
@@ -160,9 +194,15 @@ fn progress_chart(
         .iter()
         .filter_map(|a| a.started_at)
         .reduce(f64::min)?;
+    // Wall time in minutes, or in seconds for a run shorter than two minutes (whose minutes would all read 0.0).
+    let span = search
+        .iter()
+        .filter_map(|a| a.finished_at)
+        .fold(0.0, |m: f64, t| m.max(t - start));
+    let unit = if span < 120.0 { 1.0 } else { 60.0 };
     let x_of = |a: &Attempt| -> Option<f64> {
         if wall {
-            Some((a.finished_at? - start) / 60.0)
+            Some((a.finished_at? - start) / unit)
         } else {
             Some(a.seq as f64)
         }
@@ -170,7 +210,8 @@ fn progress_chart(
     let (mut dots, mut best, mut whiskers, mut marks) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut so_far = f64::INFINITY;
-    for a in search {
+    // An evaluation still going is neither a point nor a failure yet.
+    for a in search.iter().filter(|a| a.finished) {
         let Some(x) = x_of(a) else { continue };
         match a
             .summary
@@ -222,17 +263,18 @@ fn progress_chart(
     }
     Some(
         Chart {
-            x_label: if wall {
-                "minutes since the run began".into()
-            } else {
-                "evaluation".into()
+            x_label: match (wall, unit == 1.0) {
+                (true, true) => "seconds since the run began".into(),
+                (true, false) => "minutes since the run began".into(),
+                (false, _) => "evaluation".into(),
             },
             y_label: "time (geomean over workloads)".into(),
             log_y: true,
-            x_fmt: if wall {
-                |x| format!("{x:.1}")
-            } else {
-                |x| format!("{x:.0}")
+            x_fmt: match (wall, unit == 1.0) {
+                (true, true) if span < 10.0 => |x| format!("{x:.1}"),
+                (true, true) => |x| format!("{x:.0}"),
+                (true, false) => |x| format!("{x:.1}"),
+                (false, _) => |x| format!("{x:.0}"),
             },
             y_fmt: |y| fmt_time(Some(y)),
             series,
@@ -286,6 +328,72 @@ fn roofline_bars(best: &crate::run_result::BestResult) -> Option<String> {
             fmt: |v| format!("{:.0}%", v * 100.0),
             x_label: "floor time / measured time (the roofline at 100%)".into(),
             reference: Some(1.0),
+        }
+        .svg()
+    })
+}
+
+/// The best candidate and every baseline on the classic roofline of the measured peaks: each workload at its
+/// arithmetic intensity (from the confirming measurement where there is one). None without both peaks or
+/// without a workload whose task counts flops.
+fn roofline_chart(
+    hw: &crate::eval::Hardware,
+    best: &str,
+    evals: &[(i64, Phase, String, WorkloadResult)],
+) -> Option<String> {
+    let bandwidth = hw.peak_bandwidth_gbs.filter(|v| *v > 0.0)? * 1e9;
+    let compute = hw.peak_gflops.filter(|v| *v > 0.0)? * 1e9;
+    let of = |phase: Phase| -> Vec<&WorkloadResult> {
+        evals
+            .iter()
+            .filter(|(_, p, c, _)| *p == phase && c == best)
+            .map(|(_, _, _, r)| r)
+            .collect()
+    };
+    let confirmed = of(Phase::Confirm);
+    let rows = if confirmed.is_empty() {
+        of(Phase::Search)
+    } else {
+        confirmed
+    };
+    const CLASSES: [&str; 5] = ["c1", "c2", "c3", "c4", "c5"];
+    let mut baselines: Vec<String> = Vec::new();
+    let mut points = Vec::new();
+    for r in rows {
+        let Some(rf) = r
+            .roofline
+            .as_ref()
+            .filter(|f| f.flops > 0.0 && f.bytes > 0.0)
+        else {
+            continue;
+        };
+        let mut point = |series: &str, class, t: f64| {
+            points.push(svg::RooflinePoint {
+                series: series.to_string(),
+                class,
+                workload: r.workload.clone(),
+                intensity: rf.flops / rf.bytes,
+                flops_per_s: rf.flops / t,
+            })
+        };
+        if let Some(t) = r.timing.as_ref().map(|t| t.median_s).filter(|t| *t > 0.0) {
+            point("best candidate", "c0", t);
+        }
+        for (name, t) in &r.baselines {
+            if !baselines.contains(name) {
+                baselines.push(name.clone());
+            }
+            let i = baselines.iter().position(|b| b == name).unwrap_or(0);
+            if t.median_s > 0.0 {
+                point(name, CLASSES[i % CLASSES.len()], t.median_s);
+            }
+        }
+    }
+    (!points.is_empty()).then(|| {
+        svg::Roofline {
+            bandwidth,
+            compute,
+            points,
         }
         .svg()
     })

@@ -156,14 +156,25 @@ impl Chart {
                 esc(&(self.y_fmt)(t))
             );
         }
+        // A short axis (three evaluations: ticks at 0, 0.5, 1, ...) would print rounded labels where they are
+        // not true: a tick is drawn only where its label reads as its value (within a tenth of the axis).
+        let tolerance = (x.hi - x.lo).abs() / 10.0;
+        let mut drawn = Vec::new();
         for t in x.ticks() {
-            let px = x.at(t);
+            let (px, label) = (x.at(t), (self.x_fmt)(t));
+            let rounded = label
+                .parse::<f64>()
+                .is_ok_and(|v| (v - t).abs() > tolerance);
+            if rounded || drawn.contains(&label) {
+                continue;
+            }
             let _ = write!(
                 s,
                 r#"<text class="tick" x="{px:.1}" y="{}" text-anchor="middle">{}</text>"#,
                 H - BOTTOM + 16.0,
-                esc(&(self.x_fmt)(t))
+                esc(&label)
             );
+            drawn.push(label);
         }
         let _ = write!(
             s,
@@ -497,6 +508,126 @@ pub fn tree(nodes: &[TreeNode], root_label: &str) -> String {
     s
 }
 
+/// One measured point of a roofline chart: a kernel on a workload.
+pub struct RooflinePoint {
+    /// The series it belongs to (the best candidate, a baseline): its legend entry and colour.
+    pub series: String,
+    pub class: &'static str,
+    pub workload: String,
+    /// Useful flops per byte moved (the task's roofline formulas).
+    pub intensity: f64,
+    /// Useful flops per second achieved (flops / median time).
+    pub flops_per_s: f64,
+}
+
+/// The classic roofline on log-log axes: the measured peaks' ceiling (bandwidth x intensity, capped by
+/// compute) and each kernel's achieved rate on each workload, at its arithmetic intensity.
+pub struct Roofline {
+    /// Measured peaks, bytes/s and flop/s.
+    pub bandwidth: f64,
+    pub compute: f64,
+    pub points: Vec<RooflinePoint>,
+}
+
+impl Roofline {
+    /// The ceiling's rate at intensity `ai`.
+    fn ceiling(&self, ai: f64) -> f64 {
+        (self.bandwidth * ai).min(self.compute)
+    }
+
+    pub fn svg(&self) -> String {
+        let ridge = self.compute / self.bandwidth;
+        let xs = self.points.iter().map(|p| p.intensity);
+        let x = Axis::new(xs.chain([ridge / 4.0, ridge * 4.0]), true, LEFT, W - RIGHT);
+        let ys = self.points.iter().map(|p| p.flops_per_s);
+        let y = Axis::new(
+            ys.chain([self.compute, self.ceiling(x.lo)]),
+            true,
+            H - BOTTOM,
+            TOP,
+        );
+        let rate = |v: f64| {
+            if v >= 1e12 {
+                format!("{:.0} TFLOP/s", v / 1e12)
+            } else {
+                format!("{:.0} GFLOP/s", v / 1e9)
+            }
+        };
+        let mut s = format!(
+            r#"<svg class="chart roofline" viewBox="0 0 {W} {H}" role="img" xmlns="http://www.w3.org/2000/svg">"#
+        );
+        for t in y.ticks() {
+            let py = y.at(t);
+            let _ = write!(
+                s,
+                r#"<line class="grid" x1="{LEFT}" x2="{}" y1="{py:.1}" y2="{py:.1}"/><text class="tick" x="{}" y="{:.1}" text-anchor="end">{}</text>"#,
+                W - RIGHT,
+                LEFT - 6.0,
+                py + 4.0,
+                esc(&rate(t))
+            );
+        }
+        for t in x.ticks() {
+            let _ = write!(
+                s,
+                r#"<text class="tick" x="{:.1}" y="{}" text-anchor="middle">{}</text>"#,
+                x.at(t),
+                H - BOTTOM + 16.0,
+                esc(&format!("{t}"))
+            );
+        }
+        let b = H - BOTTOM;
+        let _ = write!(
+            s,
+            r#"<line class="axis" x1="{LEFT}" x2="{}" y1="{b}" y2="{b}"/><line class="axis" x1="{LEFT}" x2="{LEFT}" y1="{TOP}" y2="{b}"/><text class="label" x="{}" y="{}" text-anchor="middle">arithmetic intensity (flop/byte, log)</text><text class="label" x="14" y="{m}" transform="rotate(-90 14 {m})" text-anchor="middle">achieved (log)</text>"#,
+            W - RIGHT,
+            (LEFT + W - RIGHT) / 2.0,
+            H - 6.0,
+            m = (TOP + b) / 2.0
+        );
+        // Straight on log-log axes on each side of the ridge: three points draw it.
+        let corners: Vec<f64> = [x.lo, ridge.clamp(x.lo, x.hi), x.hi].into();
+        let d: Vec<String> = corners
+            .iter()
+            .map(|&ai| format!("{:.1},{:.1}", x.at(ai), y.at(self.ceiling(ai))))
+            .collect();
+        let _ = write!(
+            s,
+            r#"<polyline class="reference ceiling" fill="none" points="{}"><title>{}</title></polyline>"#,
+            d.join(" "),
+            esc(&format!(
+                "measured peaks: {:.1} GB/s, {}",
+                self.bandwidth / 1e9,
+                rate(self.compute)
+            ))
+        );
+        let mut series: Vec<(&str, &str)> = Vec::new();
+        for p in &self.points {
+            if !series.iter().any(|(n, _)| *n == p.series) {
+                series.push((&p.series, p.class));
+            }
+            let _ = write!(
+                s,
+                r#"<circle class="{}" cx="{:.1}" cy="{:.1}" r="3.5"><title>{}</title></circle>"#,
+                p.class,
+                x.at(p.intensity),
+                y.at(p.flops_per_s),
+                esc(&format!(
+                    "{} on {}: {} at {:.2} flop/byte ({:.0}% of the ceiling there)",
+                    p.series,
+                    p.workload,
+                    rate(p.flops_per_s),
+                    p.intensity,
+                    100.0 * p.flops_per_s / self.ceiling(p.intensity)
+                ))
+            );
+        }
+        s.push_str(&legend(&series));
+        s.push_str("</svg>");
+        s
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -526,6 +657,42 @@ mod tests {
         );
         assert!(!svg.contains("<script>"), "{svg}");
         assert!(svg.contains("&lt;script&gt;"));
+    }
+
+    #[test]
+    fn the_roofline_ceiling_bends_at_the_ridge_and_every_point_is_drawn() {
+        let p = |series: &str, class, workload: &str, intensity, flops_per_s| RooflinePoint {
+            series: series.into(),
+            class,
+            workload: workload.into(),
+            intensity,
+            flops_per_s,
+        };
+        let r = Roofline {
+            bandwidth: 100e9,
+            compute: 1e12,
+            points: vec![
+                p("best", "c0", "<w1>", 0.5, 40e9),
+                p("best", "c0", "w2", 64.0, 600e9),
+                p("numpy", "c1", "w2", 64.0, 300e9),
+            ],
+        };
+        assert_eq!(r.ceiling(1.0), 100e9);
+        assert_eq!(r.ceiling(100.0), 1e12);
+        let svg = r.svg();
+        assert_eq!(svg.matches("<circle ").count(), 3);
+        // One legend entry per series, the ceiling as three corners (below the ridge, at it, above it).
+        assert_eq!(svg.matches("<rect ").count(), 2);
+        let corners = svg
+            .split("points=\"")
+            .nth(1)
+            .unwrap()
+            .split('"')
+            .next()
+            .unwrap();
+        assert_eq!(corners.split(' ').count(), 3);
+        assert!(svg.contains("&lt;w1&gt;") && !svg.contains("<w1>"));
+        assert!(svg.contains("(80% of the ceiling there)"), "{svg}");
     }
 
     #[test]

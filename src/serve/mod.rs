@@ -103,7 +103,7 @@ impl Shared {
             *slot = Store::open_read(&self.dir)?;
         }
         let mark = match slot.as_ref() {
-            Some(s) => s.change_mark()?,
+            Some(s) => format!("{}/{}", s.change_mark()?, live_mark(&self.dir)),
             None => "no store".to_string(),
         };
         f(slot.as_ref(), &self.label, &mark)
@@ -112,6 +112,31 @@ impl Shared {
     fn mark(&self) -> Result<String> {
         self.with(|_, _, mark| Ok(mark.to_string()))
     }
+}
+
+/// What the running runs' live files (`progress::LiveFile`) hold, summarised: their names, sizes and times.
+fn live_mark(dir: &std::path::Path) -> String {
+    let mut files: Vec<String> = std::fs::read_dir(dir.join("live"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let m = e.metadata().ok()?;
+            let t = m
+                .modified()
+                .ok()?
+                .duration_since(std::time::UNIX_EPOCH)
+                .ok()?;
+            Some(format!(
+                "{}:{}:{}",
+                e.file_name().to_string_lossy(),
+                m.len(),
+                t.as_nanos()
+            ))
+        })
+        .collect();
+    files.sort();
+    blake3::hash(files.join("|").as_bytes()).to_hex()[..12].to_string()
 }
 
 fn router(shared: Arc<Shared>) -> Router {

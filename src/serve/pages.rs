@@ -173,7 +173,16 @@ pub fn run(store: Option<&Store>, run_id: &str, mark: &str) -> Result<Page> {
         return Ok(Page::NotFound("no store yet".into()));
     };
     match store.resolve_run(run_id) {
-        Ok(id) => html::render_live(store, &id, mark).map(Page::Found),
+        Ok(id) => {
+            let running = store
+                .run(&id)?
+                .is_some_and(|r| r.status == RunStatus::Running);
+            let now = match store.path().parent() {
+                Some(dir) if running => crate::progress::read_live(dir, &id),
+                _ => Vec::new(),
+            };
+            html::render_live(store, &id, mark, &now).map(Page::Found)
+        }
         Err(e) => Ok(Page::NotFound(e.to_string())),
     }
 }

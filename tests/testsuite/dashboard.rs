@@ -228,6 +228,7 @@ fn the_dashboard_shows_runs_live_in_a_real_browser_and_nothing_leaves_loopback()
     assert!(result_b.is_some());
     let live_opts = opts(StrategyKind::WorldModel, 6, &llm.url());
     let run_c = create_in_process(dir.path(), &live_opts);
+    let run_c_id = run_c.clone();
 
     let (_server, base) = serve(dir.path(), &[]);
     let browser = Browser::start(&driver);
@@ -331,10 +332,31 @@ fn the_dashboard_shows_runs_live_in_a_real_browser_and_nothing_leaves_loopback()
     };
     assert_eq!(count(), 0);
     browser.js("window.__still_this_page = 42; return null;");
+    // Its evaluations take 300 ms each, and once two are stored the next waits until the test has seen what
+    // it looks for while the run is still going.
     let dir_path = dir.path().to_path_buf();
+    let release = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let gate = release.clone();
+    let (gate_dir, gate_run) = (dir_path.clone(), run_c.clone());
     let live = std::thread::spawn(move || {
-        execute_in_process(&dir_path, &run_c, &live_opts, None, || {
-            std::thread::sleep(Duration::from_millis(300))
+        execute_in_process(&dir_path, &run_c, &live_opts, None, move || {
+            std::thread::sleep(Duration::from_millis(300));
+            let stored = Store::open_read(&gate_dir)
+                .unwrap()
+                .unwrap()
+                .attempts(&gate_run, None)
+                .unwrap()
+                .iter()
+                .filter(|a| a.finished)
+                .count();
+            // Bounded, so that a failed assertion does not leave the run waiting for ever.
+            let deadline = Instant::now() + Duration::from_secs(180);
+            while stored >= 2
+                && !gate.load(std::sync::atomic::Ordering::SeqCst)
+                && Instant::now() < deadline
+            {
+                std::thread::sleep(Duration::from_millis(50));
+            }
         })
     });
     wait_for(
@@ -347,8 +369,28 @@ fn the_dashboard_shows_runs_live_in_a_real_browser_and_nothing_leaves_loopback()
         42,
         "the page was not reloaded"
     );
+    // What its slots are doing now, as a running run's progress writes it beside the store.
+    let mut now = ksearch::progress::LiveFile::new(dir.path(), &run_c_id);
+    now.update(
+        "cores 0",
+        &ksearch::progress::Phase::Compiling {
+            candidate: "0123456789abcdef".into(),
+        },
+    );
+    wait_for(
+        Duration::from_secs(30),
+        "the page shows the run's slots",
+        || {
+            browser
+                .js("const r = document.querySelector('#now tr.slot'); return r ? r.textContent : '';")
+                .as_str()
+                .is_some_and(|t| t.contains("cores 0") && t.contains("0123456789ab"))
+        },
+    );
     browser.screenshot("live");
+    release.store(true, std::sync::atomic::Ordering::SeqCst);
     let (result_c, _) = live.join().unwrap();
+    drop(now);
     let evaluations = result_c.unwrap().evaluations as i64;
     wait_for(
         Duration::from_secs(30),
