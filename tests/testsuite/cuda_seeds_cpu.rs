@@ -1,4 +1,4 @@
-//! The CUDA expert seeds' device code run on the CPU: tests/back_translate_cpu/cuda_cpu.h emulates the CUDA
+//! The CUDA expert seeds (attention, gqa-paged-decode)' device code run on the CPU: tests/back_translate_cpu/cuda_cpu.h emulates the CUDA
 //! names (each CUDA thread a fiber switched at barriers, blocks in turn), so index arithmetic, merges and the cross-block
 //! protocol of a shipped kernel are checked here, not only on the H200: float32 and, with the tensor-core
 //! primitives emulated by the driver, fp16 and bf16; thread-block clusters (the blocks of one run at once,
@@ -189,4 +189,57 @@ fn attention_expert_float32_prefill_matches_softmax() {
         "{out}"
     );
     assert_eq!(out.matches("worst error").count(), 6, "{out}");
+}
+
+#[test]
+fn paged_decode_expert_matches_attention_over_the_page_lists() {
+    let task_dir = repo().join("tasks/gqa-paged-decode");
+    let seed = task_dir.join("seeds/mlx-cuda/expert");
+    let c = Candidate::load(&seed).unwrap();
+    let task = ksearch::task::Task::load(&task_dir).unwrap();
+    c.check_against(&task).unwrap();
+    // paged_decode.cpp calls the bodies as split.cu and merge.cu do, with the plan's launches.
+    assert_eq!(
+        (c.files["split.cu"].trim(), c.files["merge.cu"].trim()),
+        (
+            "kspaged::split<T, D, Hq, Hkv, CH, NW, KT>(q, k_cache, v_cache, kv_indptr, kv_indices, part, B[0]);",
+            "kspaged::merge<T, D, Hq, CH>(part, kv_indptr, o, lse, B[0]);"
+        ),
+        "update tests/cuda_seeds_cpu/paged_decode.cpp"
+    );
+    let srcs = |v: &Option<Vec<ksearch::expr::ExprField>>| -> Vec<String> {
+        v.iter().flatten().map(|e| e.0.src().to_string()).collect()
+    };
+    let launches: Vec<(String, Vec<String>, Vec<String>)> = c
+        .plan
+        .launch
+        .iter()
+        .map(|l| (l.kernel.clone(), srcs(&l.grid), srcs(&l.threadgroup)))
+        .collect();
+    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    assert_eq!(
+        launches,
+        [
+            (
+                "paged_decode_split".to_string(),
+                s(&["32 * NW * ((N + CH - 1) // CH + B)", "Hkv", "1"]),
+                s(&["32 * NW", "1", "1"])
+            ),
+            (
+                "paged_decode_merge".to_string(),
+                s(&["D * B * Hq", "1", "1"]),
+                s(&["D", "1", "1"])
+            ),
+        ],
+        "update the launches in tests/cuda_seeds_cpu/paged_decode.cpp"
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let driver = repo().join("tests/cuda_seeds_cpu/paged_decode.cpp");
+    let out = common::run_cuda_cpu_driver(&driver, &seed, tmp.path());
+    println!("{out}");
+    assert!(
+        out.contains("paged decode agrees with the reference"),
+        "{out}"
+    );
+    assert_eq!(out.matches("worst error").count(), 7, "{out}");
 }

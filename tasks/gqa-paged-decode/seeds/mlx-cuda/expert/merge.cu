@@ -1,0 +1,1 @@
+kspaged::merge<T, D, Hq, CH>(part, kv_indptr, o, lse, B[0]);
