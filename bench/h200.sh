@@ -14,6 +14,8 @@
 #              (the search stopped after COST_LIMIT s; each candidate's precompile line kept in the log)
 #   adversarial  bench/adversarial_mlx.sh: the mlx-cuda adversarial suite
 #   export     each expert seed exported as an MLX module, and its own test
+#   paged      gqa-paged-decode: the naive and expert mlx-cuda seeds on every workload (held-out ones included)
+#              against MLX's gather + SDPA, then a short tune search from the expert seed
 #   devices    (a machine of 2+ GPUs) a tune search of softmax with --parallel 2 over --devices 2, then over one
 #              GPU (DEVICES_COUNTS, default "2 1"): the workers' processes sampled with nvidia-smi on their
 #              GPUs, and the wall times
@@ -62,6 +64,13 @@ if has clock; then
   record mamba-scan/m130m 240 eval tasks/mamba-scan tasks/mamba-scan/seeds/mlx-cuda/naive \
     tasks/mamba-scan/seeds/mlx-cuda/expert --workload m130m_l4096 "${clock[@]}"
   record ssd/nemo 180 eval tasks/ssd tasks/ssd/seeds/mlx-cuda/expert --workload nemo_l4096 "${clock[@]}"
+fi
+if has paged; then
+  paged=tasks/gqa-paged-decode/seeds/mlx-cuda
+  record gqa-paged-decode/all-workloads "${PAGED_LIMIT:-420}" eval tasks/gqa-paged-decode $paged/naive $paged/expert \
+    --target mlx-cuda --checks 1
+  record gqa-paged-decode/tune "${PAGED_TUNE_LIMIT:-240}" run tasks/gqa-paged-decode --target mlx-cuda --strategy tune \
+    --budget "${PAGED_BUDGET:-6}" --checks 1 --candidate $paged/expert
 fi
 if has tables; then
   for task in ${TABLE_TASKS:-attention mamba-scan ssd}; do

@@ -103,6 +103,10 @@ __device__ __forceinline__ void split(const T* q, const T* k_cache, const T* v_c
       if (t < last) {
 #pragma unroll
         for (int i = 0; i < DL; i += 8) load8(k_cache + row[j] + i, kv[j] + i);
+      } else {
+        // A key past the chunk weighs 0, but 0 * (a register's leftover NaN) is NaN: its row is zeros.
+#pragma unroll
+        for (int i = 0; i < DL; ++i) kv[j][i] = 0.0f;
       }
     }
     float s[KT], tmax = kNone;
