@@ -2,7 +2,7 @@
 would. A request for code gets a valid candidate of the matmul task (the CPU seed's plan with other tunable
 defaults, a different combination per request, so no reply repeats an evaluated candidate); the world
 model's first request gets the tests' initial tree (tests/fixtures/llm/matmul/init.json), and each tree
-edit a note on the node and one new action under it. Serves requests at once (one thread each), as a
+edit a note on the node and one new action under it (as many as a propose edit asks for, within its cap). Serves requests at once (one thread each), as a
 provider does.
 
     python3 bench/scripted_llm.py --latency 3 --port 0   # prints the URL, then serves until killed
@@ -56,10 +56,15 @@ def reply(prompt: str, n: int) -> str:
         if node:
             ops.append({"op": "update_node", "node_id": parent, "patch": {
                 "notes": "CURRENT: measured.", "overall_rating_0_to_10": 6, "confidence_0_to_1": 0.6}})
-        ops.append({"op": "insert_node", "parent_id": parent, "node": {
-            "node_id": f"v{n}", "decision": "other tunables", "choice": f"variant {n}",
-            "action": {"title": f"Try variant {n} of the tunables", "description": "Other tile and block sizes.",
-                       "difficulty_1_to_5": 2, "score_0_to_1": 0.6}}})
+        # As many new actions as the edit asks for (cycles starting together), within its cap on new nodes.
+        wanted = re.search(r"\(at least (\d+) open actions in all\)", prompt)
+        cap = re.search(r"at most (\d+) new nodes", prompt)
+        count = min(int(wanted.group(1)), int(cap.group(1)) if cap else 3) if wanted else 1
+        for i in range(count):
+            ops.append({"op": "insert_node", "parent_id": parent, "node": {
+                "node_id": f"v{n}_{i}", "decision": "other tunables", "choice": f"variant {n}.{i}",
+                "action": {"title": f"Try variant {n}.{i} of the tunables", "description": "Other tile and block sizes.",
+                           "difficulty_1_to_5": 2, "score_0_to_1": 0.6}}})
         return "```json\n" + json.dumps({"ops": ops}) + "\n```"
     plan = with_defaults(SEED_PLAN.read_text(), COMBOS[n % len(COMBOS)])
     return f"Other tunable defaults.\n\n### plan.toml\n```toml\n{plan}```\n"

@@ -102,7 +102,9 @@ impl WorldModelStrategy {
             }
             let waiting = self.waiting(in_flight).len();
             while self.st.lanes.len() < k + waiting {
-                if !self.start_cycle(history)? {
+                // One edit asks for actions for every cycle still to start, not one edit per cycle.
+                let starting = k + waiting - self.st.lanes.len();
+                if !self.start_cycle(history, starting)? {
                     break;
                 }
                 let c = self.st.cycle.take().expect("a cycle just started");

@@ -463,7 +463,7 @@ impl WorldModelStrategy {
             return self.edit_cumulative(mode, node, evidence, code, req);
         }
         let round = self.st.round;
-        let prompt = self.edit_prompt(mode, node, &evidence, code.as_deref())?;
+        let prompt = self.edit_prompt(mode, node, &evidence, code.as_deref(), &req)?;
         let base = self.wm().clone();
         let r = req.clone();
         let reply = self
@@ -495,6 +495,7 @@ impl WorldModelStrategy {
         node: Option<&str>,
         evidence: &str,
         code: Option<&str>,
+        req: &Requirements,
     ) -> Result<String, Stop> {
         let node_view = node.and_then(|id| self.wm().get(id)).map(|n| json!({"id": n.id, "title": n.action.as_ref().map(|a| a.title.clone()).unwrap_or_default()}));
         let attempts = self.st.cycle.as_ref().map_or(0, |c| c.attempts);
@@ -502,6 +503,7 @@ impl WorldModelStrategy {
             "mode": mode, "node": node_view.unwrap_or(json!({"id": "", "title": ""})), "attempts": attempts,
             "retired": self.cfg.too_hard == TooHard::Retire,
             "tree": wire::prompt_json(self.wm(), 400), "evidence": evidence, "code": code.unwrap_or_default(),
+            "starting": req.new_actions, "max_new": req.max_new_nodes(),
         }));
         crate::prompts::render("wm_edit.j2", ctx).map_err(Stop)
     }
@@ -538,7 +540,7 @@ impl WorldModelStrategy {
                     problems.join("\n- ")
                 )
             };
-            let prompt = self.edit_prompt(mode, node, &shown, code.as_deref())?;
+            let prompt = self.edit_prompt(mode, node, &shown, code.as_deref(), &req)?;
             match self.agent.json(
                 &format!("wm-{mode}"),
                 prompt,
@@ -1046,7 +1048,10 @@ impl WorldModelStrategy {
         )
     }
 
-    fn start_cycle(&mut self, history: &[Observation]) -> Result<bool, Stop> {
+    /// Starts a cycle on the action selection picks, asking the LLM for new actions first when the frontier
+    /// needs them. `starting`: how many cycles start now (`--parallel`), so that the one edit asks for an
+    /// action for each of them rather than one edit per cycle, one after another.
+    fn start_cycle(&mut self, history: &[Observation], starting: usize) -> Result<bool, Stop> {
         let seed_cost = seed_of(history).and_then(Observation::cost);
         if let Some(needs_child) = self.propose_needed(seed_cost) {
             let evidence = format!(
@@ -1063,6 +1068,7 @@ impl WorldModelStrategy {
                 Requirements {
                     solved: needs_child,
                     promising_frontier: true,
+                    new_actions: starting,
                     ..Default::default()
                 },
             )?;
@@ -1133,7 +1139,7 @@ impl WorldModelStrategy {
                 }
                 self.end_cycle(history)?;
             }
-            if self.st.cycle.is_none() && !self.start_cycle(history)? {
+            if self.st.cycle.is_none() && !self.start_cycle(history, 1)? {
                 return Ok(Next::Done("the world model has no open action left".into()));
             }
             if let Some(p) = self.generate(history)? {
@@ -1489,6 +1495,39 @@ mod tests {
             s.st.log.last().unwrap().contains("`o1` ended"),
             "{:?}",
             s.st.log
+        );
+    }
+
+    /// Cycles starting together (`--parallel`) are asked for in one propose edit, which may add an action
+    /// for each; one cycle's edit reads as it always has (recordings replay).
+    #[test]
+    fn a_propose_edit_asks_for_every_cycle_starting_together() {
+        let mut s = strategy();
+        s.st.wm = Some(tree(0, true));
+        let req = |n| Requirements {
+            promising_frontier: true,
+            new_actions: n,
+            ..Default::default()
+        };
+        let four = s
+            .edit_prompt("propose", None, "evidence", None, &req(4))
+            .unwrap();
+        assert!(
+            four.contains("Before the next 4 cycles, which start at once"),
+            "{four}"
+        );
+        assert!(four.contains("(at least 4 open actions in all)"), "{four}");
+        assert!(four.contains("at most 4 new nodes in total"), "{four}");
+        let one = s
+            .edit_prompt("propose", None, "evidence", None, &req(1))
+            .unwrap();
+        assert!(
+            one.contains("Before the next cycle, make sure the frontier offers promising actions: propose new ones."),
+            "{one}"
+        );
+        assert!(
+            one.contains("at most 3 new nodes in total") && !one.contains("(at least"),
+            "{one}"
         );
     }
 

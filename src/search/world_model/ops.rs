@@ -36,6 +36,16 @@ pub struct Requirements {
     pub promising_frontier: bool,
     /// The follow-up under `solved` must be at most this hard (K-Search's continuation rule: below 5).
     pub follow_up_max_difficulty: Option<u8>,
+    /// A `propose` edit made for this many cycles starting at once (`--parallel`): it may add as many new
+    /// nodes, when that is more than `MAX_NEW_NODES`, so that one edit can give every cycle its action.
+    pub new_actions: usize,
+}
+
+impl Requirements {
+    /// The most new nodes one edit may add.
+    pub fn max_new_nodes(&self) -> usize {
+        MAX_NEW_NODES.max(self.new_actions)
+    }
 }
 
 #[derive(Debug, Default, Clone, PartialEq)]
@@ -63,9 +73,10 @@ pub fn apply(
             _ => 0,
         })
         .sum();
-    if new_nodes > MAX_NEW_NODES {
+    let cap = req.max_new_nodes();
+    if new_nodes > cap {
         errors.push(format!(
-            "the edit adds {new_nodes} nodes; at most {MAX_NEW_NODES} new nodes per edit"
+            "the edit adds {new_nodes} nodes; at most {cap} new nodes per edit"
         ));
     }
     for (i, op) in ops.iter().enumerate() {
@@ -101,9 +112,10 @@ pub fn apply_cumulative(
             EditOp::Split { into, .. } => into.len(),
             _ => 0,
         };
-        if *new_nodes + adds > MAX_NEW_NODES {
+        if *new_nodes + adds > req.max_new_nodes() {
             errors.push(format!(
-                "ops[{i}]: skipped, it would exceed {MAX_NEW_NODES} new nodes per edit"
+                "ops[{i}]: skipped, it would exceed {} new nodes per edit",
+                req.max_new_nodes()
             ));
             continue;
         }
@@ -475,6 +487,15 @@ mod tests {
         let four = parse_ops(&json!({"ops": (0..4).map(|i| json!({"op": "insert_node", "parent_id": "root", "node": {"action": {"title": format!("x{i}")}}})).collect::<Vec<_>>()})).unwrap();
         let errs = apply(&mut wm, &four, &Requirements::default(), 1).unwrap_err();
         assert!(errs.iter().any(|e| e.contains("at most 3")), "{errs:?}");
+        // An edit for four cycles starting at once (`--parallel 4`) may give each its action.
+        let for_four = Requirements {
+            new_actions: 4,
+            ..Default::default()
+        };
+        assert!(apply(&mut wm.clone(), &four, &for_four, 1).is_ok());
+        let five = parse_ops(&json!({"ops": (0..5).map(|i| json!({"op": "insert_node", "parent_id": "root", "node": {"action": {"title": format!("y{i}")}}})).collect::<Vec<_>>()})).unwrap();
+        let errs = apply(&mut wm.clone(), &five, &for_four, 1).unwrap_err();
+        assert!(errs.iter().any(|e| e.contains("at most 4")), "{errs:?}");
 
         let a = wm.nodes.get_mut("a").unwrap();
         a.solution = Some(Solution {
