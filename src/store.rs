@@ -1009,6 +1009,19 @@ impl Store {
             .map_err(|e| self.sql(e))
     }
 
+    /// A run's LLM calls and their summed cost (None where no call was priced), without reading the
+    /// prompts and replies (`exchanges` does): a dashboard lists every run's spend.
+    pub fn llm_spend(&self, run_id: &str) -> Result<(u64, Option<f64>)> {
+        self.conn
+            .query_row(
+                "SELECT COUNT(*), SUM(json_extract(exchange, '$.outcome.cost_usd'))
+                 FROM llm_exchanges WHERE run_id=?1",
+                [run_id],
+                |r| Ok((r.get::<_, i64>(0)? as u64, r.get::<_, Option<f64>>(1)?)),
+            )
+            .map_err(|e| self.sql(e))
+    }
+
     pub fn runs(&self) -> Result<Vec<RunRow>> {
         let mut st = self
             .conn

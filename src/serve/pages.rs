@@ -107,21 +107,12 @@ fn ago(t: f64) -> String {
 
 /// The LLM's calls and what they cost (where the provider priced them).
 fn llm_spend(store: &Store, run_id: &str) -> Result<String> {
-    let exchanges = store.exchanges(run_id)?;
-    if exchanges.is_empty() {
-        return Ok(String::new());
-    }
-    let cost: Option<f64> = exchanges
-        .iter()
-        .filter_map(|e| match &e.outcome {
-            crate::llm::Outcome::Ok { cost_usd, .. } => *cost_usd,
-            _ => None,
-        })
-        .reduce(|a, b| a + b);
-    let n = exchanges.len();
-    Ok(match cost {
-        Some(c) => format!("{n} call{} · ${c:.3}", if n == 1 { "" } else { "s" }),
-        None => format!("{n} call{}", if n == 1 { "" } else { "s" }),
+    let (n, cost) = store.llm_spend(run_id)?;
+    let calls = format!("{n} call{}", if n == 1 { "" } else { "s" });
+    Ok(match (n, cost) {
+        (0, _) => String::new(),
+        (_, Some(c)) => format!("{calls} · ${c:.3}"),
+        (_, None) => calls,
     })
 }
 

@@ -253,6 +253,23 @@ fn the_dashboard_shows_runs_live_in_a_real_browser_and_nothing_leaves_loopback()
         "return document.querySelector(\"tr.run[data-run='{run_a}'] .status\").textContent;"
     ));
     assert_eq!(status_a, "completed");
+    // Its LLM calls, counted as the store holds them.
+    let calls_a = Store::open_read(dir.path())
+        .unwrap()
+        .unwrap()
+        .exchanges(&run_a)
+        .unwrap()
+        .len();
+    let row_a = browser.js(&format!(
+        "return document.querySelector(\"tr.run[data-run='{run_a}']\").textContent;"
+    ));
+    assert!(
+        row_a
+            .as_str()
+            .unwrap()
+            .contains(&format!("{calls_a} calls")),
+        "{row_a}"
+    );
     browser.screenshot("runs");
     seen.extend(browser.requested());
 
