@@ -156,21 +156,28 @@ impl Chart {
                 esc(&(self.y_fmt)(t))
             );
         }
-        // A short axis (three evaluations: ticks at 0, 0.5, 1, ...) would print rounded labels where they are
-        // not true: a tick is drawn only where its label reads as its value (within a tenth of the axis).
-        let tolerance = (x.hi - x.lo).abs() / 10.0;
+        // A short axis (three evaluations: ticks at 0, 0.75, 1.5, ...) prints rounded labels ("1" for 0.75):
+        // each label is drawn where its value lies, once.
         let mut drawn = Vec::new();
         for t in x.ticks() {
-            let (px, label) = (x.at(t), (self.x_fmt)(t));
-            let rounded = label
-                .parse::<f64>()
-                .is_ok_and(|v| (v - t).abs() > tolerance);
-            if rounded || drawn.contains(&label) {
+            let label = (self.x_fmt)(t);
+            let at = match label.parse::<f64>() {
+                Ok(v)
+                    if v >= x.lo - 1e-9 * x.hi.abs().max(1.0)
+                        && v <= x.hi * (1.0 + 1e-9) + 1e-12 =>
+                {
+                    v
+                }
+                Ok(_) => continue,
+                Err(_) => t,
+            };
+            if drawn.contains(&label) {
                 continue;
             }
             let _ = write!(
                 s,
-                r#"<text class="tick" x="{px:.1}" y="{}" text-anchor="middle">{}</text>"#,
+                r#"<text class="tick" x="{:.1}" y="{}" text-anchor="middle">{}</text>"#,
+                x.at(at),
                 H - BOTTOM + 16.0,
                 esc(&label)
             );
@@ -693,6 +700,48 @@ mod tests {
         assert_eq!(corners.split(' ').count(), 3);
         assert!(svg.contains("&lt;w1&gt;") && !svg.contains("<w1>"));
         assert!(svg.contains("(80% of the ceiling there)"), "{svg}");
+    }
+
+    #[test]
+    fn axis_labels_are_drawn_where_their_values_lie() {
+        let chart = Chart {
+            x_label: "evaluation".into(),
+            y_label: "time".into(),
+            log_y: true,
+            x_fmt: |x| format!("{x:.0}"),
+            y_fmt: |y| format!("{y}"),
+            series: vec![Series {
+                name: "s".into(),
+                points: vec![(0.0, 1e-3), (2.0, 5e-4), (3.0, 2e-4)],
+                style: Style::Dots,
+                class: "c0",
+            }],
+            whiskers: Vec::new(),
+            marks: Vec::new(),
+        };
+        let svg = chart.svg();
+        let x_axis = Axis::new([0.0, 3.0].into_iter(), false, LEFT, W - RIGHT);
+        let labels: Vec<(String, String)> = svg
+            .split(r#"<text class="tick" x=""#)
+            .skip(1)
+            .filter(|t| t.contains(&format!(r#"y="{}""#, H - BOTTOM + 16.0)))
+            .map(|t| {
+                let x = t.split('"').next().unwrap().to_string();
+                let label = t
+                    .split('>')
+                    .nth(1)
+                    .unwrap()
+                    .split('<')
+                    .next()
+                    .unwrap()
+                    .to_string();
+                (label, x)
+            })
+            .collect();
+        let want: Vec<(String, String)> = (0..=3)
+            .map(|i| (i.to_string(), format!("{:.1}", x_axis.at(f64::from(i)))))
+            .collect();
+        assert_eq!(labels, want, "{svg}");
     }
 
     #[test]

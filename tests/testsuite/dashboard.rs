@@ -4,9 +4,7 @@
 //! KSEARCH_CHROMEDRIVER. Screenshots of each view are written to `target/tmp/dashboard/`.
 
 use crate::common::*;
-use crate::world_model::{
-    InProcess, create_in_process, execute_in_process, llm_server, scripted_search,
-};
+use crate::world_model::{InProcess, create_in_process, execute_in_process, llm_server, wm_args};
 use ksearch::search::StrategyKind;
 use ksearch::store::Store;
 use serde_json::{Value, json};
@@ -214,9 +212,15 @@ fn opts(strategy: StrategyKind, budget: usize, url: &str) -> InProcess {
 #[test]
 fn the_dashboard_shows_runs_live_in_a_real_browser_and_nothing_leaves_loopback() {
     let Some(driver) = chromedriver() else { return };
-    // Two finished runs (a world-model search and an evolve one) and a third that runs while the page is open.
-    let (dir, run_a, result_a, _) = scripted_search(StrategyKind::WorldModel, 6, 0);
+    // Two finished runs: a real world-model search (the binary, its Python worker, real evaluations on this
+    // CPU, a scripted LLM) and an in-process evolve one; a third runs while the page is open.
+    let dir = tempfile::tempdir().unwrap();
     let llm = llm_server(|_| None);
+    let url = format!("{}/v1", llm.url());
+    let out = run(dir.path(), &wm_args(&url, "4", &[]));
+    let result_a = last_json(&out);
+    assert_eq!(result_a["status"], "completed", "{}", stderr(&out));
+    let run_a = result_a["run_id"].as_str().unwrap().to_string();
     let run_b = create_in_process(dir.path(), &opts(StrategyKind::Evolve, 3, &llm.url()));
     let (result_b, _) = execute_in_process(
         dir.path(),
@@ -283,13 +287,16 @@ fn the_dashboard_shows_runs_live_in_a_real_browser_and_nothing_leaves_loopback()
     let attempts = store.attempts(&run_a, None).unwrap();
     assert_eq!(browser.count("tr.attempt"), attempts.len());
     assert!(browser.count("svg.chart") >= 3);
+    // Measured on this machine's CPU: the roofline of its measured peaks, with the best and numpy on it.
+    assert_eq!(browser.count("svg.roofline"), 1);
+    assert!(browser.count("svg.roofline circle") >= 2);
     browser.screenshot("run");
     browser.js("document.getElementById('tree').scrollIntoView(); return null;");
     browser.screenshot("tree");
     seen.extend(browser.requested());
 
     // A candidate beside its parent: the lines it added are shown as added, and only those.
-    let best = result_a.best.as_ref().unwrap().candidate.clone();
+    let best = result_a["best"]["candidate"].as_str().unwrap().to_string();
     let parent = attempts
         .iter()
         .find(|a| a.candidate == best)
@@ -331,7 +338,7 @@ fn the_dashboard_shows_runs_live_in_a_real_browser_and_nothing_leaves_loopback()
 
     // Two runs side by side, per workload.
     browser.goto(&format!("{base}/compare?a={run_a}&b={run_b}"));
-    let workloads = result_a.best.as_ref().unwrap().workloads.len();
+    let workloads = result_a["best"]["workloads"].as_array().unwrap().len();
     assert_eq!(browser.count("tr.workload"), workloads);
     browser.screenshot("compare");
     seen.extend(browser.requested());

@@ -188,7 +188,7 @@ fn scripted_run<'a>(strategy: &'a str, url: &'a str, extra: &[&'a str]) -> Vec<&
     a
 }
 
-fn wm_args<'a>(url: &'a str, budget: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+pub(crate) fn wm_args<'a>(url: &'a str, budget: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
     let mut a = scripted_run(
         "world-model",
         url,
