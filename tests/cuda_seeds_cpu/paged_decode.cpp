@@ -3,7 +3,7 @@
 // tests/back_translate_cpu/cuda_cpu.h (each CUDA thread a fiber, blocks in turn): o and the base-2 lse must
 // match attention over each sequence's pages computed here in double. The page lists are scattered over the
 // cache with sequences of one page, of fewer pages than a warp's tile, of exactly a chunk, of several chunks
-// with a short last one; batches of more than 32 sequences (the prefix sum's second round); GQA factors 8,
+// with a short last one, of more chunks than a merge block has threads; batches of more than 32 sequences (the prefix sum's second round); GQA factors 8,
 // 4 and 2 (lanes per head 4, 8, 16); bf16 and fp16; 1 to 8 warps, tiles of 1, 2 and 4 keys. The launches'
 // grids are the plan's (tests/testsuite/cuda_seeds_cpu.rs checks them).
 #include "cuda_cpu.h"
@@ -87,6 +87,7 @@ int main() {
   int bad = 0;
   bad += check<bf, 128, 32, 4, 256, 4, 2>("defaults: mixed lengths", {1, 3, 256, 700, 41}, 1200);
   bad += check<bf, 128, 32, 4, 64, 4, 2>("chunks of 64, 40 sequences", std::vector<int>(40, 70), 3000);
+  bad += check<bf, 128, 32, 4, 64, 4, 2>("141 chunks (more than a merge block)", {9000, 5}, 9100);
   bad += check<bf, 128, 32, 4, 64, 2, 4>("tiles of 4, 2 warps", {5, 130, 64, 1}, 400);
   bad += check<bf, 128, 32, 4, 128, 8, 1>("tiles of 1, 8 warps", {129, 2, 300}, 600);
   bad += check<__half, 128, 32, 4, 256, 4, 2>("fp16", {17, 513}, 600);

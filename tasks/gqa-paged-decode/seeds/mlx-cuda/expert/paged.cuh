@@ -17,8 +17,8 @@
 // (max, sum, accumulator) are merged through shared memory and written to `part` as an item's row per
 // query head: D unnormalised outputs, then the max and the sum.
 //
-// merge<...>: one block of D threads per (b, query head): the sequence's items, weighted against their
-// largest max: o = sum_i 2^(m_i - M) acc_i / sum_i 2^(m_i - M) l_i, lse = M + log2(sum ...) (base 2:
+// merge<...>: one block of D threads per (b, query head): the sequence's items (their largest max found by
+// the whole block), weighted against that max: o = sum_i 2^(m_i - M) acc_i / sum_i 2^(m_i - M) l_i, lse = M + log2(sum ...) (base 2:
 // log2(sum_j exp(s_j)) with s the unscaled scores, as the task defines it).
 #pragma once
 
@@ -186,9 +186,21 @@ __device__ __forceinline__ void merge(const float* part, const int* kv_indptr, T
   const int items = (kv_indptr[b + 1] - kv_indptr[b] + CH - 1) / CH;
   const float* r = part + ((size_t)s_start * Hq + h) * (D + 2);
   const size_t stride = (size_t)Hq * (D + 2);
+  // The largest max: the block's threads take the items in turn, then a warp and a block reduction (a
+  // sequence of thousands of pages has hundreds of items: one thread walking them all would wait on each).
+  __shared__ float s_max[D / 32];
   float mm = kNone;
-  for (int i = 0; i < items; ++i) mm = fmaxf(mm, r[i * stride + D]);
+  for (int i = d; i < items; i += D) mm = fmaxf(mm, r[i * stride + D]);
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) mm = fmaxf(mm, __shfl_xor_sync(0xffffffffu, mm, off));
+  if (d % 32 == 0) s_max[d / 32] = mm;
+  __syncthreads();
+  mm = s_max[0];
+#pragma unroll
+  for (int w = 1; w < D / 32; ++w) mm = fmaxf(mm, s_max[w]);
+  // Each thread its dim over the items, four loads in flight.
   float acc = 0.0f, ll = 0.0f;
+#pragma unroll 4
   for (int i = 0; i < items; ++i) {
     const float f = exp2f(r[i * stride + D] - mm);
     acc = fmaf(f, r[i * stride + d], acc);
