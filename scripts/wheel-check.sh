@@ -6,8 +6,11 @@
 #   scripts/wheel-check.sh [--release]   # prints the wheel's path last; exit 0 only if everything held
 #
 # maturin lives in $KSEARCH_HOME/tools (default ~/.cache/ksearch/tools), pinned, installed from PyPI once.
-# Without --release the wheel holds the dev build (what `cargo test` just built, so nothing compiles again):
-# a check of the packaging, not a wheel to publish.
+# Without --release the wheel holds a dev build: a check of the packaging, not a wheel to publish. It is built
+# in a target folder of its own (target/wheel-check): maturin's cargo call differs from `cargo test`'s, and in
+# the shared folder it relinked target/debug/ksearch while other tests were starting it (a clean-clone CI run
+# saw "No such file or directory" in four tests). The first build there compiles everything once (minutes on
+# two cores); later ones reuse it.
 set -euo pipefail
 MATURIN_VERSION="1.16.0"
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -18,7 +21,7 @@ if [ ! -x "$tools/bin/maturin" ]; then
 fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-(cd "$repo" && "$tools/bin/maturin" build --quiet --out "$work/wheels" "$@") >&2
+(cd "$repo" && CARGO_TARGET_DIR="$repo/target/wheel-check" "$tools/bin/maturin" build --quiet --out "$work/wheels" "$@") >&2
 wheel=$(ls "$work"/wheels/ksearch-*.whl)
 python3 -m venv "$work/venv"
 "$work/venv/bin/pip" install --quiet "$wheel"
