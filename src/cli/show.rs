@@ -85,11 +85,8 @@ fn show_tree(store_dir: &Path, run_id: &str, json: bool) -> Result<u8> {
     // The nodes whose cycles are in flight (one, or several with `--parallel`), as the state last stored.
     let in_flight: Vec<String> = state
         .iter()
-        .flat_map(|s| {
-            let lanes = s["lanes"].as_array().cloned().unwrap_or_default();
-            std::iter::once(s["cycle"].clone()).chain(lanes)
-        })
-        .filter_map(|c| c["node"].as_str().map(str::to_string))
+        .flat_map(|s| crate::search::InFlight::of(s, |_| false).cycles)
+        .map(|(_, node)| node)
         .collect();
     for n in tree["nodes"].as_array_mut().into_iter().flatten() {
         if n["node_id"]

@@ -541,11 +541,8 @@ fn tree_view(store: &Store, run_id: &str) -> Result<Value> {
     };
     let in_flight: Vec<String> = state
         .iter()
-        .flat_map(|s| {
-            let lanes = s["lanes"].as_array().cloned().unwrap_or_default();
-            std::iter::once(s["cycle"].clone()).chain(lanes)
-        })
-        .filter_map(|c| c["node"].as_str().map(str::to_string))
+        .flat_map(|s| crate::search::InFlight::of(s, |_| false).cycles)
+        .map(|(_, node)| node)
         .collect();
     let nodes: Vec<&Value> = tree["nodes"]
         .as_array()

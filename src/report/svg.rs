@@ -145,17 +145,7 @@ impl Chart {
         let mut s = format!(
             r#"<svg class="chart" viewBox="0 0 {W} {H}" role="img" xmlns="http://www.w3.org/2000/svg">"#
         );
-        for t in y.ticks() {
-            let py = y.at(t);
-            let _ = write!(
-                s,
-                r#"<line class="grid" x1="{LEFT}" x2="{}" y1="{py:.1}" y2="{py:.1}"/><text class="tick" x="{}" y="{:.1}" text-anchor="end">{}</text>"#,
-                W - RIGHT,
-                LEFT - 6.0,
-                py + 4.0,
-                esc(&(self.y_fmt)(t))
-            );
-        }
+        y_grid(&mut s, &y, self.y_fmt);
         // A short axis (three evaluations: ticks at 0, 0.75, 1.5, ...) prints rounded labels ("1" for 0.75):
         // each label is drawn where its value lies, once.
         let mut drawn = Vec::new();
@@ -260,6 +250,21 @@ impl Chart {
         ));
         s.push_str("</svg>");
         s
+    }
+}
+
+/// The y axis's grid lines and their labels.
+fn y_grid(s: &mut String, y: &Axis, fmt: impl Fn(f64) -> String) {
+    for t in y.ticks() {
+        let py = y.at(t);
+        let _ = write!(
+            s,
+            r#"<line class="grid" x1="{LEFT}" x2="{}" y1="{py:.1}" y2="{py:.1}"/><text class="tick" x="{}" y="{:.1}" text-anchor="end">{}</text>"#,
+            W - RIGHT,
+            LEFT - 6.0,
+            py + 4.0,
+            esc(&fmt(t))
+        );
     }
 }
 
@@ -563,17 +568,7 @@ impl Roofline {
         let mut s = format!(
             r#"<svg class="chart roofline" viewBox="0 0 {W} {H}" role="img" xmlns="http://www.w3.org/2000/svg">"#
         );
-        for t in y.ticks() {
-            let py = y.at(t);
-            let _ = write!(
-                s,
-                r#"<line class="grid" x1="{LEFT}" x2="{}" y1="{py:.1}" y2="{py:.1}"/><text class="tick" x="{}" y="{:.1}" text-anchor="end">{}</text>"#,
-                W - RIGHT,
-                LEFT - 6.0,
-                py + 4.0,
-                esc(&rate(t))
-            );
-        }
+        y_grid(&mut s, &y, rate);
         for t in x.ticks() {
             let _ = write!(
                 s,
