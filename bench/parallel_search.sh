@@ -50,6 +50,11 @@ for name in names:
     start, end = map(float, (work / f"wall-{name}").read_text().split())
     db = sqlite3.connect(work / f"store-{name}" / "ksearch.db")
     evaluating = sum(json.loads(r)["elapsed_s"] for (r,) in db.execute("SELECT result FROM evaluations"))
+    by_phase: dict[str, float] = {}
+    for phase, r in db.execute("SELECT phase, result FROM evaluations"):
+        by_phase[phase] = by_phase.get(phase, 0.0) + json.loads(r)["elapsed_s"]
+    # When the search's last evaluation was stored, from the start: what follows is the final phase.
+    (last_search,) = db.execute("SELECT MAX(created_at) FROM evaluations WHERE phase = 'search'").fetchone()
     llm_s = sum(json.loads(e)["outcome"].get("latency_s", 0.0) for (e,) in db.execute("SELECT exchange FROM llm_exchanges"))
     wall = end - start
     runs[name] = {
@@ -57,6 +62,8 @@ for name in names:
         "evaluations": result["evaluations"], "llm_calls": result["llm"]["exchanges"],
         "evaluating_s": round(evaluating, 1), "llm_latency_summed_s": round(llm_s, 1),
         "other_s": round(wall - evaluating, 1),
+        "evaluating_s_by_phase": {k: round(v, 1) for k, v in sorted(by_phase.items())},
+        "final_phase_s": round(end - last_search, 1) if last_search else None,
         "best_speedup_vs_seed": (result.get("best") or {}).get("speedup_vs_seed"),
         "devices": result.get("devices") or ["default"],
     }

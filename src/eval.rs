@@ -273,7 +273,11 @@ pub struct Evaluator {
     pub settings: Settings,
     pub hello: Value,
     worker: Worker,
+    /// This evaluator's own folder under the build root (removed when it is dropped): two workers building
+    /// one candidate at once (the devices of a run sharing a candidate's workloads, two runs on one store
+    /// starting from one seed) would otherwise rewrite and compile into one folder together.
     build_root: PathBuf,
+    _build: tempfile::TempDir,
     /// The run's input secret: every input set a candidate meets derives from it (and the task's fingerprint).
     secret: u64,
     fingerprint: String,
@@ -311,7 +315,10 @@ impl Evaluator {
     ) -> anyhow::Result<Evaluator> {
         // Absolute: the worker runs in a private directory of its own.
         std::fs::create_dir_all(&build_root)?;
-        let build_root = build_root.canonicalize()?;
+        let build = tempfile::Builder::new()
+            .prefix("worker-")
+            .tempdir_in(&build_root)?;
+        let build_root = build.path().canonicalize()?;
         let references = crate::builtin::cache_root().join("references");
         let _ = std::fs::create_dir_all(&references);
         let mut worker = Worker::new(env, target);
@@ -356,6 +363,7 @@ impl Evaluator {
             hello,
             worker,
             build_root,
+            _build: build,
             secret,
             fingerprint,
             compiled: BTreeSet::new(),

@@ -25,6 +25,7 @@ use crate::task::{Task, Workload};
 use anyhow::{Context, Result, anyhow, bail};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -432,9 +433,8 @@ impl<'a> Runner<'a> {
         )
     }
 
-    /// Evaluates a candidate on every one of `workloads` on the first device, reusing what the store already
-    /// has for this run (the held-out, final and confirming phases; the search phase goes through
-    /// `evaluate_proposals`, which stops at a candidate's first failure).
+    /// Evaluates a candidate on every one of `workloads`, reusing what the store already has for this run
+    /// (the held-out, final and confirming phases). See `evaluate_spread`.
     fn evaluate(
         &mut self,
         cand: &Candidate,
@@ -443,47 +443,126 @@ impl<'a> Runner<'a> {
         phase: Phase,
         opts: EvalOptions<'_>,
     ) -> Result<Vec<WorkloadResult>> {
-        let stored = workloads
+        let each: Vec<(Phase, &Workload)> = workloads.iter().map(|w| (phase, w)).collect();
+        self.evaluate_spread(cand, hash, &each, opts, false)
+    }
+
+    /// Evaluates one candidate on `workloads`, each in its phase (what the store holds for this run reused).
+    /// With several
+    /// devices the workloads left are shared out, each evaluated whole on one device (the candidate and
+    /// its baselines timed there, side by side), one at a time per device; each result is stored the
+    /// moment it arrives. With `upto_failure` (a search proposal evaluated alone, the seed among them) no
+    /// workload is taken once every one before a failure has passed, and the results end at that failure,
+    /// as one device evaluating them in turn would have left them: one that finished past it on another
+    /// device is stored but not part of the result, here and when `history` reads it back, so a resumed
+    /// or replayed run sees the same observation.
+    fn evaluate_spread(
+        &mut self,
+        cand: &Candidate,
+        hash: &str,
+        workloads: &[(Phase, &Workload)],
+        opts: EvalOptions<'_>,
+        upto_failure: bool,
+    ) -> Result<Vec<WorkloadResult>> {
+        let mut out = workloads
             .iter()
-            .map(|w| self.store.evaluation(&self.run_id, phase, hash, &w.name))
+            .map(|(phase, w)| self.store.evaluation(&self.run_id, *phase, hash, &w.name))
             .collect::<Result<Vec<_>, _>>()?;
-        // What is left to evaluate has its kernel modules compiled at once first (mlx-cuda).
-        let left: Vec<&Workload> = workloads
-            .iter()
-            .zip(&stored)
-            .filter(|(_, s)| s.is_none())
-            .map(|(w, _)| w)
-            .collect();
+        let failed =
+            |r: &Option<WorkloadResult>| r.as_ref().is_some_and(|r| r.status != Status::Passed);
+        // A search evaluation needs nothing past a stored failure.
+        let needed = match out.iter().position(failed) {
+            Some(f) if upto_failure => f,
+            _ => workloads.len(),
+        };
+        let left: Vec<usize> = (0..needed).filter(|&i| out[i].is_none()).collect();
+        // How far the results are known to pass, in workload order.
+        let mut prefix = out.iter().take_while(|r| r.is_some() && !failed(r)).count();
         if !left.is_empty() {
-            self.evaluators[0].precompile(cand, &left);
-        }
-        let mut out = Vec::new();
-        for (i, (w, stored)) in workloads.iter().zip(stored).enumerate() {
-            let r = match stored {
-                Some(r) => r,
-                None => {
-                    crate::progress::report(crate::progress::Phase::Evaluating {
-                        candidate: hash.to_string(),
-                        workload: w.name.clone(),
-                        index: i + 1,
-                        count: workloads.len(),
+            let devices = self.evaluators.len().min(left.len());
+            let slots = self.device_slots();
+            let queue = Mutex::new(left.iter().copied().collect::<VecDeque<usize>>());
+            let (tx, rx) = std::sync::mpsc::channel::<(usize, WorkloadResult)>();
+            let (store, run_id) = (self.store, self.run_id.as_str());
+            let mut failure = None;
+            std::thread::scope(|s| {
+                for (ev, slot) in self.evaluators.iter_mut().zip(&slots).take(devices) {
+                    let (tx, queue, left) = (tx.clone(), &queue, &left);
+                    s.spawn(move || {
+                        crate::progress::set_slot(slot);
+                        // What is left to evaluate has its kernel modules compiled at once first (mlx-cuda).
+                        let mine: Vec<&Workload> = left.iter().map(|&i| workloads[i].1).collect();
+                        ev.precompile(cand, &mine);
+                        loop {
+                            let Some(i) = queue.lock().unwrap().pop_front() else {
+                                break;
+                            };
+                            let w = workloads[i].1;
+                            crate::progress::report(crate::progress::Phase::Evaluating {
+                                candidate: hash.to_string(),
+                                workload: w.name.clone(),
+                                index: i + 1,
+                                count: workloads.len(),
+                            });
+                            let mut r = ev.evaluate_workload_with(cand, w, opts);
+                            if r.worker_died {
+                                // The worker died under it (restarted since): once more, as a batch does.
+                                tracing::warn!(
+                                    "the worker died evaluating {hash} on {}: evaluated again",
+                                    w.name
+                                );
+                                r = ev.evaluate_workload_with(cand, w, opts);
+                            }
+                            if tx.send((i, r)).is_err() {
+                                break;
+                            }
+                        }
                     });
-                    let mut r = self.evaluators[0].evaluate_workload_with(cand, w, opts);
-                    if r.worker_died {
-                        // The worker died under it (restarted since): once more, as in the search phase.
-                        tracing::warn!(
-                            "the worker died evaluating {hash} on {}: evaluated again",
-                            w.name
-                        );
-                        r = self.evaluators[0].evaluate_workload_with(cand, w, opts);
-                    }
-                    self.store.put_evaluation(&self.run_id, phase, hash, &r)?;
-                    r
                 }
-            };
-            out.push(r);
+                drop(tx);
+                for (i, r) in rx {
+                    if failure.is_none()
+                        && let Err(e) = store.put_evaluation(run_id, workloads[i].0, hash, &r)
+                    {
+                        failure = Some(e);
+                        // The other devices finish the workload they hold; nothing more is taken.
+                        queue.lock().unwrap().clear();
+                    }
+                    out[i] = Some(r);
+                    // A search evaluation ends at its first failure in workload order: nothing more is
+                    // taken once every workload before it has passed.
+                    while upto_failure && prefix < out.len() && out[prefix].is_some() {
+                        if failed(&out[prefix]) {
+                            queue.lock().unwrap().clear();
+                            break;
+                        }
+                        prefix += 1;
+                    }
+                }
+            });
+            if let Some(e) = failure {
+                return Err(e.into());
+            }
         }
-        Ok(out)
+        if upto_failure {
+            return Ok(upto_first_failure(out.into_iter().flatten()));
+        }
+        Ok(out.into_iter().flatten().collect())
+    }
+
+    /// The progress display's slot for each device's phases: one device reports in the run's own slot.
+    pub(super) fn device_slots(&self) -> Vec<String> {
+        match self.evaluators.len() {
+            1 => vec![String::new()],
+            n => (0..n)
+                .map(|i| {
+                    self.config
+                        .devices
+                        .get(i)
+                        .map_or_else(|| format!("device {i}"), Device::label)
+                })
+                .collect(),
+        }
     }
 
     fn history(&self) -> Result<Vec<Observation>> {
@@ -505,6 +584,7 @@ impl<'a> Runner<'a> {
                         .transpose()
                 })
                 .collect::<Result<Vec<_>, _>>()?;
+            let results = upto_first_failure(results);
             hist.push(Observation {
                 hash: a.candidate.clone(),
                 origin: a.origin.clone(),
@@ -632,7 +712,7 @@ impl<'a> Runner<'a> {
             self.strategy.finish(&history);
             self.persist_strategy()?;
         }
-        let chosen = self.final_phase(&history, &held_out, &mut progress)?;
+        let chosen = self.final_phase(&history, &held_out, &feedback, &mut progress)?;
         // The chosen candidate's feedback workloads timed again with the baselines beside it: the reported
         // speedups over the baselines come from one measurement of both, not from times taken hours apart.
         let confirmed: Option<Vec<WorkloadResult>> = match &chosen {
@@ -774,11 +854,15 @@ impl<'a> Runner<'a> {
     }
 
     /// Held-out workloads, scored only now: the best candidates in order until one passes them all (the
-    /// baselines timed again beside them). None when no candidate passed the feedback workloads.
+    /// baselines timed again beside them). None when no candidate passed the feedback workloads. With
+    /// several devices the first candidate's confirmation (`execute`) is evaluated beside its held-out
+    /// workloads, on the devices they leave free, and read back from the store when it is chosen; if it
+    /// is not, those evaluations stay in the store unused.
     fn final_phase<'h>(
         &mut self,
         history: &'h [Observation],
         held_out: &[Workload],
+        feedback: &[Workload],
         progress: &mut impl FnMut(Event<'_>),
     ) -> Result<Option<Chosen<'h>>> {
         let mut chosen: Option<Chosen<'h>> = None;
@@ -802,8 +886,14 @@ impl<'a> Runner<'a> {
                 incumbent: None,
                 retime_baselines: true,
             };
-            let results =
-                self.evaluate(&obs.candidate, &obs.hash, held_out, Phase::Final, retime)?;
+            let mut each: Vec<(Phase, &Workload)> =
+                held_out.iter().map(|w| (Phase::Final, w)).collect();
+            if i == 0 && self.evaluators.len() > 1 {
+                each.extend(feedback.iter().map(|w| (Phase::Confirm, w)));
+            }
+            let mut results =
+                self.evaluate_spread(&obs.candidate, &obs.hash, &each, retime, false)?;
+            results.truncate(held_out.len());
             let summary = eval::summarize(&results);
             self.store
                 .finish_attempt(&self.run_id, Phase::Final, i as i64, &summary)?;
@@ -996,6 +1086,20 @@ fn spent_on(mut budget: Budget, proposals: &[Proposal]) -> Budget {
         }
     }
     budget
+}
+
+/// A search evaluation's results, ending at its first failure (one evaluated past it on another device
+/// is not part of the observation).
+fn upto_first_failure(results: impl IntoIterator<Item = WorkloadResult>) -> Vec<WorkloadResult> {
+    let mut out = Vec::new();
+    for r in results {
+        let failed = r.status != Status::Passed;
+        out.push(r);
+        if failed {
+            break;
+        }
+    }
+    out
 }
 
 fn search_summary(

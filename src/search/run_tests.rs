@@ -483,3 +483,111 @@ fn a_worker_dying_mid_evaluation_costs_the_evaluation_a_retry_not_the_candidate(
     assert_eq!(twice, want, "{log:?}");
     assert_eq!(want.len(), 2);
 }
+
+#[test]
+fn a_proposal_alone_is_shared_out_over_the_devices_and_ends_at_its_first_failure() {
+    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+    let (task, seed) = matmul();
+    let names: Vec<String> = task.workloads(false).map(|w| w.name.clone()).collect();
+    assert!(names.len() >= 3, "the test needs three feedback workloads");
+    let seed_hash = seed.hash();
+    // `fail`: the seed's workload of that index fails. The last workload is slow on device 1, so device 0
+    // finishes the rest first; in the failing case the result past the failure arrives after it.
+    let run = |fail: Option<usize>| {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let run_id = new_pool_run(&store, &task, &seed, 3, 2);
+        let log: Arc<Mutex<Vec<(usize, String, String)>>> = Arc::default();
+        let in_flight = Arc::new(AtomicUsize::new(0));
+        let most = Arc::new(AtomicUsize::new(0));
+        let mut runner = Runner::open_with(&store, &run_id, None, |_, _, config| {
+            Ok((0..2)
+                .map(|d| {
+                    let (log, names, in_flight, most) =
+                        (log.clone(), names.clone(), in_flight.clone(), most.clone());
+                    let ev = ScriptedEvaluator::new(config.timing.clone(), move |c, w| {
+                        let now = in_flight.fetch_add(1, SeqCst) + 1;
+                        most.fetch_max(now, SeqCst);
+                        // The first call of a device waits for the other's (however loaded the machine),
+                        // so both devices start on the seed.
+                        let waited = std::time::Instant::now();
+                        while most.load(SeqCst) < 2 && waited.elapsed().as_secs() < 30 {
+                            std::thread::sleep(std::time::Duration::from_millis(1));
+                        }
+                        // Held-out workloads (the final phase) are none of the feedback ones.
+                        let i = names
+                            .iter()
+                            .position(|n| *n == w.name)
+                            .unwrap_or(names.len());
+                        std::thread::sleep(std::time::Duration::from_millis(if i == 0 {
+                            60
+                        } else {
+                            20
+                        }));
+                        in_flight.fetch_sub(1, SeqCst);
+                        log.lock().unwrap().push((d, c.hash(), w.name.clone()));
+                        if fail == Some(i) {
+                            return Err((Status::Wrong, "scripted failure".into()));
+                        }
+                        Ok(time_of(c))
+                    });
+                    Box::new(ev) as Box<dyn Evaluate + Send>
+                })
+                .collect())
+        })
+        .unwrap();
+        let result = runner.execute(|_| {}).unwrap();
+        drop(runner);
+        let seed_calls: Vec<(usize, String, String)> = log
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|c| c.1 == seed_hash)
+            .cloned()
+            .collect();
+        let attempt = store
+            .attempts(&run_id, Some(Phase::Search))
+            .unwrap()
+            .into_iter()
+            .find(|a| a.candidate == seed_hash)
+            .unwrap();
+        (result, seed_calls, attempt, most.load(SeqCst))
+    };
+    // Passing: both devices took part in the seed's evaluation, each workload evaluated once.
+    let (result, calls, attempt, most) = run(None);
+    assert_eq!(result.status, RunStatus::Completed);
+    let devices: std::collections::BTreeSet<usize> =
+        calls.iter().take(names.len()).map(|c| c.0).collect();
+    assert_eq!(
+        devices.len(),
+        2,
+        "the seed's workloads on both devices: {calls:?}"
+    );
+    assert_eq!(most, 2);
+    let summary = attempt.summary.unwrap();
+    assert!(summary.passed, "{summary:?}");
+    // The seed failing its first workload (the slow one, on device 0): device 1 has meanwhile evaluated
+    // later workloads, but the result ends at the failure, as one device would have left it.
+    let (result, calls, attempt, _) = run(Some(0));
+    assert_eq!(result.status, RunStatus::Failed, "{result:?}");
+    let summary = attempt.summary.unwrap();
+    assert!(!summary.passed);
+    assert!(
+        calls.len() >= 2,
+        "the other device worked meanwhile: {calls:?}"
+    );
+    assert_eq!(
+        summary.statuses.len(),
+        1,
+        "the observation ends at the failure: {summary:?}"
+    );
+    let seed_obs = result.seed.unwrap();
+    assert!(
+        seed_obs
+            .failure
+            .as_deref()
+            .unwrap_or("")
+            .contains("scripted failure"),
+        "{seed_obs:?}"
+    );
+}

@@ -105,7 +105,7 @@ fn kill_9_at_random_moments(extra: &[&str], budget: usize, kills: usize) {
     );
     let id = run_id.unwrap();
     let v = last_json(&run(store.path(), &["resume", &id, "--json"]));
-    assert_eq!(v["status"], "completed");
+    assert_eq!(v["status"], "completed", "{v} (KSEARCH_TEST_SEED={seed})");
     assert_eq!(v["evaluations"], budget);
     let end = snapshot(store.path(), &id);
     for (k, e) in &kept {

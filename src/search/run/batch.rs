@@ -1,5 +1,6 @@
 //! The search phase's evaluations: proposals evaluated on the feedback workloads, at once over the run's
-//! devices (`--devices`, docs/parallel.md); with one device, one proposal at a time.
+//! devices (`--devices`, docs/parallel.md); with one device, one proposal at a time. A proposal alone
+//! (the seed) has its workloads shared out over the devices instead (`Runner::evaluate_spread`).
 //!
 //! Each device's worker takes the next proposal not yet taken and evaluates it alone, so two evaluations
 //! never time on one device at once. What each proposal is timed beside (the candidate the strategy names,
@@ -101,7 +102,25 @@ impl Runner<'_> {
                 same_as,
             });
         }
-        let (evaluated, next) = self.run_jobs(&jobs, feedback, history, ahead)?;
+        let (evaluated, next) =
+            if let ([job], 2.., None) = (&jobs[..], self.evaluators.len(), &ahead) {
+                // One proposal alone (the seed, whose result every prompt waits for): its workloads are shared
+                // out over the devices instead of one device evaluating them in turn while the others idle.
+                let opts = EvalOptions {
+                    incumbent: job.incumbent.as_ref().map(|(h, c)| (h.as_str(), c)),
+                    retime_baselines: false,
+                };
+                let (cand, hash) = (&job.proposal.candidate, job.hash.as_str());
+                let each: Vec<(StorePhase, &Workload)> =
+                    feedback.iter().map(|w| (StorePhase::Search, w)).collect();
+                let results = self.evaluate_spread(cand, hash, &each, opts, true)?;
+                let summary = search_summary(&results, feedback.len(), self.evaluators[0].timing());
+                self.store
+                    .finish_attempt(&self.run_id, StorePhase::Search, job.seq, &summary)?;
+                (vec![(results, summary)], Vec::new())
+            } else {
+                self.run_jobs(&jobs, feedback, history, ahead)?
+            };
         for (job, (results, summary)) in jobs.into_iter().zip(evaluated) {
             history.push(Observation {
                 hash: job.hash,
@@ -140,23 +159,12 @@ impl Runner<'_> {
         let mut summaries = Vec::new();
         let mut failure: Option<anyhow::Error> = None;
         let (store, run_id) = (self.store, self.run_id.clone());
+        let slots = self.device_slots();
         let evaluators = &mut self.evaluators;
         let (strategy, exchanges) = (&mut self.strategy, &self.exchanges);
         let timing = evaluators[0].timing().clone();
         let in_flight: Vec<String> = jobs.iter().map(|j| j.hash.clone()).collect();
         let mut next = Vec::new();
-        // Each device's phases are shown in a slot of its own (one device: the run's, as always).
-        let slots: Vec<String> = match evaluators.len() {
-            1 => vec![String::new()],
-            n => (0..n)
-                .map(|i| {
-                    self.config
-                        .devices
-                        .get(i)
-                        .map_or_else(|| format!("device {i}"), crate::devices::Device::label)
-                })
-                .collect(),
-        };
         let queued = |count| crate::progress::report_in(QUEUE, Phase::Queued { count });
         queued(queue.lock().unwrap().len());
         std::thread::scope(|s| {
