@@ -273,11 +273,10 @@ pub struct Evaluator {
     pub settings: Settings,
     pub hello: Value,
     worker: Worker,
-    /// This evaluator's own folder under the build root (removed when it is dropped): two workers building
-    /// one candidate at once (the devices of a run sharing a candidate's workloads, two runs on one store
-    /// starting from one seed) would otherwise rewrite and compile into one folder together.
-    build_root: PathBuf,
-    _build: tempfile::TempDir,
+    /// This evaluator's own folder under the build root (absolute; removed when it is dropped): two workers
+    /// building one candidate at once (the devices of a run sharing a candidate's workloads, two runs on one
+    /// store starting from one seed) would otherwise rewrite and compile into one folder together.
+    build: tempfile::TempDir,
     /// The run's input secret: every input set a candidate meets derives from it (and the task's fingerprint).
     secret: u64,
     fingerprint: String,
@@ -317,12 +316,11 @@ impl Evaluator {
         std::fs::create_dir_all(&build_root)?;
         let build = tempfile::Builder::new()
             .prefix("worker-")
-            .tempdir_in(&build_root)?;
-        let build_root = build.path().canonicalize()?;
+            .tempdir_in(build_root.canonicalize()?)?;
         let references = crate::builtin::cache_root().join("references");
         let _ = std::fs::create_dir_all(&references);
         let mut worker = Worker::new(env, target);
-        worker.writable = vec![build_root.clone(), references.clone()];
+        worker.writable = vec![build.path().to_path_buf(), references.clone()];
         worker.reference_cache = Some(references);
         worker.device = settings.device.clone();
         let remembered = if settings.measure_peaks {
@@ -362,8 +360,7 @@ impl Evaluator {
             settings,
             hello,
             worker,
-            build_root,
-            _build: build,
+            build,
             secret,
             fingerprint,
             compiled: BTreeSet::new(),
@@ -551,7 +548,7 @@ impl Evaluator {
                 }
             };
         }
-        let dir = self.build_root.join(&key);
+        let dir = self.build.path().join(&key);
         cand.write_dir(&dir)
             .and_then(|_| std::fs::write(dir.join("ksearch_plan.h"), &header))
             .map_err(|e| {

@@ -384,6 +384,27 @@ fn devices_whose_hardware_differs_are_marked_in_the_runs_hello() {
     }
 }
 
+/// A run opened over `devices` scripted devices, device `d` answering with `script(d)`.
+fn open_devices<'a, S>(
+    store: &'a Store,
+    run_id: &str,
+    devices: usize,
+    script: impl Fn(usize) -> S,
+) -> Runner<'a>
+where
+    S: FnMut(&Candidate, &Workload) -> crate::scripted::Outcome + Send + 'static,
+{
+    Runner::open_with(store, run_id, None, |_, _, config| {
+        Ok((0..devices)
+            .map(|d| {
+                let ev = ScriptedEvaluator::new(config.timing.clone(), script(d));
+                Box::new(ev) as Box<dyn Evaluate + Send>
+            })
+            .collect())
+    })
+    .unwrap()
+}
+
 /// A worker that dies under an evaluation (the process, not the candidate's kernel host) costs that
 /// workload one more evaluation on the next free device, not the candidate: the first candidate proposed
 /// loses its worker once and still passes; the second loses it every time, and after the retry its
@@ -400,47 +421,41 @@ fn a_worker_dying_mid_evaluation_costs_the_evaluation_a_retry_not_the_candidate(
     let met: Arc<Mutex<Vec<String>>> = Arc::default();
     let log: Arc<Mutex<Vec<(String, String)>>> = Arc::default();
     let seed_hash = seed.hash();
-    let mut runner = Runner::open_with(&store, &run_id, None, |_, _, config| {
-        Ok((0..2)
-            .map(|_| {
-                let (met, log, seed_hash, first_workload) = (
-                    met.clone(),
-                    log.clone(),
-                    seed_hash.clone(),
-                    first_workload.clone(),
-                );
-                let ev = ScriptedEvaluator::new(config.timing.clone(), move |c, w| {
-                    let hash = c.hash();
-                    let tries = {
-                        let mut log = log.lock().unwrap();
-                        log.push((hash.clone(), w.name.clone()));
-                        log.iter()
-                            .filter(|(h, n)| *h == hash && *n == w.name)
-                            .count()
-                    };
-                    let role = {
-                        let mut met = met.lock().unwrap();
-                        if hash != seed_hash && !met.contains(&hash) {
-                            met.push(hash.clone());
-                        }
-                        met.iter().position(|h| *h == hash)
-                    };
-                    std::thread::sleep(std::time::Duration::from_millis(5));
-                    let dies = match role {
-                        Some(0) => tries == 1, // once
-                        Some(1) => true,       // every time
-                        _ => false,
-                    };
-                    if dies && w.name == first_workload {
-                        return Err((Status::Crash, WORKER_DIED.into()));
-                    }
-                    Ok(time_of(c))
-                });
-                Box::new(ev) as Box<dyn Evaluate + Send>
-            })
-            .collect())
-    })
-    .unwrap();
+    let mut runner = open_devices(&store, &run_id, 2, |_| {
+        let (met, log, seed_hash, first_workload) = (
+            met.clone(),
+            log.clone(),
+            seed_hash.clone(),
+            first_workload.clone(),
+        );
+        move |c: &Candidate, w: &Workload| {
+            let hash = c.hash();
+            let tries = {
+                let mut log = log.lock().unwrap();
+                log.push((hash.clone(), w.name.clone()));
+                log.iter()
+                    .filter(|(h, n)| *h == hash && *n == w.name)
+                    .count()
+            };
+            let role = {
+                let mut met = met.lock().unwrap();
+                if hash != seed_hash && !met.contains(&hash) {
+                    met.push(hash.clone());
+                }
+                met.iter().position(|h| *h == hash)
+            };
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            let dies = match role {
+                Some(0) => tries == 1, // once
+                Some(1) => true,       // every time
+                _ => false,
+            };
+            if dies && w.name == first_workload {
+                return Err((Status::Crash, WORKER_DIED.into()));
+            }
+            Ok(time_of(c))
+        }
+    });
     let result = runner.execute(|_| {}).unwrap();
     drop(runner);
     assert_eq!(result.status, RunStatus::Completed);
@@ -491,8 +506,10 @@ fn a_proposal_alone_is_shared_out_over_the_devices_and_ends_at_its_first_failure
     let names: Vec<String> = task.workloads(false).map(|w| w.name.clone()).collect();
     assert!(names.len() >= 3, "the test needs three feedback workloads");
     let seed_hash = seed.hash();
-    // `fail`: the seed's workload of that index fails. The last workload is slow on device 1, so device 0
-    // finishes the rest first; in the failing case the result past the failure arrives after it.
+    // `fail`: the seed's workload of that index fails. The first workload is slow: whichever device takes it,
+    // the other evaluates the later ones meanwhile. Returns the run's result, the seed's calls (device,
+    // candidate, workload), its attempt, the most evaluations at once, the seed's observation as a
+    // reopened runner reads it back, and how many search-phase results the store holds for the seed.
     let run = |fail: Option<usize>| {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path()).unwrap();
@@ -500,42 +517,36 @@ fn a_proposal_alone_is_shared_out_over_the_devices_and_ends_at_its_first_failure
         let log: Arc<Mutex<Vec<(usize, String, String)>>> = Arc::default();
         let in_flight = Arc::new(AtomicUsize::new(0));
         let most = Arc::new(AtomicUsize::new(0));
-        let mut runner = Runner::open_with(&store, &run_id, None, |_, _, config| {
-            Ok((0..2)
-                .map(|d| {
-                    let (log, names, in_flight, most) =
-                        (log.clone(), names.clone(), in_flight.clone(), most.clone());
-                    let ev = ScriptedEvaluator::new(config.timing.clone(), move |c, w| {
-                        let now = in_flight.fetch_add(1, SeqCst) + 1;
-                        most.fetch_max(now, SeqCst);
-                        // The first call of a device waits for the other's (however loaded the machine),
-                        // so both devices start on the seed.
-                        let waited = std::time::Instant::now();
-                        while most.load(SeqCst) < 2 && waited.elapsed().as_secs() < 30 {
-                            std::thread::sleep(std::time::Duration::from_millis(1));
-                        }
-                        // Held-out workloads (the final phase) are none of the feedback ones.
-                        let i = names
-                            .iter()
-                            .position(|n| *n == w.name)
-                            .unwrap_or(names.len());
-                        std::thread::sleep(std::time::Duration::from_millis(if i == 0 {
-                            60
-                        } else {
-                            20
-                        }));
-                        in_flight.fetch_sub(1, SeqCst);
-                        log.lock().unwrap().push((d, c.hash(), w.name.clone()));
-                        if fail == Some(i) {
-                            return Err((Status::Wrong, "scripted failure".into()));
-                        }
-                        Ok(time_of(c))
-                    });
-                    Box::new(ev) as Box<dyn Evaluate + Send>
-                })
-                .collect())
-        })
-        .unwrap();
+        let mut runner = open_devices(&store, &run_id, 2, |d| {
+            let (log, names, in_flight, most) =
+                (log.clone(), names.clone(), in_flight.clone(), most.clone());
+            move |c: &Candidate, w: &Workload| {
+                let now = in_flight.fetch_add(1, SeqCst) + 1;
+                most.fetch_max(now, SeqCst);
+                // The first call of a device waits for the other's (however loaded the machine),
+                // so both devices start on the seed.
+                let waited = std::time::Instant::now();
+                while most.load(SeqCst) < 2 && waited.elapsed().as_secs() < 30 {
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+                // Held-out workloads (the final phase) are none of the feedback ones.
+                let i = names
+                    .iter()
+                    .position(|n| *n == w.name)
+                    .unwrap_or(names.len());
+                std::thread::sleep(std::time::Duration::from_millis(if i == 0 {
+                    60
+                } else {
+                    20
+                }));
+                in_flight.fetch_sub(1, SeqCst);
+                log.lock().unwrap().push((d, c.hash(), w.name.clone()));
+                if fail == Some(i) {
+                    return Err((Status::Wrong, "scripted failure".into()));
+                }
+                Ok(time_of(c))
+            }
+        });
         let result = runner.execute(|_| {}).unwrap();
         drop(runner);
         let seed_calls: Vec<(usize, String, String)> = log
@@ -551,13 +562,35 @@ fn a_proposal_alone_is_shared_out_over_the_devices_and_ends_at_its_first_failure
             .into_iter()
             .find(|a| a.candidate == seed_hash)
             .unwrap();
-        (result, seed_calls, attempt, most.load(SeqCst))
+        let reopened = open_devices(&store, &run_id, 2, |_| {
+            |_: &Candidate, _: &Workload| -> crate::scripted::Outcome { unreachable!() }
+        });
+        let history = reopened.history().unwrap();
+        let read_back = history.into_iter().find(|o| o.hash == seed_hash).unwrap();
+        let stored = names
+            .iter()
+            .filter(|n| {
+                store
+                    .evaluation(&run_id, Phase::Search, &seed_hash, n)
+                    .unwrap()
+                    .is_some()
+            })
+            .count();
+        let most = most.load(SeqCst);
+        (result, seed_calls, attempt, most, read_back, stored)
     };
     // Passing: both devices took part in the seed's evaluation, each workload evaluated once.
-    let (result, calls, attempt, most) = run(None);
+    let (result, calls, attempt, most, _, _) = run(None);
     assert_eq!(result.status, RunStatus::Completed);
     let devices: std::collections::BTreeSet<usize> =
         calls.iter().take(names.len()).map(|c| c.0).collect();
+    let evaluated: std::collections::BTreeSet<&String> =
+        calls.iter().take(names.len()).map(|c| &c.2).collect();
+    assert_eq!(
+        evaluated.len(),
+        names.len(),
+        "each workload once: {calls:?}"
+    );
     assert_eq!(
         devices.len(),
         2,
@@ -568,7 +601,7 @@ fn a_proposal_alone_is_shared_out_over_the_devices_and_ends_at_its_first_failure
     assert!(summary.passed, "{summary:?}");
     // The seed failing its first workload (the slow one, on device 0): device 1 has meanwhile evaluated
     // later workloads, but the result ends at the failure, as one device would have left it.
-    let (result, calls, attempt, _) = run(Some(0));
+    let (result, calls, attempt, _, read_back, stored) = run(Some(0));
     assert_eq!(result.status, RunStatus::Failed, "{result:?}");
     let summary = attempt.summary.unwrap();
     assert!(!summary.passed);
@@ -581,6 +614,10 @@ fn a_proposal_alone_is_shared_out_over_the_devices_and_ends_at_its_first_failure
         1,
         "the observation ends at the failure: {summary:?}"
     );
+    // The workload the other device held when the failure came is stored, yet a resumed run reads the
+    // same observation back.
+    assert!(stored >= 2, "{stored} results stored");
+    assert_eq!(read_back.results.len(), 1, "{:?}", read_back.results);
     let seed_obs = result.seed.unwrap();
     assert!(
         seed_obs
