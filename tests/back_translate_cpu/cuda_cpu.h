@@ -97,7 +97,7 @@ struct CpuBlock {
   std::unique_ptr<CpuBarrier> block;
   std::vector<std::unique_ptr<CpuBarrier>> warps;
   std::vector<int> slots;
-  std::vector<float4> arena = std::vector<float4>(4096);  // shared memory handed out by cpu_block_shared (64 KB)
+  std::vector<float4> arena = std::vector<float4>(14528);  // shared memory handed out by cpu_block_shared (227 KB, a Hopper block's most)
 };
 // The blocks of the cluster running now (one, outside clusters) and its barrier.
 struct CpuCluster {

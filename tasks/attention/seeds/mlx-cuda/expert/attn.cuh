@@ -9,12 +9,16 @@ namespace ksattn {
 #define KSATTN_LOG2E 1.4426950408889634f
 __device__ __forceinline__ float neg_inf() { return -__int_as_float(0x7f800000); }
 
+// The PTX-level primitives the float32 path runs on (2^x, TF32 rounding, the TF32 MMA) come from the including
+// file instead where it defines KSATTN_HOST_PRIMITIVES: the CPU emulation of this code (tests/cuda_seeds_cpu).
+#ifndef KSATTN_HOST_PRIMITIVES
 // 2^x with the hardware approximation (relative error ~2^-22; 2^-inf = +0).
 __device__ __forceinline__ float ex2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
 }
+#endif
 
 template <typename T> __device__ __forceinline__ T from_f(float x);
 template <> __device__ __forceinline__ float from_f<float>(float x) { return x; }
@@ -299,26 +303,73 @@ __device__ __forceinline__ void prefill_mma(const T* __restrict__ q, const T* __
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// Prefill, float32: the same blocking (BQ rows of one (b, h) per block of NT threads) on plain fp32 FMAs,
-// so no precision is lost to tensor-core inputs. Two threads per query row, each owning half of the head
-// dimension (interleaved float4 chunks); the block walks its rows in passes of NT / 2 rows. K and V tiles of
-// 32 keys are staged as float in shared memory (2 * 32 * D * 4 bytes, within the launch's dynamic size).
+// Prefill, float32: the fp16 path's FlashAttention-2 on TF32 tensor cores with error compensation (3xTF32).
+// Each float x is split into hi = tf32(x) and lo = tf32(x - hi), and a product a b is taken as
+// lo(a) hi(b) + hi(a) lo(b) + hi(a) hi(b): the dropped lo lo term is below float32's own rounding, so scores and
+// P V keep float32 precision (the task's float32 tolerance refuses plain TF32) at tensor-core rates. The code
+// unrolled per tile is a few hundred MMAs, so NVRTC compiles it in a second or two (the FMA path it replaced,
+// 32 scores and 64 accumulators unrolled over every key, took 8-13 s per module on the H200 host).
+//
+// mma.m16n8k8 (tf32) fragments, lane = 4 g + t: A (16 x 8, row) a0 (g, t), a1 (g + 8, t), a2 (g, t + 4),
+// a3 (g + 8, t + 4); B (8 x 8, col) b0 (t, g), b1 (t + 4, g); C (16 x 8) c0 (g, 2t), c1 (g, 2t + 1), c2 (g + 8,
+// 2t), c3 (g + 8, 2t + 1). The reduction index of both products is permuted within each group of 8, k = t
+// taking element 2t and k = t + 4 element 2t + 1 (a sum does not care): then a lane's Q and K operands are
+// adjacent floats (one 8-byte load each), and the score accumulators c0..c3 are the P operand as they stand
+// (a0 = c0, a1 = c2, a2 = c1, a3 = c3), with V read at the keys 2t and 2t + 1 they name.
+//
+// Block = NW warps over BQ = 16 WM NW query rows of one (b, h), walked in WM passes of 16 NW rows, each warp
+// 16 rows of a pass (Q, S and O of 16 rows fit in registers; of 32 they would spill). Key tiles of KB keys
+// are staged in shared memory already split (K hi, K lo, V hi, V lo; rows padded to SD = D + 4 floats, so the
+// fragment reads of a warp hit 32 different banks), KB the largest of BK, 32, 16 that the launch's dynamic
+// shared memory, (BQ + 4 BK) D 2 bytes, holds.
+#ifndef KSATTN_HOST_PRIMITIVES
+__device__ __forceinline__ unsigned tf32(float x) {
+  unsigned r;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+  return r;
+}
+// c += a b on TF32 operands, float32 accumulators.
+__device__ __forceinline__ void mma_tf32(float* c, const unsigned* a, unsigned b0, unsigned b1) {
+  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+#endif
+__device__ __forceinline__ void split_tf32(float x, unsigned& hi, unsigned& lo) {
+  hi = tf32(x);
+  lo = tf32(x - __uint_as_float(hi));
+}
+// c += a b in 3xTF32, the small terms first.
+__device__ __forceinline__ void mma_3xtf32(float* c, const unsigned* ah, const unsigned* al, unsigned bh0,
+                                           unsigned bh1, unsigned bl0, unsigned bl1) {
+  mma_tf32(c, al, bh0, bh1);
+  mma_tf32(c, ah, bl0, bl1);
+  mma_tf32(c, ah, bh0, bh1);
+}
+
 template <int D, int NW, int WM, int BK>
 __device__ __forceinline__ void prefill_f32(const float* __restrict__ q, const float* __restrict__ k,
                                             const float* __restrict__ v, float* __restrict__ o, int Hq, int Hkv,
                                             int Tq, int Tk, int causal, unsigned char* smem) {
   constexpr int BQ = 16 * WM * NW;
   constexpr int NT = 32 * NW;
-  constexpr int RP = NT / 2;  // rows per pass
-  constexpr int KB = 32;      // keys per shared tile
-  constexpr int DH = D / 2;   // floats per thread
-  float* sK = reinterpret_cast<float*>(smem);
-  float* sV = sK + KB * D;
+  constexpr int SD = D + 4;
+  constexpr int SMEM = (BQ + 4 * BK) * D * 2;  // the launch's dynamic shared memory (plan.toml)
+  constexpr int KB = (BK <= 64 && 16 * BK * SD <= SMEM) ? BK : (16 * 32 * SD <= SMEM ? 32 : 16);
+  constexpr int KD = D / 8;   // k-steps of S = Q K^T
+  constexpr int NS = KB / 8;  // n8 tiles of S (and k-steps of P V)
+  constexpr int ND = D / 8;   // n8 tiles of O
+  static_assert(D % 8 == 0 && 16 * KB * SD <= SMEM && KB % 8 == 0, "float32 prefill tiles");
+  float* sKh = reinterpret_cast<float*>(smem);
+  float* sKl = sKh + KB * SD;
+  float* sVh = sKl + KB * SD;
+  float* sVl = sVh + KB * SD;
 
-  const int tid = threadIdx.x, half = tid & 1;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, t4 = lane & 3;
   const int bh = blockIdx.x;
   const int b = bh / Hq, h = bh % Hq, kvh = h / (Hq / Hkv);
-  const int qt = gridDim.y - 1 - blockIdx.y;
+  const int qt = gridDim.y - 1 - blockIdx.y;  // heaviest (causal) tiles first
   const int q0 = qt * BQ;
   const int off = Tk - Tq;
   const float* kg = k + (size_t)(b * Hkv + kvh) * Tk * D;
@@ -326,94 +377,159 @@ __device__ __forceinline__ void prefill_f32(const float* __restrict__ q, const f
   const float c = rsqrtf((float)D) * KSATTN_LOG2E;
 
 #pragma unroll 1
-  for (int p0 = 0; p0 < BQ; p0 += RP) {
-    const int row = q0 + p0 + (tid >> 1);
-    const bool valid = row < Tq;
-    const float* qr = q + ((size_t)bh * Tq + (valid ? row : 0)) * D;
-    float qv[DH], acc[DH];
+  for (int pass = 0; pass < WM; ++pass) {
+    const int p0 = q0 + pass * 16 * NW;  // the pass's first row
+    if (p0 >= Tq) break;                 // the same for every thread of the block
+    const int w0 = p0 + 16 * warp;       // the warp's first row
+    const int kend = causal ? min(Tk, min(p0 + 16 * NW, Tq) + off) : Tk;  // keys the pass sees
+    const int wend = w0 >= Tq ? 0 : causal ? min(Tk, min(w0 + 16, Tq) + off) : Tk;  // ... the warp's rows see
+
+    // The warp's Q rows g and g + 8 as A fragments (element 2t and 2t + 1 of each group of 8; rows past Tq 0).
+    float qf[KD][4];
+    {
+      const float* r0 = q + ((size_t)bh * Tq + w0 + g) * D + 2 * t4;
+      const bool ok0 = w0 + g < Tq, ok1 = w0 + g + 8 < Tq;
 #pragma unroll
-    for (int i = 0; i < DH / 4; ++i) {
-      const float4 x = *reinterpret_cast<const float4*>(qr + 8 * i + 4 * half);
-      qv[4 * i] = x.x * c;
-      qv[4 * i + 1] = x.y * c;
-      qv[4 * i + 2] = x.z * c;
-      qv[4 * i + 3] = x.w * c;
+      for (int kd = 0; kd < KD; ++kd) {
+        const float2 x0 = ok0 ? *reinterpret_cast<const float2*>(r0 + 8 * kd) : make_float2(0.f, 0.f);
+        const float2 x1 = ok1 ? *reinterpret_cast<const float2*>(r0 + 8 * D + 8 * kd) : make_float2(0.f, 0.f);
+        qf[kd][0] = x0.x;
+        qf[kd][1] = x1.x;
+        qf[kd][2] = x0.y;
+        qf[kd][3] = x1.y;
+      }
     }
+    float acc[ND][4];
 #pragma unroll
-    for (int i = 0; i < DH; ++i) acc[i] = 0.0f;
-    float m = neg_inf(), l = 0.0f;
-    const int last = min(q0 + p0 + RP, Tq) - 1;  // last row of the pass
-    const int kend = causal ? min(Tk, last + off + 1) : Tk;
+    for (int n = 0; n < ND; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[n][e] = 0.0f;
+    float mrow[2] = {neg_inf(), neg_inf()}, lrow[2] = {0.0f, 0.0f};
+
 #pragma unroll 1
     for (int n0 = 0; n0 < kend; n0 += KB) {
-      __syncthreads();
+      __syncthreads();  // every warp is done with the last tile
       for (int i = tid; i < KB * D / 4; i += NT) {
-        const int r = i / (D / 4), c4 = i % (D / 4);
+        const int r = i / (D / 4), c4 = 4 * (i % (D / 4));
         float4 kx = make_float4(0.f, 0.f, 0.f, 0.f), vx = kx;
         if (n0 + r < Tk) {
-          kx = *reinterpret_cast<const float4*>(kg + (size_t)(n0 + r) * D + 4 * c4);
-          vx = *reinterpret_cast<const float4*>(vg + (size_t)(n0 + r) * D + 4 * c4);
+          kx = *reinterpret_cast<const float4*>(kg + (size_t)(n0 + r) * D + c4);
+          vx = *reinterpret_cast<const float4*>(vg + (size_t)(n0 + r) * D + c4);
         }
-        *reinterpret_cast<float4*>(sK + r * D + 4 * c4) = kx;
-        *reinterpret_cast<float4*>(sV + r * D + 4 * c4) = vx;
+        uint4 kh, kl, vh, vl;
+        split_tf32(kx.x, kh.x, kl.x);
+        split_tf32(kx.y, kh.y, kl.y);
+        split_tf32(kx.z, kh.z, kl.z);
+        split_tf32(kx.w, kh.w, kl.w);
+        split_tf32(vx.x, vh.x, vl.x);
+        split_tf32(vx.y, vh.y, vl.y);
+        split_tf32(vx.z, vh.z, vl.z);
+        split_tf32(vx.w, vh.w, vl.w);
+        *reinterpret_cast<uint4*>(sKh + r * SD + c4) = kh;
+        *reinterpret_cast<uint4*>(sKl + r * SD + c4) = kl;
+        *reinterpret_cast<uint4*>(sVh + r * SD + c4) = vh;
+        *reinterpret_cast<uint4*>(sVl + r * SD + c4) = vl;
       }
       __syncthreads();
-      float s[KB];
-      float mx = m;
+      if (n0 >= wend) continue;  // no row of this warp sees a key of the tile (the same for the whole warp)
+
+      // S = Q K^T
+      float s[NS][4];
 #pragma unroll
-      for (int j0 = 0; j0 < KB; j0 += 4) {  // 4 keys at a time: 8 independent FMA chains per thread
-        float d0[4], d1[4];
+      for (int n = 0; n < NS; ++n)
 #pragma unroll
-        for (int u = 0; u < 4; ++u) d0[u] = d1[u] = 0.0f;
+        for (int e = 0; e < 4; ++e) s[n][e] = 0.0f;
 #pragma unroll
-        for (int i = 0; i < DH / 4; ++i) {
+      for (int kd = 0; kd < KD; ++kd) {
+        unsigned ah[4], al[4];
 #pragma unroll
-          for (int u = 0; u < 4; ++u) {
-            const float4 x = *reinterpret_cast<const float4*>(sK + (j0 + u) * D + 4 * half + 8 * i);
-            d0[u] = fmaf(qv[4 * i], x.x, d0[u]);
-            d1[u] = fmaf(qv[4 * i + 1], x.y, d1[u]);
-            d0[u] = fmaf(qv[4 * i + 2], x.z, d0[u]);
-            d1[u] = fmaf(qv[4 * i + 3], x.w, d1[u]);
-          }
-        }
+        for (int e = 0; e < 4; ++e) split_tf32(qf[kd][e], ah[e], al[e]);
 #pragma unroll
-        for (int u = 0; u < 4; ++u) {
-          float d = d0[u] + d1[u];
-          d += __shfl_xor_sync(0xffffffffu, d, 1);
-          const int key = n0 + j0 + u;
-          if (key >= Tk || (causal && key > row + off)) d = neg_inf();
-          s[j0 + u] = d;
-          mx = fmaxf(mx, d);
+        for (int n = 0; n < NS; ++n) {
+          const int o2 = (8 * n + g) * SD + 8 * kd + 2 * t4;
+          const uint2 bh2 = *reinterpret_cast<const uint2*>(sKh + o2);
+          const uint2 bl2 = *reinterpret_cast<const uint2*>(sKl + o2);
+          mma_3xtf32(s[n], ah, al, bh2.x, bh2.y, bl2.x, bl2.y);
         }
       }
-      const float ms = (mx == neg_inf()) ? 0.0f : mx;
-      const float alpha = exp2f(m - ms);
-      m = mx;
-      l *= alpha;
+
+      // Mask (only tiles that cross the end of Tk or, causal, the warp's diagonal).
+      if (n0 + KB > Tk || (causal && n0 + KB - 1 > w0 + off)) {
 #pragma unroll
-      for (int i = 0; i < DH; ++i) acc[i] *= alpha;
+        for (int n = 0; n < NS; ++n)
 #pragma unroll
-      for (int jj = 0; jj < KB; ++jj) {
-        const float p = exp2f(s[jj] - ms);
-        l += p;
-        const float* vr = sV + jj * D + 4 * half;
+          for (int e = 0; e < 4; ++e) {
+            const int key = n0 + 8 * n + 2 * t4 + (e & 1);
+            const int row = w0 + g + ((e >> 1) << 3);
+            if (key >= Tk || (causal && key > row + off)) s[n][e] = neg_inf();
+          }
+      }
+
+      // Online softmax: rows g (e = 0, 1) and g + 8 (e = 2, 3), each spread over the 4 lanes of a quad.
+      float alpha[2];
 #pragma unroll
-        for (int i = 0; i < DH / 4; ++i) {
-          const float4 x = *reinterpret_cast<const float4*>(vr + 8 * i);
-          acc[4 * i] = fmaf(p, x.x, acc[4 * i]);
-          acc[4 * i + 1] = fmaf(p, x.y, acc[4 * i + 1]);
-          acc[4 * i + 2] = fmaf(p, x.z, acc[4 * i + 2]);
-          acc[4 * i + 3] = fmaf(p, x.w, acc[4 * i + 3]);
+      for (int hr = 0; hr < 2; ++hr) {
+        float mx = mrow[hr];
+#pragma unroll
+        for (int n = 0; n < NS; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * hr], s[n][2 * hr + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float ms = (mx == neg_inf()) ? 0.0f : mx * c;
+        alpha[hr] = ex2(mrow[hr] * c - ms);
+        mrow[hr] = mx;
+        float ls = 0.0f;
+#pragma unroll
+        for (int n = 0; n < NS; ++n) {
+          const float p0 = ex2(fmaf(s[n][2 * hr], c, -ms));
+          const float p1 = ex2(fmaf(s[n][2 * hr + 1], c, -ms));
+          s[n][2 * hr] = p0;
+          s[n][2 * hr + 1] = p1;
+          ls += p0 + p1;
+        }
+        lrow[hr] = lrow[hr] * alpha[hr] + ls;
+      }
+      if (__any_sync(0xffffffffu, (alpha[0] != 1.0f) | (alpha[1] != 1.0f))) {
+#pragma unroll
+        for (int n = 0; n < ND; ++n) {
+          acc[n][0] *= alpha[0];
+          acc[n][1] *= alpha[0];
+          acc[n][2] *= alpha[1];
+          acc[n][3] *= alpha[1];
+        }
+      }
+
+      // O += P V: the k-step of keys 8 kk.. is S's n8 tile kk, its lanes' keys 2t and 2t + 1.
+#pragma unroll
+      for (int kk = 0; kk < NS; ++kk) {
+        unsigned ah[4], al[4];
+        split_tf32(s[kk][0], ah[0], al[0]);
+        split_tf32(s[kk][2], ah[1], al[1]);
+        split_tf32(s[kk][1], ah[2], al[2]);
+        split_tf32(s[kk][3], ah[3], al[3]);
+        const int o0 = (8 * kk + 2 * t4) * SD + g;
+#pragma unroll
+        for (int n = 0; n < ND; ++n) {
+          const unsigned* vh = reinterpret_cast<const unsigned*>(sVh) + o0 + 8 * n;
+          const unsigned* vl = reinterpret_cast<const unsigned*>(sVl) + o0 + 8 * n;
+          mma_3xtf32(acc[n], ah, al, vh[0], vh[SD], vl[0], vl[SD]);
         }
       }
     }
-    if (valid) {
-      const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-      float* orow = o + ((size_t)bh * Tq + row) * D;
+
+    // Epilogue: O / l, rows g and g + 8, two adjacent floats per lane and n8 tile.
 #pragma unroll
-      for (int i = 0; i < DH / 4; ++i)
-        *reinterpret_cast<float4*>(orow + 8 * i + 4 * half) =
-            make_float4(acc[4 * i] * inv, acc[4 * i + 1] * inv, acc[4 * i + 2] * inv, acc[4 * i + 3] * inv);
+    for (int hr = 0; hr < 2; ++hr) {
+      float l = lrow[hr];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+      const int row = w0 + g + 8 * hr;
+      if (row < Tq) {
+        float* orow = o + ((size_t)bh * Tq + row) * D + 2 * t4;
+#pragma unroll
+        for (int n = 0; n < ND; ++n)
+          *reinterpret_cast<float2*>(orow + 8 * n) = make_float2(acc[n][2 * hr] * inv, acc[n][2 * hr + 1] * inv);
+      }
     }
   }
 }
