@@ -501,6 +501,38 @@ def test_calls_on_checked_sets_not_drawn_for_comparison_are_screened_on_the_devi
     assert r["status"] == "passed", r["message"]
 
 
+def test_the_screens_reference_copies_are_uploaded_once_a_run_and_a_changed_one_fails_the_candidate(
+        tmp_path: Path) -> None:
+    """The device copies of the checked sets' reference outputs that the screen compares against are the run's:
+    a later candidate on the workload reuses them (no upload per candidate), and they are fingerprinted like
+    the input sets, so a kernel that rewrote one (to make its own wrong outputs pass the screen, or another's
+    fail it) is caught after timing."""
+    (tmp_path / "reference.py").write_text(ADD_REFERENCE)
+    (tmp_path / "baselines.py").write_text(ADD_BASELINES)
+    target = FakeDevice(correct)
+    task = load_task(str(tmp_path), add_task(baselines=[]), "mlx-cuda")
+    target.compile_mlx("k1", [{"name": "add", "source": "", "header": ""}])
+    set_bytes = 3 * M * N * 4
+    timing = {**TIMING, "supply_bytes": 6 * set_bytes, "min_samples": 4, "max_samples": 6}
+    req = add_run("k1", seeds=[1, 2], timing=timing)
+    req["launches"][0].update(grid=[M * N, 1, 1], threadgroup=[64, 1, 1])
+    state = RunState(pool=Pool())
+    prepare(prepare_request(req), task, target, state)
+    r = run_request(req, task, target, state)
+    assert r["status"] == "passed", r["message"]
+    copies = {key: got[0] for key, got in target._expected.items() if got is not None}
+    assert copies, "no call met a checked set outside the ones drawn for the host: nothing was screened"
+    r = run_request(req, task, target, state)
+    assert r["status"] == "passed", r["message"]
+    assert all(target._expected[key][0] is exp for key, exp in copies.items())  # the same arrays: no upload
+    # A kernel writing into a copy: its contents change under the fingerprint taken at upload.
+    key, exp = next(iter(copies.items()))
+    target._expected[key] = (exp + 1.0, target._expected[key][1])
+    r = run_request(req, task, target, state)
+    assert r["status"] == "wrong" and "reference outputs" in r["message"], r["message"]
+    assert key not in target._expected  # dropped: the next candidate gets a fresh copy
+
+
 def test_device_comparisons_are_bit_for_bit() -> None:
     """What the recheck and the second check run compare on the device: signed zeros differ, a NaN equals
     itself, and the copy of a first run's outputs is exact for every dtype."""

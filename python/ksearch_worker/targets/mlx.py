@@ -75,6 +75,9 @@ class MlxTarget:
         # Device copies of the run's input sets, by set id, kept between candidates (least recently used
         # dropped first), each with the fingerprint it had when uploaded.
         self._sets: OrderedDict[tuple[str, int, int], tuple[dict[str, Any], Any]] = OrderedDict()
+        # Device copies (float32) of the reference outputs of checked sets, by (set id, output), kept between
+        # candidates and fingerprinted like the input sets; None where the screen does not apply.
+        self._expected: OrderedDict[tuple[tuple[str, int, int], str], tuple[Any, Any] | None] = OrderedDict()
         self._poisoner: Any = None
         self._warmed: set[str] = set()  # workload layouts whose worker kernels `warm` compiled
         self._sets_limit: int | None = None  # bytes of device input sets kept (`_sets_bytes`)
@@ -498,17 +501,49 @@ class MlxTarget:
         return dev
 
     def verify_sets(self, idents: Sequence[tuple[str, int, int]]) -> list[tuple[str, int, int]]:
-        """The sets among `idents` whose device contents changed since upload (they are dropped, so the next
-        candidate gets them afresh)."""
+        """The sets among `idents` whose device contents changed since upload, input sets or the device copies
+        of their reference outputs (they are dropped, so the next candidate gets them afresh)."""
         m = _mlx()
-        pending = [(i, self._sets[i]) for i in dict.fromkeys(idents) if i in self._sets]
-        now = [fingerprint(dev) for _, (dev, _) in pending]
+        wanted = set(idents)
+        pending: list[tuple[Any, tuple[str, int, int], Any, Any]] = [
+            (i, i, dev, stamp) for i in dict.fromkeys(idents) if i in self._sets for dev, stamp in [self._sets[i]]]
+        pending += [(key, key[0], {key[1]: exp}, stamp) for key, got in self._expected.items()
+                    if key[0] in wanted and got is not None for exp, stamp in [got]]
+        now = [fingerprint(dev) for _, _, dev, _ in pending]
         m.eval(now)
-        changed = [i for (i, (_, before)), after in zip(pending, now, strict=True)
-                   if not bool(m.array_equal(before, after).item())]
-        for i in changed:
-            del self._sets[i]
-        return changed
+        changed: list[tuple[str, int, int]] = []
+        for (key, ident, _, before), after in zip(pending, now, strict=True):
+            if not bool(m.array_equal(before, after).item()):
+                (self._sets if key is ident else self._expected).pop(key, None)
+                changed.append(ident)
+        return list(dict.fromkeys(changed))
+
+    def expected_copy(self, ident: tuple[str, int, int], name: str, ref: np.ndarray) -> Any:
+        """The device copy (float32) of reference output `name` of checked set `ident`, uploaded once per run
+        and fingerprinted (`verify_sets` checks it after each timing); None where the screen does not apply
+        (not floating point, or a reference with non-finite values). A kernel could read a copy, as it could any
+        buffer MLX keeps; copies exist only for checked sets, a few of the timed calls' inputs, so one copied
+        answer still leaves every other call to compute, and the host comparison of the drawn calls stays the
+        authority."""
+        key = (ident, name)
+        if key in self._expected:
+            self._expected.move_to_end(key)
+            got = self._expected[key]
+            return None if got is None else got[0]
+        m = _mlx()
+        ref = np.asarray(ref)
+        copy = None
+        if ref.dtype.kind == "f" and bool(np.all(np.isfinite(ref))):
+            exp = m.array(ref.astype(np.float32, copy=False))
+            stamp = fingerprint({name: exp})
+            m.eval(exp, stamp)  # now, before any candidate could touch the copy
+            copy = (exp, stamp)
+        self._expected[key] = copy
+        total = sum(_nbytes({"e": c[0]}) for c in self._expected.values() if c is not None)
+        while total > self._sets_bytes() // 2 and len(self._expected) > 1:
+            _, old = self._expected.popitem(last=False)
+            total -= _nbytes({"e": old[0]}) if old is not None else 0
+        return None if copy is None else copy[0]
 
     def poison(self, arrays: Sequence[Any]) -> None:
         """Fills device arrays with all-ones bytes (NaN in every float type) in place, before they go back to
@@ -552,8 +587,7 @@ class MlxTarget:
         ks = [s.calls_per_eval(dev, link) for s in sessions]
         if paired:
             ks = [max(ks)] * len(ks)
-        expected: dict[tuple[int, str], Any] = {}
-        entries = [Chain(s, dev, k, link, plan, verify, who, expected)
+        entries = [Chain(s, dev, k, link, plan, verify, who)
                    for s, k, who in zip(sessions, ks, ("candidate", "incumbent"))]
         nulls = {k: NullChain(dev, k, link) for k in sorted(set(ks))}
 
@@ -577,8 +611,9 @@ class MlxTarget:
             s.timed_ids, s.checked = list(plan.ids), list(plan.checked)
         changed = self.verify_sets(plan.ids)
         if changed:
-            raise TimedRunWrong(f"a timed call changed its input sets while timed ({len(changed)} of {len(dev)} "
-                                "sets no longer match their fingerprint)")
+            raise TimedRunWrong(f"a timed call changed its input sets, or the evaluator's device copies of their "
+                                f"reference outputs, while timed ({len(changed)} of {len(dev)} sets no longer match "
+                                "their fingerprint)")
         for e in entries:
             for part, seconds in e.spent.items():
                 m.parts[f"after_{part}"] = m.parts.get(f"after_{part}", 0.0) + seconds
@@ -827,14 +862,11 @@ class Chain:
     every such call's outputs to the host (which cost seconds a candidate on large workloads)."""
 
     def __init__(self, runner: Any, sets: list[dict[str, Any]], k: int, link_name: str, plan: Any, verify: Any,
-                 who: str, expected: dict[tuple[int, str], Any] | None = None) -> None:
+                 who: str) -> None:
         self.runner, self.sets, self.k, self.link_name = runner, sets, k, link_name
         self.plan, self.verify, self.who = plan, verify, who
         self.graphs: list[list[tuple[int, int, dict[str, Any]]]] = []  # (call number, set, outputs) per call
         self.entry = Batches(self.run, len(sets), self.before, self.after)
-        # Device copies of the checked sets' references, by (set, output): shared by the chains of one
-        # timing (candidate and incumbent screen against the same copies).
-        self.expected = expected if expected is not None else {}
         # Seconds `after` spent comparing and screening, and giving outputs back poisoned (the debug split).
         self.spent = {"checks_s": 0.0, "release_s": 0.0}
 
@@ -897,19 +929,16 @@ class Chain:
     def screen(self, index: int, produced: Mapping[str, Any]) -> Any:
         """A device scalar, true where every output of a call on checked set `index` is within tolerance of
         the reference (NaN, an unwritten element, fails it); None where the screen does not apply (an output
-        that is not floating point, a reference with non-finite values): compare on the host then."""
+        that is not floating point, a reference with non-finite values): compare on the host then. The
+        reference's device copy is the run's (`MlxTarget.expected_copy`), checked after timing."""
         m = _mlx()
         tolerances = self.verify.tolerances  # the evaluator's `Verifier`
         ok = None
         for name, out in produced.items():
             if name not in tolerances:
                 continue  # an intermediate buffer, not an output
-            key = (index, name)
-            if key not in self.expected:
-                ref = np.asarray(self.plan.checked[index].expected[name])
-                finite = ref.dtype.kind == "f" and bool(np.all(np.isfinite(ref)))
-                self.expected[key] = m.array(ref.astype(np.float32)) if finite else None
-            exp = self.expected[key]
+            exp = self.runner.target.expected_copy(self.plan.ids[index], name,
+                                                   self.plan.checked[index].expected[name])
             if exp is None or not m.issubdtype(out.dtype, m.floating) or exp.shape != out.shape:
                 return None
             atol, rtol = tolerances[name]
