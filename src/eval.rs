@@ -17,7 +17,7 @@ use crate::worker::{Reply, Worker, WorkerFailure};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -277,6 +277,9 @@ pub struct Evaluator {
     /// building one candidate at once (the devices of a run sharing a candidate's workloads, two runs on one
     /// store starting from one seed) would otherwise rewrite and compile into one folder together.
     build: tempfile::TempDir,
+    /// The lock that says the build folder is in use (`BUILD_OWNER`); released with the process, however it
+    /// ends, so `ksearch gc` can tell a killed run's folder from a live one's.
+    _owner: std::fs::File,
     /// The run's input secret: every input set a candidate meets derives from it (and the task's fingerprint).
     secret: u64,
     fingerprint: String,
@@ -300,6 +303,18 @@ const HELLO_DEADLINE: Duration = Duration::from_secs(180);
 /// at least this long, whatever the candidates' deadline.
 const PREPARE_DEADLINE: Duration = Duration::from_secs(1800);
 
+/// An evaluator's build folder under the build root is `worker-XXXXXX`, holding `BUILD_OWNER`, a file
+/// locked (exclusively) for as long as the evaluator lives.
+pub const BUILD_PREFIX: &str = "worker-";
+pub const BUILD_OWNER: &str = ".owner";
+
+/// Locks `folder`'s owner file for the caller's lifetime (the lock goes with the process, a kill included).
+fn claim_build_folder(folder: &Path) -> std::io::Result<std::fs::File> {
+    let file = std::fs::File::create(folder.join(BUILD_OWNER))?;
+    file.lock()?;
+    Ok(file)
+}
+
 impl Evaluator {
     /// Starts a worker for `task` on `target`. `secret` is the run's input secret (a fresh one from
     /// `fresh_secret` for a one-off evaluation): with the task's fingerprint it fixes the run's input sets, so
@@ -315,8 +330,9 @@ impl Evaluator {
         // Absolute: the worker runs in a private directory of its own.
         std::fs::create_dir_all(&build_root)?;
         let build = tempfile::Builder::new()
-            .prefix("worker-")
+            .prefix(BUILD_PREFIX)
             .tempdir_in(build_root.canonicalize()?)?;
+        let owner = claim_build_folder(build.path())?;
         let references = crate::builtin::cache_root().join("references");
         let _ = std::fs::create_dir_all(&references);
         let mut worker = Worker::new(env, target);
@@ -361,6 +377,7 @@ impl Evaluator {
             hello,
             worker,
             build,
+            _owner: owner,
             secret,
             fingerprint,
             compiled: BTreeSet::new(),

@@ -1,5 +1,6 @@
 //! `ksearch gc`: what neither the store nor this version of ksearch needs any more. In the store, candidates
-//! no run refers to (left by `ksearch runs rm`); in the cache folder (`builtin::cache_root`), the unpacked
+//! no run refers to (left by `ksearch runs rm`) and the build folders of evaluators that are gone (a killed
+//! run's: a live evaluator holds a lock on its folder, `eval::BUILD_OWNER`); in the cache folder (`builtin::cache_root`), the unpacked
 //! worker folders and the Python environments of other versions, and reference outputs, each unused for a
 //! while (every use renews a folder's date). Everything removed here is made again on demand (a resumed run
 //! recomputes a reference it needs), so collecting loses no result, only time. The unpacked built-in tasks
@@ -14,8 +15,8 @@ use std::time::{Duration, SystemTime};
 /// One thing `gc` removes (or, with `--dry-run`, would remove).
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Item {
-    /// `candidate` (in the store), `version` (an unpacked folder or environment of another version),
-    /// `reference` (cached reference outputs).
+    /// `candidate` (in the store), `build` (a build folder no live evaluator holds), `version` (an unpacked
+    /// folder or environment of another version), `reference` (cached reference outputs).
     pub kind: &'static str,
     /// The candidate's hash, or the path.
     pub name: String,
@@ -67,6 +68,32 @@ pub fn stale_cache(root: &Path, keep: &[String], older_than: Duration) -> Vec<(I
     for entry in read_dir_sorted(&root.join("references")) {
         if old(&entry) {
             out.push((item("reference", &entry), entry));
+        }
+    }
+    out
+}
+
+/// Evaluators' build folders under `build_root` that no live evaluator holds: the owner file's lock can be
+/// taken, so its process is gone. A folder without an owner file (one being set up, or one from a version
+/// before the lock) goes only once older than `older_than`.
+pub fn dead_build_folders(build_root: &Path, older_than: Duration) -> Vec<(Item, PathBuf)> {
+    let now = SystemTime::now();
+    let mut out = Vec::new();
+    for entry in read_dir_sorted(build_root) {
+        let name = entry.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if !name.starts_with(crate::eval::BUILD_PREFIX) || !entry.is_dir() {
+            continue;
+        }
+        let dead = match std::fs::File::open(entry.join(crate::eval::BUILD_OWNER)) {
+            // Taken and dropped at once: the folder is ours to remove (a run starting now makes a new one).
+            Ok(owner) => owner.try_lock().is_ok(),
+            Err(_) => std::fs::symlink_metadata(&entry)
+                .and_then(|m| m.modified())
+                .map(|t| now.duration_since(t).unwrap_or_default() >= older_than)
+                .unwrap_or(false),
+        };
+        if dead {
+            out.push((item("build", &entry), entry));
         }
     }
     out
@@ -136,7 +163,12 @@ pub fn collect(
             bytes,
         }));
     }
-    for (it, path) in stale_cache(cache_root, &current_cache_entries(), older_than) {
+    let dead = dead_build_folders(&store_dir.join("build"), older_than);
+    for (it, path) in dead.into_iter().chain(stale_cache(
+        cache_root,
+        &current_cache_entries(),
+        older_than,
+    )) {
         if !dry_run {
             let gone = if path.is_dir() {
                 std::fs::remove_dir_all(&path)
@@ -166,6 +198,46 @@ mod tests {
     fn age(path: &Path, days: u64) {
         let t = SystemTime::now() - Duration::from_secs(days * 86_400);
         std::fs::File::open(path).unwrap().set_modified(t).unwrap();
+    }
+
+    #[test]
+    fn only_build_folders_no_live_evaluator_holds_are_dead() {
+        let root = tempfile::tempdir().unwrap();
+        let r = root.path();
+        for d in [
+            "worker-live",
+            "worker-killed",
+            "worker-new",
+            "worker-old",
+            "other",
+        ] {
+            std::fs::create_dir_all(r.join(d)).unwrap();
+        }
+        // A live evaluator's lock (another open file description, as another process would hold).
+        let held =
+            std::fs::File::create(r.join("worker-live").join(crate::eval::BUILD_OWNER)).unwrap();
+        held.lock().unwrap();
+        // A killed evaluator's owner file: its lock went with the process.
+        std::fs::write(r.join("worker-killed").join(crate::eval::BUILD_OWNER), b"").unwrap();
+        std::fs::write(r.join("worker-killed/kernel.so"), b"12345").unwrap();
+        age(&r.join("worker-old"), 30);
+        age(&r.join("other"), 30);
+        let week = Duration::from_secs(7 * 86_400);
+        let names = |v: Vec<(Item, PathBuf)>| -> Vec<String> {
+            v.iter()
+                .map(|(_, p)| p.strip_prefix(r).unwrap().display().to_string())
+                .collect()
+        };
+        let dead = dead_build_folders(r, week);
+        assert_eq!(dead[0].0.bytes, 5);
+        assert_eq!(names(dead), ["worker-killed", "worker-old"]);
+        // The live one is kept even with no age limit; once its evaluator lets go it is dead too.
+        assert_eq!(
+            names(dead_build_folders(r, Duration::ZERO)),
+            ["worker-killed", "worker-new", "worker-old"]
+        );
+        drop(held);
+        assert!(names(dead_build_folders(r, week)).contains(&"worker-live".to_string()));
     }
 
     #[test]

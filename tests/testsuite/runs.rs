@@ -178,6 +178,34 @@ fn a_run_killed_with_sigkill_resumes_and_loses_no_finished_evaluation() {
     let before = snapshot(store.path(), &run_id);
     let runs = last_json(&run(store.path(), &["runs", "--json"]));
     assert_eq!(runs[0]["status"], "interrupted");
+    // The killed run's evaluator left its build folder; no live evaluator holds it, so gc takes it.
+    let workers = || -> Vec<String> {
+        std::fs::read_dir(store.path().join("build"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path().display().to_string())
+            .filter(|p| p.contains("/worker-"))
+            .collect()
+    };
+    let left = workers();
+    assert!(!left.is_empty(), "the killed run left no build folder");
+    let home = tempfile::tempdir().unwrap();
+    let gc = ksearch(store.path())
+        .env("KSEARCH_HOME", home.path())
+        .args(["gc", "--json"])
+        .output()
+        .unwrap();
+    assert!(gc.status.success(), "{}", stderr(&gc));
+    let removed: Vec<String> = last_json(&gc)["removed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| i["kind"] == "build")
+        .map(|i| i["name"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(removed, left);
+    assert!(workers().is_empty(), "{:?}", workers());
 
     // Kill the resumed run too, at a later point.
     let resume = ["resume", run_id.as_str()];
