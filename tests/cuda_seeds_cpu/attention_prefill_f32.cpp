@@ -43,10 +43,12 @@ struct MmaLane { unsigned a[4], b[2]; };
 inline MmaLane g_mma[8][32];  // per warp of the running block (blocks run one at a time)
 // A (16 x 8) row r, column k is in lane 4 (r % 8) + k % 4, register (r >= 8) + 2 (k >= 4); B (8 x 8) row k,
 // column n in lane 4 n + k % 4, register k >= 4; lane 4 g + t accumulates C (g, 2t), (g, 2t + 1), (g + 8, 2t),
-// (g + 8, 2t + 1). TF32 products are exact in float; the sum runs in float, in k order.
+// (g + 8, 2t + 1). The hardware reads 19 bits of each operand (the low 13 are ignored, as here), so an
+// operand that skipped tf32() loses its low bits here too; TF32 products are exact in float; the sum runs in
+// float, in k order (the tensor cores round differently: float32 accuracy is proven on the device).
 inline void mma_tf32(float* c, const unsigned* a, unsigned b0, unsigned b1) {
-  const unsigned l = cpu_lin(), w = l / 32, lane = l % 32, g = lane / 4, t = lane % 4;
-  g_mma[w][lane] = {{a[0], a[1], a[2], a[3]}, {b0, b1}};
+  const unsigned l = cpu_lin(), w = l / 32, lane = l % 32, g = lane / 4, t = lane % 4, m = 0xffffe000u;
+  g_mma[w][lane] = {{a[0] & m, a[1] & m, a[2] & m, a[3] & m}, {b0 & m, b1 & m}};
   __syncwarp();
   for (unsigned e = 0; e < 4; ++e) {
     const unsigned r = g + 8 * (e >> 1), n = 2 * t + (e & 1);
@@ -119,6 +121,8 @@ int main() {
   bad += check<64, 4, 1, 32, 2, 2, 1, 90, 90, 1>("D 64, two sequences, smallest shared memory");
   bad += check<64, 8, 2, 64, 1, 1, 1, 300, 300, 1>("D 64, 8 warps, two passes per tile");
   bad += check<128, 8, 1, 32, 1, 2, 1, 33, 41, 0>("8 warps, one short pass");
+  bad += check<128, 4, 1, 32, 1, 6, 2, 33, 153, 0>("GQA 3, Tq < Tk (the held-out odd shape's kind)");
+  bad += check<64, 4, 2, 32, 1, 3, 1, 140, 200, 1>("chunked causal with two passes, GQA 3");
   if (bad) {
     printf("%d outputs outside the tolerance\n", bad);
     return 1;

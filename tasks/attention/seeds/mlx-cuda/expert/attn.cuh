@@ -319,9 +319,10 @@ __device__ __forceinline__ void prefill_mma(const T* __restrict__ q, const T* __
 //
 // Block = NW warps over BQ = 16 WM NW query rows of one (b, h), walked in WM passes of 16 NW rows, each warp
 // 16 rows of a pass (Q, S and O of 16 rows fit in registers; of 32 they would spill). Key tiles of KB keys
-// are staged in shared memory already split (K hi, K lo, V hi, V lo; rows padded to SD = D + 4 floats, so the
-// fragment reads of a warp hit 32 different banks), KB the largest of BK, 32, 16 that the launch's dynamic
-// shared memory, (BQ + 4 BK) D 2 bytes, holds.
+// are staged in shared memory already split (K hi, K lo, V hi, V lo; rows padded to SD = D + 4 floats, so a
+// warp's 32-bit V reads hit 32 different banks; its 64-bit K reads, served by half-warp, meet 2-way conflicts
+// at this stride, which D + 8 for K alone would remove: not measured yet), KB the largest of BK, 32, 16 that the
+// launch's dynamic shared memory, (BQ + 4 BK) D 2 bytes, holds.
 #ifndef KSATTN_HOST_PRIMITIVES
 __device__ __forceinline__ unsigned tf32(float x) {
   unsigned r;
@@ -534,7 +535,7 @@ __device__ __forceinline__ void prefill_f32(const float* __restrict__ q, const f
   }
 }
 
-// The prefill entry: the element type picks the path at compile time (fp16 / bf16: tensor cores; fp32: FMA).
+// The prefill entry: the element type picks the path at compile time (fp16 / bf16: m16n8k16; fp32: 3xTF32).
 template <int D, int NW, int WM, int BK>
 __device__ __forceinline__ void prefill(const __half* q, const __half* k, const __half* v, __half* o, int Hq,
                                         int Hkv, int Tq, int Tk, int causal, unsigned char* smem) {
