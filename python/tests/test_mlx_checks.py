@@ -501,12 +501,13 @@ def test_calls_on_checked_sets_not_drawn_for_comparison_are_screened_on_the_devi
     assert r["status"] == "passed", r["message"]
 
 
-def test_the_screens_reference_copies_are_uploaded_once_a_run_and_a_changed_one_fails_the_candidate(
+def test_the_screens_reference_copies_are_the_runs_and_a_change_is_blamed_on_the_timing_that_made_it(
         tmp_path: Path) -> None:
     """The device copies of the checked sets' reference outputs that the screen compares against are the run's:
-    a later candidate on the workload reuses them (no upload per candidate), and they are fingerprinted like
-    the input sets, so a kernel that rewrote one (to make its own wrong outputs pass the screen, or another's
-    fail it) is caught after timing."""
+    a later candidate on the workload reuses them (no upload per candidate). They are fingerprinted like the
+    kept input sets: either, found changed before a timing uses it (an earlier candidate's later calls wrote
+    it), is uploaded afresh, not blamed on this candidate; a copy a timed call changes (so that its own wrong
+    outputs pass the screen, or its rival's fail it) fails the candidate timed."""
     (tmp_path / "reference.py").write_text(ADD_REFERENCE)
     (tmp_path / "baselines.py").write_text(ADD_BASELINES)
     target = FakeDevice(correct)
@@ -525,12 +526,30 @@ def test_the_screens_reference_copies_are_uploaded_once_a_run_and_a_changed_one_
     r = run_request(req, task, target, state)
     assert r["status"] == "passed", r["message"]
     assert all(target._expected[key][0] is exp for key, exp in copies.items())  # the same arrays: no upload
-    # A kernel writing into a copy: its contents change under the fingerprint taken at upload.
+    # Written between timings (as an earlier candidate's later calls could): uploaded afresh, nobody blamed.
     key, exp = next(iter(copies.items()))
     target._expected[key] = (exp + 1.0, target._expected[key][1])
     r = run_request(req, task, target, state)
+    assert r["status"] == "passed", r["message"]
+    assert target._expected[key] is not None and target._expected[key][0] is not exp
+    assert bool(mx.array_equal(target._expected[key][0], exp).item())
+    # A kept input set written between timings: the same.
+    ident, (dev, stamp) = next(iter(target._sets.items()))
+    spoilt = {n: a + 1 for n, a in dev.items()}
+    target._sets[ident] = (spoilt, stamp)
+    r = run_request(req, task, target, state)
+    assert r["status"] == "passed", r["message"]
+    assert target._sets.get(ident, (None,))[0] is not spoilt
+    # Written while timed, by the candidate being timed, after this timing checked the copy: its failure.
+    def writes_a_copy(a: dict[str, Any], calls: int) -> Any:
+        for k, got in list(target._expected.items()):
+            if got is not None and k in target._checked:
+                target._expected[k] = (got[0] * 2.0, got[1])
+        return correct(a, calls)
+
+    target.kernel = writes_a_copy
+    r = run_request(req, task, target, state)
     assert r["status"] == "wrong" and "reference outputs" in r["message"], r["message"]
-    assert key not in target._expected  # dropped: the next candidate gets a fresh copy
 
 
 def test_device_comparisons_are_bit_for_bit() -> None:

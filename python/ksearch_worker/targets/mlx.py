@@ -78,6 +78,10 @@ class MlxTarget:
         # Device copies (float32) of the reference outputs of checked sets, by (set id, output), kept between
         # candidates and fingerprinted like the input sets; None where the screen does not apply.
         self._expected: OrderedDict[tuple[tuple[str, int, int], str], tuple[Any, Any] | None] = OrderedDict()
+        # What this timing has found unchanged since upload (`_unchanged`): a kept set or copy is checked before
+        # a timing first hands it out, so a change made earlier (by an earlier candidate's later calls) is
+        # never blamed on this one; one found changed after the timing is the timing's doing.
+        self._checked: set[Any] = set()
         self._poisoner: Any = None
         self._warmed: set[str] = set()  # workload layouts whose worker kernels `warm` compiled
         self._sets_limit: int | None = None  # bytes of device input sets kept (`_sets_bytes`)
@@ -483,6 +487,28 @@ class MlxTarget:
     def session(self, build: Any, r: Any, task: Any) -> MlxSession:
         return MlxSession(self, build, task)
 
+    def _unchanged(self, keys: Sequence[Any]) -> None:
+        """Drops the kept input sets (by set id) and reference copies (by (set id, output)) among `keys` whose
+        device contents changed since upload, checking each once per timing (one batch): they are uploaded
+        afresh when next asked for. Such a change is no fault of the timing about to use them."""
+        m = _mlx()
+        todo: list[tuple[Any, Any, Any]] = []
+        for key in dict.fromkeys(keys):
+            if key in self._checked:
+                continue
+            self._checked.add(key)
+            got = self._sets.get(key) if key in self._sets else self._expected.get(key)
+            if got is not None:
+                todo.append((key, got[0] if key in self._sets else {key[1]: got[0]}, got[1]))
+        if not todo:
+            return
+        now = [fingerprint(dev) for _, dev, _ in todo]
+        m.eval(now)
+        for (key, _, before), after in zip(todo, now, strict=True):
+            if not bool(m.array_equal(before, after).item()):
+                say(f"a kept device copy ({key}) changed since upload, before this timing: uploaded afresh")
+                (self._sets if key in self._sets else self._expected).pop(key, None)
+
     def device_set(self, ident: tuple[str, int, int], arrays: Mapping[str, np.ndarray],
                    dtypes: Mapping[str, str]) -> dict[str, Any]:
         """The device copy of an input set (uploaded once, kept while device memory allows)."""
@@ -526,6 +552,7 @@ class MlxTarget:
         answer still leaves every other call to compute, and the host comparison of the drawn calls stays the
         authority."""
         key = (ident, name)
+        self._unchanged([key])
         if key in self._expected:
             self._expected.move_to_end(key)
             got = self._expected[key]
@@ -582,6 +609,8 @@ class MlxTarget:
         """Each session timed as a chain of dependent calls (`Chain`), with its calls per evaluation probed,
         minus a chain of the links alone at the same count (`NullChain`), interleaved with it."""
         first = sessions[0]
+        self._checked = set()
+        self._unchanged(plan.ids)
         dev = [self.device_set(i, s, first.dtypes) for i, s in zip(plan.ids, plan.sets, strict=True)]
         link = smallest_input(first.task_inputs, dev[0])
         ks = [s.calls_per_eval(dev, link) for s in sessions]
@@ -595,6 +624,7 @@ class MlxTarget:
             # Samples count evaluations of k calls; the plan counts calls.
             k = max(ks)
             last = plan.extend(start * k, evals * k)
+            self._unchanged(plan.ids)
             dev[:] = [self.device_set(i, s, first.dtypes) for i, s in zip(plan.ids, plan.sets, strict=True)]
             for entry in [*(e.entry for e in entries), *(n.entry for n in nulls.values())]:
                 entry.sets = len(dev)
