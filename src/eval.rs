@@ -303,15 +303,24 @@ const HELLO_DEADLINE: Duration = Duration::from_secs(180);
 /// at least this long, whatever the candidates' deadline.
 const PREPARE_DEADLINE: Duration = Duration::from_secs(1800);
 
+/// Where the evaluators of a store's runs build candidates (`ksearch gc` collects what killed ones left).
+pub fn build_root(store_dir: &Path) -> PathBuf {
+    store_dir.join("build")
+}
+
 /// An evaluator's build folder under the build root is `worker-XXXXXX`, holding `BUILD_OWNER`, a file
 /// locked (exclusively) for as long as the evaluator lives.
 pub const BUILD_PREFIX: &str = "worker-";
 pub const BUILD_OWNER: &str = ".owner";
 
 /// Locks `folder`'s owner file for the caller's lifetime (the lock goes with the process, a kill included).
+/// The file is locked under another name and renamed into place, so `gc` never finds it unlocked while its
+/// evaluator lives (the lock belongs to the file, not its name).
 fn claim_build_folder(folder: &Path) -> std::io::Result<std::fs::File> {
-    let file = std::fs::File::create(folder.join(BUILD_OWNER))?;
+    let claiming = folder.join(".owner-claiming");
+    let file = std::fs::File::create(&claiming)?;
     file.lock()?;
+    std::fs::rename(&claiming, folder.join(BUILD_OWNER))?;
     Ok(file)
 }
 

@@ -1,10 +1,11 @@
 //! `ksearch gc`: what neither the store nor this version of ksearch needs any more. In the store, candidates
 //! no run refers to (left by `ksearch runs rm`) and the build folders of evaluators that are gone (a killed
-//! run's: a live evaluator holds a lock on its folder, `eval::BUILD_OWNER`); in the cache folder (`builtin::cache_root`), the unpacked
-//! worker folders and the Python environments of other versions, and reference outputs, each unused for a
-//! while (every use renews a folder's date). Everything removed here is made again on demand (a resumed run
-//! recomputes a reference it needs), so collecting loses no result, only time. The unpacked built-in tasks
-//! of other versions stay: runs of those versions name them as their task folder.
+//! run's: a live evaluator holds a lock on its folder, `eval::BUILD_OWNER`); in the cache folder
+//! (`builtin::cache_root`), the unpacked worker folders and the Python environments of other versions, and
+//! reference outputs, each unused for a while (every use renews a folder's date). Everything removed here is
+//! made again on demand (a resumed run recomputes a reference it needs), so collecting loses no result, only
+//! time. The unpacked built-in tasks of other versions stay: runs of those versions name them as their task
+//! folder.
 
 use crate::store::Store;
 use anyhow::Result;
@@ -42,12 +43,7 @@ const UNPACK_GRACE: Duration = Duration::from_secs(3600);
 /// not ksearch's to collect.
 pub fn stale_cache(root: &Path, keep: &[String], older_than: Duration) -> Vec<(Item, PathBuf)> {
     let now = SystemTime::now();
-    let age = |p: &Path| {
-        std::fs::symlink_metadata(p)
-            .and_then(|m| m.modified())
-            .map(|t| now.duration_since(t).unwrap_or_default())
-            .unwrap_or_default()
-    };
+    let age = |p: &Path| age(p, now);
     let old = |p: &Path| age(p) >= older_than;
     let mut out = Vec::new();
     for entry in read_dir_sorted(root) {
@@ -73,6 +69,14 @@ pub fn stale_cache(root: &Path, keep: &[String], older_than: Duration) -> Vec<(I
     out
 }
 
+/// How long ago `path` was last modified (zero where that cannot be read).
+fn age(path: &Path, now: SystemTime) -> Duration {
+    std::fs::symlink_metadata(path)
+        .and_then(|m| m.modified())
+        .map(|t| now.duration_since(t).unwrap_or_default())
+        .unwrap_or_default()
+}
+
 /// Evaluators' build folders under `build_root` that no live evaluator holds: the owner file's lock can be
 /// taken, so its process is gone. A folder without an owner file (one being set up, or one from a version
 /// before the lock) goes only once older than `older_than`.
@@ -87,10 +91,7 @@ pub fn dead_build_folders(build_root: &Path, older_than: Duration) -> Vec<(Item,
         let dead = match std::fs::File::open(entry.join(crate::eval::BUILD_OWNER)) {
             // Taken and dropped at once: the folder is ours to remove (a run starting now makes a new one).
             Ok(owner) => owner.try_lock().is_ok(),
-            Err(_) => std::fs::symlink_metadata(&entry)
-                .and_then(|m| m.modified())
-                .map(|t| now.duration_since(t).unwrap_or_default() >= older_than)
-                .unwrap_or(false),
+            Err(_) => age(&entry, now) >= older_than,
         };
         if dead {
             out.push((item("build", &entry), entry));
@@ -163,7 +164,7 @@ pub fn collect(
             bytes,
         }));
     }
-    let dead = dead_build_folders(&store_dir.join("build"), older_than);
+    let dead = dead_build_folders(&crate::eval::build_root(store_dir), older_than);
     for (it, path) in dead.into_iter().chain(stale_cache(
         cache_root,
         &current_cache_entries(),
@@ -195,7 +196,15 @@ pub fn collect(
 mod tests {
     use super::*;
 
-    fn age(path: &Path, days: u64) {
+    /// The paths of `found`, relative to `root`.
+    fn names(found: &[(Item, PathBuf)], root: &Path) -> Vec<String> {
+        found
+            .iter()
+            .map(|(_, p)| p.strip_prefix(root).unwrap().display().to_string())
+            .collect()
+    }
+
+    fn set_age(path: &Path, days: u64) {
         let t = SystemTime::now() - Duration::from_secs(days * 86_400);
         std::fs::File::open(path).unwrap().set_modified(t).unwrap();
     }
@@ -220,24 +229,19 @@ mod tests {
         // A killed evaluator's owner file: its lock went with the process.
         std::fs::write(r.join("worker-killed").join(crate::eval::BUILD_OWNER), b"").unwrap();
         std::fs::write(r.join("worker-killed/kernel.so"), b"12345").unwrap();
-        age(&r.join("worker-old"), 30);
-        age(&r.join("other"), 30);
+        set_age(&r.join("worker-old"), 30);
+        set_age(&r.join("other"), 30);
         let week = Duration::from_secs(7 * 86_400);
-        let names = |v: Vec<(Item, PathBuf)>| -> Vec<String> {
-            v.iter()
-                .map(|(_, p)| p.strip_prefix(r).unwrap().display().to_string())
-                .collect()
-        };
         let dead = dead_build_folders(r, week);
         assert_eq!(dead[0].0.bytes, 5);
-        assert_eq!(names(dead), ["worker-killed", "worker-old"]);
+        assert_eq!(names(&dead, r), ["worker-killed", "worker-old"]);
         // The live one is kept even with no age limit; once its evaluator lets go it is dead too.
         assert_eq!(
-            names(dead_build_folders(r, Duration::ZERO)),
+            names(&dead_build_folders(r, Duration::ZERO), r),
             ["worker-killed", "worker-new", "worker-old"]
         );
         drop(held);
-        assert!(names(dead_build_folders(r, week)).contains(&"worker-live".to_string()));
+        assert!(names(&dead_build_folders(r, week), r).contains(&"worker-live".to_string()));
     }
 
     #[test]
@@ -268,16 +272,12 @@ mod tests {
             "peaks.json",
             "references/old.npz",
         ] {
-            age(&r.join(p), 30);
+            set_age(&r.join(p), 30);
         }
         let keep = vec!["python-bbbbbbbbbbbb".to_string()];
         let stale = stale_cache(r, &keep, Duration::from_secs(7 * 86_400));
-        let names: Vec<String> = stale
-            .iter()
-            .map(|(_, p)| p.strip_prefix(r).unwrap().display().to_string())
-            .collect();
         assert_eq!(
-            names,
+            names(&stale, r),
             [
                 "python-aaaaaaaaaaaa",
                 "venv-cccccccccccc",

@@ -276,11 +276,8 @@ impl<'a> Runner<'a> {
         env: PythonEnv,
         llm: Option<Llm>,
     ) -> Result<Runner<'a>> {
-        let build = store
-            .path()
-            .parent()
-            .unwrap_or(std::path::Path::new("."))
-            .join("build");
+        let build =
+            crate::eval::build_root(store.path().parent().unwrap_or(std::path::Path::new(".")));
         Runner::open_with(store, run_id, llm, |task, target, config| {
             // The task's defaults, with what the run was started with, on each device.
             let settings = |device: &Device| Settings {

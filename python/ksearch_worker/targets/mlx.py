@@ -76,8 +76,9 @@ class MlxTarget:
         # dropped first), each with the fingerprint it had when uploaded.
         self._sets: OrderedDict[tuple[str, int, int], tuple[dict[str, Any], Any]] = OrderedDict()
         # Device copies (float32) of the reference outputs of checked sets, by (set id, output), kept between
-        # candidates and fingerprinted like the input sets; None where the screen does not apply.
-        self._expected: OrderedDict[tuple[tuple[str, int, int], str], tuple[Any, Any] | None] = OrderedDict()
+        # candidates as the input sets are ({output: copy}, fingerprint); None where the screen does not apply.
+        self._expected: OrderedDict[tuple[tuple[str, int, int], str], tuple[dict[str, Any], Any] | None] = \
+            OrderedDict()
         # What this timing has found unchanged since upload (`_unchanged`): a kept set or copy is checked before
         # a timing first hands it out, so a change made earlier (by an earlier candidate's later calls) is
         # never blamed on this one; one found changed after the timing is the timing's doing.
@@ -487,27 +488,45 @@ class MlxTarget:
     def session(self, build: Any, r: Any, task: Any) -> MlxSession:
         return MlxSession(self, build, task)
 
-    def _unchanged(self, keys: Sequence[Any]) -> None:
-        """Drops the kept input sets (by set id) and reference copies (by (set id, output)) among `keys` whose
-        device contents changed since upload, checking each once per timing (one batch): they are uploaded
-        afresh when next asked for. Such a change is no fault of the timing about to use them."""
+    def _kept(self, key: Any) -> OrderedDict[Any, Any] | None:
+        """The table holding kept device copy `key` (an input set by set id, a reference copy by (set id,
+        output)), or None where nothing is kept under it. Both hold (arrays by name, fingerprint at upload)."""
+        if key in self._sets:
+            return self._sets
+        return self._expected if self._expected.get(key) is not None else None
+
+    def _drop_changed(self, keys: Sequence[Any]) -> list[Any]:
+        """The kept copies among `keys` whose device contents changed since upload (fingerprinted in one batch),
+        dropped so that they are uploaded afresh when next asked for."""
         m = _mlx()
-        todo: list[tuple[Any, Any, Any]] = []
-        for key in dict.fromkeys(keys):
-            if key in self._checked:
-                continue
-            self._checked.add(key)
-            got = self._sets.get(key) if key in self._sets else self._expected.get(key)
-            if got is not None:
-                todo.append((key, got[0] if key in self._sets else {key[1]: got[0]}, got[1]))
-        if not todo:
-            return
-        now = [fingerprint(dev) for _, dev, _ in todo]
+        kept = [(key, table) for key in dict.fromkeys(keys) if (table := self._kept(key)) is not None]
+        now = [fingerprint(table[key][0]) for key, table in kept]
         m.eval(now)
-        for (key, _, before), after in zip(todo, now, strict=True):
-            if not bool(m.array_equal(before, after).item()):
-                say(f"a kept device copy ({key}) changed since upload, before this timing: uploaded afresh")
-                (self._sets if key in self._sets else self._expected).pop(key, None)
+        changed = []
+        for (key, table), after in zip(kept, now, strict=True):
+            if not bool(m.array_equal(table[key][1], after).item()):
+                del table[key]
+                changed.append(key)
+        return changed
+
+    def _unchanged(self, keys: Sequence[Any]) -> None:
+        """Checks the kept copies among `keys` this timing has not checked yet: one changed since upload is no
+        fault of the timing about to use it (an earlier candidate's later calls wrote it), and is uploaded
+        afresh."""
+        fresh = [key for key in dict.fromkeys(keys) if key not in self._checked]
+        self._checked.update(fresh)
+        for key in self._drop_changed(fresh):
+            say(f"a kept device copy ({key}) changed since upload, before this timing: uploaded afresh")
+
+    @staticmethod
+    def _keep(table: OrderedDict[Any, Any], key: Any, entry: Any, limit: int) -> None:
+        """Keeps `entry` ((arrays by name, fingerprint), or None) under `key`, dropping the least recently used
+        entries beyond `limit` bytes (the newest always stays)."""
+        table[key] = entry
+        total = sum(_nbytes(e[0]) for e in table.values() if e is not None)
+        while total > limit and len(table) > 1:
+            _, old = table.popitem(last=False)
+            total -= _nbytes(old[0]) if old is not None else 0
 
     def device_set(self, ident: tuple[str, int, int], arrays: Mapping[str, np.ndarray],
                    dtypes: Mapping[str, str]) -> dict[str, Any]:
@@ -519,30 +538,15 @@ class MlxTarget:
         dev = upload(arrays, dtypes)
         stamp = fingerprint(dev)
         _mlx().eval(stamp)  # now, before any candidate could touch the set
-        self._sets[ident] = (dev, stamp)
-        total = sum(_nbytes(d) for d, _ in self._sets.values())
-        while total > self._sets_bytes() and len(self._sets) > 1:
-            _, (old, _) = self._sets.popitem(last=False)
-            total -= _nbytes(old)
+        self._keep(self._sets, ident, (dev, stamp), self._sets_bytes())
         return dev
 
     def verify_sets(self, idents: Sequence[tuple[str, int, int]]) -> list[tuple[str, int, int]]:
         """The sets among `idents` whose device contents changed since upload, input sets or the device copies
         of their reference outputs (they are dropped, so the next candidate gets them afresh)."""
-        m = _mlx()
         wanted = set(idents)
-        pending: list[tuple[Any, tuple[str, int, int], Any, Any]] = [
-            (i, i, dev, stamp) for i in dict.fromkeys(idents) if i in self._sets for dev, stamp in [self._sets[i]]]
-        pending += [(key, key[0], {key[1]: exp}, stamp) for key, got in self._expected.items()
-                    if key[0] in wanted and got is not None for exp, stamp in [got]]
-        now = [fingerprint(dev) for _, _, dev, _ in pending]
-        m.eval(now)
-        changed: list[tuple[str, int, int]] = []
-        for (key, ident, _, before), after in zip(pending, now, strict=True):
-            if not bool(m.array_equal(before, after).item()):
-                (self._sets if key is ident else self._expected).pop(key, None)
-                changed.append(ident)
-        return list(dict.fromkeys(changed))
+        keys = [*idents, *(key for key in self._expected if key[0] in wanted)]
+        return list(dict.fromkeys(key if key in wanted else key[0] for key in self._drop_changed(keys)))
 
     def expected_copy(self, ident: tuple[str, int, int], name: str, ref: np.ndarray) -> Any:
         """The device copy (float32) of reference output `name` of checked set `ident`, uploaded once per run
@@ -556,21 +560,17 @@ class MlxTarget:
         if key in self._expected:
             self._expected.move_to_end(key)
             got = self._expected[key]
-            return None if got is None else got[0]
+            return None if got is None else got[0][name]
         m = _mlx()
         ref = np.asarray(ref)
-        copy = None
+        entry = None
         if ref.dtype.kind == "f" and bool(np.all(np.isfinite(ref))):
-            exp = m.array(ref.astype(np.float32, copy=False))
-            stamp = fingerprint({name: exp})
-            m.eval(exp, stamp)  # now, before any candidate could touch the copy
-            copy = (exp, stamp)
-        self._expected[key] = copy
-        total = sum(_nbytes({"e": c[0]}) for c in self._expected.values() if c is not None)
-        while total > self._sets_bytes() // 2 and len(self._expected) > 1:
-            _, old = self._expected.popitem(last=False)
-            total -= _nbytes({"e": old[0]}) if old is not None else 0
-        return None if copy is None else copy[0]
+            copy = {name: m.array(ref.astype(np.float32, copy=False))}
+            stamp = fingerprint(copy)
+            m.eval(copy[name], stamp)  # now, before any candidate could touch the copy
+            entry = (copy, stamp)
+        self._keep(self._expected, key, entry, self._sets_bytes() // 2)
+        return None if entry is None else entry[0][name]
 
     def poison(self, arrays: Sequence[Any]) -> None:
         """Fills device arrays with all-ones bytes (NaN in every float type) in place, before they go back to
