@@ -203,6 +203,67 @@ fn tree(store: &Path, run_id: &str) -> Value {
     last_json(&run(store, &["show", run_id, "--tree", "--json"]))
 }
 
+/// The register-blocked candidate (MR = 4, the `loop_tiles` action's) is 1.2-1.6x faster than the plain
+/// i-k-j one on an idle machine here; on a loaded one their paired timing can be within noise, and the run then
+/// rightly keeps the earlier best. So: the blocked candidate was measured and passed, and unless it is the best,
+/// its verdict does not say it was faster than the best (a run that ignored such a verdict fails here).
+fn best_is_blocked_unless_timed_otherwise(store: &Path, run_id: &str, best: &Value) {
+    let shown = last_json(&run(store, &["show", run_id, "--json"]));
+    let blocked: Vec<&Value> = shown["attempts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["phase"] == "search" && a["origin"] == "world-model: action loop_tiles")
+        .collect();
+    assert!(
+        blocked.iter().any(|a| a["summary"]["passed"] == true),
+        "the register-blocked candidate did not pass: {best}\n{shown:#}"
+    );
+    if best["params"]["MR"] == 4 {
+        return;
+    }
+    for a in blocked {
+        let v = &a["summary"]["verdict"];
+        assert!(
+            !(v["incumbent"] == best["candidate"] && v["verdict"] == "faster"),
+            "{} was timed faster than the best {} and not taken: {v}",
+            a["candidate"],
+            best["candidate"]
+        );
+    }
+    eprintln!(
+        "note: the clock kept {} as the best over the register-blocked candidate",
+        best["candidate"]
+    );
+}
+
+/// Whether the blocked candidate was timed faster than the candidate it was timed beside, in run `run_id`.
+fn blocked_was_faster(store: &Path, run_id: &str) -> bool {
+    let shown = last_json(&run(store, &["show", run_id, "--json"]));
+    shown["attempts"].as_array().unwrap().iter().any(|a| {
+        a["phase"] == "search"
+            && a["origin"] == "world-model: action loop_tiles"
+            && a["summary"]["verdict"]["verdict"] == "faster"
+    })
+}
+
+/// A replay re-times; where the clock ranks the blocked candidate otherwise than the recorded run did, the
+/// world model takes another path and the replay must stop at the first difference, not complete.
+fn stopped_at_the_other_path(out: &std::process::Output, r: &Value) {
+    assert_eq!(r["status"], "stopped", "{r}");
+    assert!(
+        r["stopped"]
+            .as_str()
+            .is_some_and(|s| s.contains("took another path")),
+        "{r}"
+    );
+    assert!(!out.status.success());
+    eprintln!(
+        "note: the replay's clock ranked the blocked candidate otherwise: {}",
+        r["stopped"]
+    );
+}
+
 #[test]
 fn a_scripted_llm_drives_a_world_model_search_to_a_faster_kernel_and_replays_it() {
     let server = llm_server(|_| None);
@@ -224,9 +285,9 @@ fn a_scripted_llm_drives_a_world_model_search_to_a_faster_kernel_and_replays_it(
     let best = &v["best"];
     assert!(best["speedup_vs_seed"].as_f64().unwrap() > 5.0, "{best}");
     assert_eq!(best["held_out_passed"], true);
-    // The best is the tiled, register-blocked candidate the second cycle produced.
-    assert_eq!(best["params"]["MR"], 4, "{best}");
     let run_id = v["run_id"].as_str().unwrap().to_string();
+    // The best is the tiled, register-blocked candidate the second cycle produced, unless the clock said otherwise.
+    best_is_blocked_unless_timed_otherwise(store.path(), &run_id, best);
 
     // The tree: the LLM's five hypotheses, two of them solved by now.
     let t = tree(store.path(), &run_id);
@@ -291,17 +352,24 @@ fn a_scripted_llm_drives_a_world_model_search_to_a_faster_kernel_and_replays_it(
         args.extend_from_slice(QUICK);
         let out = run(store.path(), &args);
         let r = last_json(&out);
+        let replay_id = r["run_id"].as_str().unwrap();
+        if r["status"] != "completed"
+            && blocked_was_faster(store.path(), &run_id)
+                != blocked_was_faster(store.path(), replay_id)
+        {
+            stopped_at_the_other_path(&out, &r);
+            continue;
+        }
         assert_eq!(r["status"], "completed", "{}", stderr(&out));
-        // The replay evaluates the recorded run's candidates; which of two near-equal ones times faster is
-        // the clock's to say (a loaded machine can rank them the other way), so the best is checked to be
-        // one of the recorded run's register-blocked candidates, not the same hash.
+        // The replay evaluates the recorded run's candidates and times them afresh: the best is checked to be
+        // one of the recorded run's candidates (the blocked one unless the clock said otherwise), not the same hash.
         let rb = &r["best"];
-        assert_eq!(rb["params"]["MR"], 4, "{rb}");
+        best_is_blocked_unless_timed_otherwise(store.path(), replay_id, rb);
         assert!(
             recorded.iter().any(|c| rb["candidate"] == c.as_str()),
             "{rb} is not a candidate of the recorded run: {recorded:?}"
         );
-        let t = tree(store.path(), r["run_id"].as_str().unwrap());
+        let t = tree(store.path(), replay_id);
         let shape: Vec<(String, String)> = t["nodes"]
             .as_array()
             .unwrap()
@@ -310,7 +378,9 @@ fn a_scripted_llm_drives_a_world_model_search_to_a_faster_kernel_and_replays_it(
             .collect();
         shapes.push(shape);
     }
-    assert_eq!(shapes[0], shapes[1]);
+    if let [a, b] = &shapes[..] {
+        assert_eq!(a, b);
+    }
 }
 
 #[test]
@@ -605,9 +675,20 @@ fn the_shipped_recording_replays_to_a_tree_and_the_tiled_kernel_from_any_directo
             .output()
             .unwrap();
         let v = last_json(&out);
+        // The recording was made with the blocked candidate timed faster than the plain i-k-j one.
+        if v["status"] != "completed"
+            && !blocked_was_faster(store.path(), v["run_id"].as_str().unwrap())
+        {
+            stopped_at_the_other_path(&out, &v);
+            continue;
+        }
         assert_eq!(v["status"], "completed", "{spec}: {}", stderr(&out));
         assert_eq!(v["rounds"], 9, "{v}");
-        assert_eq!(v["best"]["params"]["MR"], 4, "{v}");
+        best_is_blocked_unless_timed_otherwise(
+            store.path(),
+            v["run_id"].as_str().unwrap(),
+            &v["best"],
+        );
         let t = tree(store.path(), v["run_id"].as_str().unwrap());
         assert!(t["nodes"].as_array().unwrap().len() >= 5, "{t}");
     }
