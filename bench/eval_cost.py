@@ -116,6 +116,10 @@ def main() -> None:
         c["overhead_s"] += max(e.get("elapsed_s", 0.0) - e.get("prepare_s", 0.0) - e.get("compile_s", 0.0) - worker,
                                0.0)
         c["workloads"] += 1
+        # Where each workload's time went, to tell which one makes a candidate slow.
+        c.setdefault("by_workload", {})[e.get("workload")] = {
+            "wall_s": round(e.get("elapsed_s", 0.0) - e.get("prepare_s", 0.0), 3),
+            **{p: round(split.get(p, 0.0), 3) for p in ("timing_s", "checks_s", "recheck_s", "kernel_s")}}
         c["passed"] &= e["status"] == "passed"
         if e["status"] != "passed" and "failure" not in c:
             c["failure"] = f"{e.get('workload')}: {e['status']}: {str(e.get('message') or '')[:300]}"

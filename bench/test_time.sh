@@ -1,20 +1,24 @@
 #!/usr/bin/env bash
 # Per-test times of the integration suite (`testsuite`), as the README's test command runs it (a real
-# llama-server and the check corpus), from libtest's JSON report, summed by area; writes the record to
+# llama-server, the check corpus and headless Chromium), from libtest's JSON report, summed by area; writes the record to
 # bench/results/test-times-<YYYYMMDD>.json. libtest's timing report is unstable-only, so RUSTC_BOOTSTRAP=1 is
 # set for the test binary's run alone (set for cargo, it would rebuild every crate).
 #   bash bench/test_time.sh [libtest filters...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The packaging test's wheel, built first as scripts/test builds it.
+wheels=$(mktemp -d)
+wheel=$(bash scripts/wheel-check.sh --build-only "$wheels")
 bin=$(cargo test --test testsuite --no-run --message-format json 2>/dev/null |
   python3 -c 'import json,sys; print([m["executable"] for m in map(json.loads, sys.stdin) if m.get("reason") == "compiler-artifact" and m.get("target", {}).get("name") == "testsuite" and m.get("executable")][-1])')
 url=$(bash scripts/llama-server.sh start)
-trap 'bash scripts/llama-server.sh stop "$url"' EXIT
+trap 'bash scripts/llama-server.sh stop "$url"; rm -rf "$wheels"' EXIT
 corpus=$(bash scripts/corpus.sh)
+chromedriver=$(bash scripts/chromium.sh) || chromedriver=""
 report=$(mktemp)
 start=$(date +%s)
 set +e
-RUSTC_BOOTSTRAP=1 KSEARCH_LLAMA_URL="$url" KSEARCH_CORPUS="$corpus" "$bin" "$@" -Z unstable-options --report-time --format json > "$report"
+RUSTC_BOOTSTRAP=1 KSEARCH_LLAMA_URL="$url" KSEARCH_CORPUS="$corpus" KSEARCH_CHROMEDRIVER="$chromedriver" KSEARCH_WHEEL="$wheel" "$bin" "$@" -Z unstable-options --report-time --format json > "$report"
 rc=$?
 set -e
 wall=$(( $(date +%s) - start ))

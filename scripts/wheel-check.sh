@@ -3,14 +3,18 @@
 # installs it into a fresh virtual environment, and from a folder outside the repository runs `ksearch
 # tasks` and a short search (`run matmul --budget 2`, the tuner: no LLM), which must complete.
 #
-#   scripts/wheel-check.sh [--release]   # prints the wheel's path last; exit 0 only if everything held
+#   scripts/wheel-check.sh [--release]       # prints the wheel's path last; exit 0 only if everything held
+#   scripts/wheel-check.sh --build-only DIR  # builds the wheel into DIR (shared target folder), prints its path
+#   KSEARCH_WHEEL=FILE scripts/wheel-check.sh  # installs and runs that wheel instead of building one
 #
 # maturin lives in $KSEARCH_HOME/tools (default ~/.cache/ksearch/tools), pinned, installed from PyPI once.
-# Without --release the wheel holds a dev build: a check of the packaging, not a wheel to publish. It is built
-# in a target folder of its own (target/wheel-check): maturin's cargo call differs from `cargo test`'s, and in
-# the shared folder it relinked target/debug/ksearch while other tests were starting it (a clean-clone CI run
-# saw "No such file or directory" in four tests). The first build there compiles everything once (minutes on
-# two cores); later ones reuse it.
+# Without --release the wheel holds a dev build: a check of the packaging, not a wheel to publish.
+# Where the wheel is built matters: maturin's cargo call builds without the dev-dependencies' features, so in
+# the target folder `cargo test` uses it relinks target/debug/ksearch, and while tests run that binary a
+# clean-clone CI run saw "No such file or directory" in four tests. So scripts/test builds it there with
+# `--build-only` before the tests start (a relink of the one binary, no second build of every crate), and a
+# check run without a wheel given builds in a target folder of its own (target/wheel-check; minutes on two
+# cores the first time, later ones reuse it).
 set -euo pipefail
 MATURIN_VERSION="1.16.0"
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -19,10 +23,20 @@ if [ ! -x "$tools/bin/maturin" ]; then
   python3 -m venv "$tools"
   "$tools/bin/pip" install --quiet "maturin==$MATURIN_VERSION"
 fi
+if [ "${1:-}" = "--build-only" ]; then
+  out=${2:?--build-only needs the folder to write the wheel into}
+  (cd "$repo" && CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$repo/target}" "$tools/bin/maturin" build --quiet --out "$out") >&2
+  ls "$out"/ksearch-*.whl
+  exit 0
+fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-(cd "$repo" && CARGO_TARGET_DIR="$repo/target/wheel-check" "$tools/bin/maturin" build --quiet --out "$work/wheels" "$@") >&2
-wheel=$(ls "$work"/wheels/ksearch-*.whl)
+if [ -n "${KSEARCH_WHEEL:-}" ]; then
+  wheel=$KSEARCH_WHEEL
+else
+  (cd "$repo" && CARGO_TARGET_DIR="$repo/target/wheel-check" "$tools/bin/maturin" build --quiet --out "$work/wheels" "$@") >&2
+  wheel=$(ls "$work"/wheels/ksearch-*.whl)
+fi
 python3 -m venv "$work/venv"
 "$work/venv/bin/pip" install --quiet "$wheel"
 mkdir "$work/outside"

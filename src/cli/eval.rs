@@ -35,6 +35,10 @@ pub(super) struct EvalArgs {
     /// the verdict: faster, slower or within noise.
     #[arg(long, value_name = "DIR")]
     pub(super) incumbent: Option<PathBuf>,
+    /// Stop a candidate's evaluation at its first workload that does not pass, as a search does (the rest
+    /// are not run: a kernel that hangs would otherwise wait out the deadline on every workload).
+    #[arg(long)]
+    pub(super) fail_fast: bool,
     #[arg(long)]
     pub(super) json: bool,
 }
@@ -52,6 +56,7 @@ pub(super) fn eval(args: EvalArgs, python: Option<&Path>) -> Result<u8> {
         workloads,
         throughput,
         incumbent,
+        fail_fast,
         json,
     } = args;
     let task = Task::load(&builtin::task_dir(&task)?)?;
@@ -60,6 +65,7 @@ pub(super) fn eval(args: EvalArgs, python: Option<&Path>) -> Result<u8> {
         workloads,
         throughput,
         incumbent,
+        fail_fast,
     };
     evaluate(
         task,
@@ -79,6 +85,7 @@ struct EvalPick {
     workloads: Vec<String>,
     throughput: bool,
     incumbent: Option<PathBuf>,
+    fail_fast: bool,
 }
 
 /// `--set NAME=VALUE` arguments as tunable values.
@@ -170,7 +177,11 @@ fn evaluate(
                     r.status.name()
                 );
             }
+            let failed = r.status != eval::Status::Passed;
             results.push(r);
+            if failed && pick.fail_fast {
+                break;
+            }
         }
         let mut summary = eval::summarize(&results);
         all_passed &= summary.passed;

@@ -29,10 +29,10 @@ use crate::common::*;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
-/// Flags of every evaluation: two input checks (the first run twice by the determinism rule), a short
-/// timing budget (speed is not under test), and a deadline short enough for the hanging candidate.
+/// Flags of every evaluation and search: two input checks (the first run twice by the determinism rule), a
+/// short timing budget (speed is not under test), and a deadline short enough for the hanging candidate.
 // A 10 s deadline: an honest candidate's run takes about a second here, and a loaded machine must not make
-// it a timeout; the hang candidate waits it out once per workload.
+// it a timeout; the hang candidate waits it out once.
 const FLAGS: &[&str] = &["--timeout", "10", "--checks", "2", "--timing-budget", "0.1"];
 
 /// The file the `escape` candidate writes outside its directory when nothing stops it.
@@ -295,7 +295,9 @@ fn twin_gain(field: &str, v: &Value, t: &Value) -> Option<f64> {
 
 fn eval_json(task: &str, dir: &Path) -> (Option<Value>, std::process::Output) {
     let store = tempfile::tempdir().unwrap();
-    let mut args = vec!["eval", task, dir.to_str().unwrap(), "--json"];
+    // Each evaluation ends at its candidate's first failing workload, as in a search (a cheat is judged
+    // there, or at the workload its expectation names, which follows only passing ones).
+    let mut args = vec!["eval", task, dir.to_str().unwrap(), "--json", "--fail-fast"];
     args.extend_from_slice(FLAGS);
     let out = run(store.path(), &args);
     let v = String::from_utf8_lossy(&out.stdout)

@@ -93,6 +93,11 @@ fn a_crashing_kernel_costs_only_itself() {
         assert_eq!(w["status"], "crash", "{w}");
         assert!(w["message"].as_str().unwrap().contains("SIGSEGV"), "{w}");
     }
+    // With --fail-fast the evaluation ends at the first workload that does not pass, as a search's does.
+    let (v, out) = eval("crash", &["--fail-fast"]);
+    assert_eq!(statuses(&v), ["crash"], "{v}");
+    assert_eq!(v["passed"], false);
+    assert!(!out.status.success());
 }
 
 #[test]

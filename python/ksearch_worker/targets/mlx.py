@@ -394,9 +394,10 @@ class MlxTarget:
             elif d.code is None:
                 self._failed[module] = d.log
         if done:
-            # Each module's own seconds, slowest first (a debug line: which module bounds the precompile).
-            each = " ".join(f"{d.seconds:.2f}" for d in sorted(done.values(), key=lambda d: -d.seconds))
-            say(f"modules compiled in {each} s")
+            # Each module's own seconds and kernel, slowest first (a debug line: which bounds the precompile).
+            each = ", ".join(f"{d.seconds:.2f} s {jobs[mod].kernel.removeprefix('mlx::core::cu::')[:80]}"
+                             for mod, d in sorted(done.items(), key=lambda kv: -kv[1].seconds))
+            say(f"modules compiled: {each}")
         for module in needed:
             if module in self._failed:
                 raise CandidateFailure("compile_error", f"Failed to compile kernel: {self._failed[module]}.")
