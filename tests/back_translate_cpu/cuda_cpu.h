@@ -3,6 +3,10 @@
 // barriers; warps exchange values through slots and barriers. For checking semantics only. Fibers rather than
 // one std::thread per CUDA thread: on two cores, hundreds of threads meeting at barriers spent most of their
 // time in the kernel's scheduler (3 minutes for the attention decode cases, 80 s of it in system calls).
+// A fiber is started with setcontext and switched with _setjmp/_longjmp: swapcontext saves and restores the
+// signal mask, a system call at every switch (40-50% of the drivers' time went to them). Jumping between
+// stacks is what glibc's fortified longjmp refuses, so the drivers are built without _FORTIFY_SOURCE.
+#undef _FORTIFY_SOURCE
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -12,6 +16,7 @@
 #include <functional>
 #include <memory>
 #include <vector>
+#include <csetjmp>
 #include <ucontext.h>
 #define __device__
 #define __host__
@@ -73,6 +78,7 @@ template <class T> T atomicExch(T* p, T v) { T o = *p; *p = v; return o; }
 // The fibers of the cluster running now, and the scheduler they return to.
 struct CpuFiber;
 inline ucontext_t g_scheduler;
+inline jmp_buf g_scheduler_jump;
 inline std::vector<CpuFiber>* g_fibers;
 inline size_t g_current;
 inline unsigned long g_progress;  // barrier arrivals and finished fibers: a round without any is a deadlock
@@ -109,7 +115,9 @@ inline CpuCluster* g_cluster;
 inline unsigned g_rank, g_arena_used;
 // One CUDA thread: its context, stack and the per-thread names it sees while it runs.
 struct CpuFiber {
-  ucontext_t ctx;
+  ucontext_t ctx;  // its start (entered once, with setcontext)
+  jmp_buf jump;    // where it yielded
+  bool started = false;
   std::unique_ptr<char[]> stack;
   uint3 thread, block;
   CpuBlock* in_block;
@@ -121,7 +129,7 @@ struct CpuFiber {
 inline void cpu_yield() {
   CpuFiber& me = (*g_fibers)[g_current];
   me.leave();
-  swapcontext(&me.ctx, &g_scheduler);
+  if (!_setjmp(me.jump)) _longjmp(g_scheduler_jump, 1);
   me.enter();
 }
 inline const std::function<void()>* g_kernel;
@@ -129,7 +137,8 @@ inline void cpu_fiber_main() {
   (*g_kernel)();
   (*g_fibers)[g_current].done = true;
   ++g_progress;
-}  // returns to g_scheduler (uc_link)
+  _longjmp(g_scheduler_jump, 1);  // back to the scheduler, never to uc_link
+}
 inline unsigned cpu_lin() { return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z); }
 inline void __syncthreads() { g_block->block->arrive_and_wait(); }
 inline void __syncwarp(unsigned = 0xffffffffu) { g_block->warps[cpu_lin() / 32]->arrive_and_wait(); }
@@ -204,6 +213,7 @@ inline void cpu_launch(uint3 threads, uint3 tg, const std::function<void()>& f, 
             fb.rank = r;
             fb.arena_used = 0;
             fb.done = false;
+            fb.started = false;
             getcontext(&fb.ctx);
             fb.ctx.uc_stack.ss_sp = fb.stack.get();
             fb.ctx.uc_stack.ss_size = kStack;
@@ -219,7 +229,13 @@ inline void cpu_launch(uint3 threads, uint3 tg, const std::function<void()>& f, 
             if (fibers[i].done) continue;
             g_current = i;
             fibers[i].enter();
-            swapcontext(&g_scheduler, &fibers[i].ctx);
+            if (!_setjmp(g_scheduler_jump)) {
+              if (!fibers[i].started) {
+                fibers[i].started = true;
+                setcontext(&fibers[i].ctx);
+              }
+              _longjmp(fibers[i].jump, 1);
+            }
             left |= !fibers[i].done;
           }
           if (left && g_progress == before) {
