@@ -23,20 +23,19 @@ if [ ! -x "$tools/bin/maturin" ]; then
   python3 -m venv "$tools"
   "$tools/bin/pip" install --quiet "maturin==$MATURIN_VERSION"
 fi
-if [ "${1:-}" = "--build-only" ]; then
-  out=${2:?--build-only needs the folder to write the wheel into}
-  (cd "$repo" && CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$repo/target}" "$tools/bin/maturin" build --quiet --out "$out") >&2
+build() {  # build TARGET_FOLDER OUT [maturin options]: the wheel's path
+  local target=$1 out=$2
+  shift 2
+  (cd "$repo" && CARGO_TARGET_DIR="$target" "$tools/bin/maturin" build --quiet --out "$out" "$@") >&2
   ls "$out"/ksearch-*.whl
+}
+if [ "${1:-}" = "--build-only" ]; then
+  build "${CARGO_TARGET_DIR:-$repo/target}" "${2:?--build-only needs the folder to write the wheel into}"
   exit 0
 fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-if [ -n "${KSEARCH_WHEEL:-}" ]; then
-  wheel=$KSEARCH_WHEEL
-else
-  (cd "$repo" && CARGO_TARGET_DIR="$repo/target/wheel-check" "$tools/bin/maturin" build --quiet --out "$work/wheels" "$@") >&2
-  wheel=$(ls "$work"/wheels/ksearch-*.whl)
-fi
+wheel=${KSEARCH_WHEEL:-$(build "$repo/target/wheel-check" "$work/wheels" "$@")}
 python3 -m venv "$work/venv"
 "$work/venv/bin/pip" install --quiet "$wheel"
 mkdir "$work/outside"

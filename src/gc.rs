@@ -204,6 +204,17 @@ mod tests {
             .collect()
     }
 
+    const WEEK: Duration = Duration::from_secs(7 * 86_400);
+
+    /// A temporary folder holding these (empty) subfolders.
+    fn folders(names: &[&str]) -> tempfile::TempDir {
+        let root = tempfile::tempdir().unwrap();
+        for d in names {
+            std::fs::create_dir_all(root.path().join(d)).unwrap();
+        }
+        root
+    }
+
     fn set_age(path: &Path, days: u64) {
         let t = SystemTime::now() - Duration::from_secs(days * 86_400);
         std::fs::File::open(path).unwrap().set_modified(t).unwrap();
@@ -211,17 +222,14 @@ mod tests {
 
     #[test]
     fn only_build_folders_no_live_evaluator_holds_are_dead() {
-        let root = tempfile::tempdir().unwrap();
-        let r = root.path();
-        for d in [
+        let root = folders(&[
             "worker-live",
             "worker-killed",
             "worker-new",
             "worker-old",
             "other",
-        ] {
-            std::fs::create_dir_all(r.join(d)).unwrap();
-        }
+        ]);
+        let r = root.path();
         // A live evaluator's lock (another open file description, as another process would hold).
         let held =
             std::fs::File::create(r.join("worker-live").join(crate::eval::BUILD_OWNER)).unwrap();
@@ -231,8 +239,7 @@ mod tests {
         std::fs::write(r.join("worker-killed/kernel.so"), b"12345").unwrap();
         set_age(&r.join("worker-old"), 30);
         set_age(&r.join("other"), 30);
-        let week = Duration::from_secs(7 * 86_400);
-        let dead = dead_build_folders(r, week);
+        let dead = dead_build_folders(r, WEEK);
         assert_eq!(dead[0].0.bytes, 5);
         assert_eq!(names(&dead, r), ["worker-killed", "worker-old"]);
         // The live one is kept even with no age limit; once its evaluator lets go it is dead too.
@@ -241,14 +248,12 @@ mod tests {
             ["worker-killed", "worker-new", "worker-old"]
         );
         drop(held);
-        assert!(names(&dead_build_folders(r, week), r).contains(&"worker-live".to_string()));
+        assert!(names(&dead_build_folders(r, WEEK), r).contains(&"worker-live".to_string()));
     }
 
     #[test]
     fn only_old_entries_of_other_versions_and_old_references_are_stale() {
-        let root = tempfile::tempdir().unwrap();
-        let r = root.path();
-        for d in [
+        let root = folders(&[
             "python-aaaaaaaaaaaa",
             "python-bbbbbbbbbbbb",
             "venv-cccccccccccc",
@@ -256,9 +261,8 @@ mod tests {
             ".python-tmp-1-2",
             "llama",
             "references",
-        ] {
-            std::fs::create_dir_all(r.join(d)).unwrap();
-        }
+        ]);
+        let r = root.path();
         std::fs::write(r.join("python-aaaaaaaaaaaa/x.py"), b"12345").unwrap();
         std::fs::write(r.join("references/old.npz"), b"1234567").unwrap();
         std::fs::write(r.join("references/new.npz"), b"1").unwrap();
@@ -275,7 +279,7 @@ mod tests {
             set_age(&r.join(p), 30);
         }
         let keep = vec!["python-bbbbbbbbbbbb".to_string()];
-        let stale = stale_cache(r, &keep, Duration::from_secs(7 * 86_400));
+        let stale = stale_cache(r, &keep, WEEK);
         assert_eq!(
             names(&stale, r),
             [

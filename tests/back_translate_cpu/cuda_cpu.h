@@ -5,8 +5,8 @@
 // time in the kernel's scheduler (3 minutes for the attention decode cases, 80 s of it in system calls).
 // A fiber is started with setcontext and switched with _setjmp/_longjmp: swapcontext saves and restores the
 // signal mask, a system call at every switch (40-50% of the drivers' time went to them). Jumping between
-// stacks is what glibc's fortified longjmp refuses, so the drivers are built without _FORTIFY_SOURCE.
-#undef _FORTIFY_SOURCE
+// stacks is what glibc's fortified longjmp refuses: drivers are built with -U_FORTIFY_SOURCE
+// (tests/testsuite/common/mod.rs, run_cuda_cpu_driver).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -77,8 +77,7 @@ template <class T> T atomicCAS(T* p, T c, T v) { T o = *p; if (o == c) *p = v; r
 template <class T> T atomicExch(T* p, T v) { T o = *p; *p = v; return o; }
 // The fibers of the cluster running now, and the scheduler they return to.
 struct CpuFiber;
-inline ucontext_t g_scheduler;
-inline jmp_buf g_scheduler_jump;
+inline jmp_buf g_scheduler_jump;  // where the scheduler resumes when a fiber yields or finishes
 inline std::vector<CpuFiber>* g_fibers;
 inline size_t g_current;
 inline unsigned long g_progress;  // barrier arrivals and finished fibers: a round without any is a deadlock
@@ -217,7 +216,7 @@ inline void cpu_launch(uint3 threads, uint3 tg, const std::function<void()>& f, 
             getcontext(&fb.ctx);
             fb.ctx.uc_stack.ss_sp = fb.stack.get();
             fb.ctx.uc_stack.ss_size = kStack;
-            fb.ctx.uc_link = &g_scheduler;
+            fb.ctx.uc_link = nullptr;  // never used: a fiber ends by jumping back to the scheduler
             makecontext(&fb.ctx, cpu_fiber_main, 0);
           }
         // Round robin until every fiber has finished; a round in which none arrived anywhere or finished

@@ -180,12 +180,16 @@ fn a_run_killed_with_sigkill_resumes_and_loses_no_finished_evaluation() {
     assert_eq!(runs[0]["status"], "interrupted");
     // The killed run's evaluator left its build folder; no live evaluator holds it, so gc takes it.
     let workers = || -> Vec<String> {
-        std::fs::read_dir(store.path().join("build"))
+        std::fs::read_dir(ksearch::eval::build_root(store.path()))
             .into_iter()
             .flatten()
             .flatten()
+            .filter(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .starts_with(ksearch::eval::BUILD_PREFIX)
+            })
             .map(|e| e.path().display().to_string())
-            .filter(|p| p.contains("/worker-"))
             .collect()
     };
     let left = workers();

@@ -208,21 +208,15 @@ fn tree(store: &Path, run_id: &str) -> Value {
 /// rightly keeps the earlier best. So: the blocked candidate was measured and passed, and unless it is the best,
 /// its verdict does not say it was faster than the best (a run that ignored such a verdict fails here).
 fn best_is_blocked_unless_timed_otherwise(store: &Path, run_id: &str, best: &Value) {
-    let shown = last_json(&run(store, &["show", run_id, "--json"]));
-    let blocked: Vec<&Value> = shown["attempts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|a| a["phase"] == "search" && a["origin"] == "world-model: action loop_tiles")
-        .collect();
+    let blocked = blocked_attempts(store, run_id);
     assert!(
         blocked.iter().any(|a| a["summary"]["passed"] == true),
-        "the register-blocked candidate did not pass: {best}\n{shown:#}"
+        "the register-blocked candidate did not pass: {best}\n{blocked:#?}"
     );
     if best["params"]["MR"] == 4 {
         return;
     }
-    for a in blocked {
+    for a in &blocked {
         let v = &a["summary"]["verdict"];
         assert!(
             !(v["incumbent"] == best["candidate"] && v["verdict"] == "faster"),
@@ -237,14 +231,23 @@ fn best_is_blocked_unless_timed_otherwise(store: &Path, run_id: &str, best: &Val
     );
 }
 
+/// The search attempts of run `run_id` that evaluated the blocked candidate (the `loop_tiles` action's).
+fn blocked_attempts(store: &Path, run_id: &str) -> Vec<Value> {
+    let shown = last_json(&run(store, &["show", run_id, "--json"]));
+    shown["attempts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["phase"] == "search" && a["origin"] == "world-model: action loop_tiles")
+        .cloned()
+        .collect()
+}
+
 /// Whether the blocked candidate was timed faster than the candidate it was timed beside, in run `run_id`.
 fn blocked_was_faster(store: &Path, run_id: &str) -> bool {
-    let shown = last_json(&run(store, &["show", run_id, "--json"]));
-    shown["attempts"].as_array().unwrap().iter().any(|a| {
-        a["phase"] == "search"
-            && a["origin"] == "world-model: action loop_tiles"
-            && a["summary"]["verdict"]["verdict"] == "faster"
-    })
+    blocked_attempts(store, run_id)
+        .iter()
+        .any(|a| a["summary"]["verdict"]["verdict"] == "faster")
 }
 
 /// A replay re-times; where the clock ranks the blocked candidate otherwise than the recorded run did, the
@@ -331,6 +334,7 @@ fn a_scripted_llm_drives_a_world_model_search_to_a_faster_kernel_and_replays_it(
         .filter_map(|a| a["candidate"].as_str().map(String::from))
         .collect();
     assert!(recorded.iter().any(|c| best["candidate"] == c.as_str()));
+    let recorded_faster = blocked_was_faster(store.path(), &run_id);
     let mut shapes = Vec::new();
     for _ in 0..2 {
         let replay = format!("replay:{}", cassette.display());
@@ -354,8 +358,7 @@ fn a_scripted_llm_drives_a_world_model_search_to_a_faster_kernel_and_replays_it(
         let r = last_json(&out);
         let replay_id = r["run_id"].as_str().unwrap();
         if r["status"] != "completed"
-            && blocked_was_faster(store.path(), &run_id)
-                != blocked_was_faster(store.path(), replay_id)
+            && blocked_was_faster(store.path(), replay_id) != recorded_faster
         {
             stopped_at_the_other_path(&out, &r);
             continue;

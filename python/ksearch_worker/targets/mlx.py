@@ -611,8 +611,13 @@ class MlxTarget:
         minus a chain of the links alone at the same count (`NullChain`), interleaved with it."""
         first = sessions[0]
         self._checked = set()
-        self._unchanged(plan.ids)
-        dev = [self.device_set(i, s, first.dtypes) for i, s in zip(plan.ids, plan.sets, strict=True)]
+
+        def device_sets() -> list[dict[str, Any]]:
+            # The plan's sets on the device, each kept one checked first (`_unchanged`).
+            self._unchanged(plan.ids)
+            return [self.device_set(i, s, first.dtypes) for i, s in zip(plan.ids, plan.sets, strict=True)]
+
+        dev = device_sets()
         link = smallest_input(first.task_inputs, dev[0])
         ks = [s.calls_per_eval(dev, link) for s in sessions]
         if paired:
@@ -625,8 +630,7 @@ class MlxTarget:
             # Samples count evaluations of k calls; the plan counts calls.
             k = max(ks)
             last = plan.extend(start * k, evals * k)
-            self._unchanged(plan.ids)
-            dev[:] = [self.device_set(i, s, first.dtypes) for i, s in zip(plan.ids, plan.sets, strict=True)]
+            dev[:] = device_sets()
             for entry in [*(e.entry for e in entries), *(n.entry for n in nulls.values())]:
                 entry.sets = len(dev)
             return last // k
