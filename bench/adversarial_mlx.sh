@@ -19,6 +19,8 @@ echo "KSEARCH-CANARY-5f1d0c" > "$canary" && chmod 600 "$canary"
 # The deadline covers an honest kernel's whole workload (checks, the chain's timing, the sampled checks):
 # the control took 5.0 s on softmax 1x50000 at 4.5 ms a call, so 5 s timed honest kernels out.
 flags=(--target mlx-cuda --timeout 20 --checks 2 --timing-budget 0.5)
+# `eval` stops a candidate at its first failing workload, as a search does (and tests/adversarial.rs).
+eval_flags=("${flags[@]}" --fail-fast)
 # Candidates evaluated as they are (neither refused plans nor tune runs) go through one `ksearch eval` per task,
 # as the candidates of one search meet one run: its own work (references, baselines) is done once, and a
 # candidate that remembers something across candidates meets the others.
@@ -35,7 +37,7 @@ for task in $(sed -n 's/^task = "\(.*\)"/\1/p' tests/adversarial/mlx-cuda/*/expe
   [ ${#dirs[@]} -gt 0 ] || continue
   started=$(date +%s)
   # -v: the log shows each candidate's progress, so a call cut short says how far it got.
-  "$bin" -v --python python3 --store "$store" eval "tasks/$task" "${dirs[@]}" "${flags[@]}" --json \
+  "$bin" -v --python python3 --store "$store" eval "tasks/$task" "${dirs[@]}" "${eval_flags[@]}" --json \
     2>>"$out/adversarial.log" | tail -n 1 > "$out/group-$task.json"
   python3 - "$out/group-$task.json" "$grouped" "$(( $(date +%s) - started ))" "${dirs[@]}" <<'PY'
 import json, os, sys
@@ -63,12 +65,12 @@ for dir in tests/adversarial/mlx-cuda/*/; do
     line=$("$bin" --store "$store" show "$run_id" --json 2>>"$out/adversarial.log" | tail -n 1)
     rc=0
   elif [ -f "$grouped/$name.json" ]; then
-    args=(eval "tasks/$task" "<every candidate of the task>" "${flags[@]}" --json)
+    args=(eval "tasks/$task" "<every candidate of the task>" "${eval_flags[@]}" --json)
     line=$(cat "$grouped/$name.json")
     rc=0
     : > "$out/last.err"
   else
-    args=(eval "tasks/$task" "$dir" "${flags[@]}" --json)
+    args=(eval "tasks/$task" "$dir" "${eval_flags[@]}" --json)
     line=$("$bin" --python python3 --store "$store" "${args[@]}" 2>"$out/last.err" | tail -n 1)
     rc=${PIPESTATUS[0]}
     cat "$out/last.err" >> "$out/adversarial.log"

@@ -216,10 +216,12 @@ impl TimingSettings {
         if gpu {
             TimingSettings {
                 enabled: true,
-                // The candidate's calls ran in its checks just before (modules loaded, memory touched): the
-                // warm-up only sizes the samples. 50 ms of it, for each of three entries, was a fifth of a
-                // workload's timing on the H200.
-                warmup_s: 0.02,
+                // The candidate's calls ran in its checks and in the probe that sets the chain's length just
+                // before (modules loaded, memory touched, one evaluation lasting about 2 ms): the warm-up only
+                // sizes the samples, from its two batches. Kept going for 20 ms for each of three to five
+                // entries it took 0.06 s of every workload's timing on the H200; without, the same budget
+                // takes a fifth more rounds (bench/results/h200-adversarial-and-cost-20261204-evening.json).
+                warmup_s: 0.0,
                 min_samples: 5,
                 max_samples: 25,
                 budget_s: 0.3,
