@@ -14,6 +14,7 @@ from ksearch_worker.check import compare, modified, overruns
 from ksearch_worker.errors import WorkerError
 from ksearch_worker.inputs import draw, parse_init
 from ksearch_worker.pool import Layout, Pool, round_bf16
+from ksearch_worker.targets import sets_beyond_cache
 from ksearch_worker.timing import (
     MAX_CALLS_PER_EVAL,
     Batches,
@@ -415,3 +416,11 @@ def test_what_a_candidate_wrote_is_counted_in_subfolders_and_by_growth(tmp_path:
     assert size == 15 + 7 + 100
     # New files, and new top-level folders whole; a known folder is never among them.
     assert set(wrote) == {tmp_path / "built" / "new.bin", tmp_path / "deep", tmp_path / "deep" / "er" / "f.bin"}
+
+
+def test_baseline_sets_hold_twice_the_cache_within_their_bounds() -> None:
+    mb = 1 << 20
+    assert sets_beyond_cache(32 * mb, 4 * mb, 64) == 16  # softmax 256x4096 on a 32 MB cache
+    assert sets_beyond_cache(32 * mb, 3 * mb, 64) == 22  # rounded up: the sets never hold less than twice
+    assert sets_beyond_cache(32 * mb, 1000, 64) == 64  # small inputs: the cap
+    assert sets_beyond_cache(32 * mb, 512 * mb, 16) == 2  # inputs larger than the cache: still two

@@ -28,7 +28,7 @@ from .. import cluster, hardware, header_file, jail, nvrtc
 from ..errors import WorkerError
 from ..log import say
 from ..timing import Batches, Measurement, TimingConfig, chain_length, measure, paired_verdict, stats
-from . import RECHECK_SETS, CandidateFailure, CheckRun, TimedRunWrong
+from . import RECHECK_SETS, CandidateFailure, CheckRun, TimedRunWrong, sets_beyond_cache
 
 # MLX is imported lazily: a worker for another target must not need it.
 mx: Any = None
@@ -661,7 +661,7 @@ class MlxTarget:
 
     def baseline_sets(self, layout: Any) -> int:
         """Input sets the baselines are timed on: enough to hold twice the cache, at most 16."""
-        return max(2, min(16, -(-2 * self.cache_bytes() // max(layout.input_bytes(), 1))))
+        return sets_beyond_cache(self.cache_bytes(), layout.input_bytes(), 16)
 
     def warm(self, layout: Any) -> None:
         """Compiles the worker's own kernels this workload will use (the poison fill for each array dtype,
