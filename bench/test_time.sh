@@ -16,6 +16,10 @@ trap 'bash scripts/llama-server.sh stop "$url"; rm -rf "$wheels"' EXIT
 corpus=$(bash scripts/corpus.sh)
 chromedriver=$(bash scripts/chromium.sh) || chromedriver=""
 report=$(mktemp)
+# As many tests at once as scripts/test runs (four on fewer cores).
+threads=$(nproc)
+[ "$threads" -ge 4 ] || threads=4
+export RUST_TEST_THREADS="${RUST_TEST_THREADS:-$threads}"
 start=$(date +%s)
 set +e
 RUSTC_BOOTSTRAP=1 KSEARCH_LLAMA_URL="$url" KSEARCH_CORPUS="$corpus" KSEARCH_CHROMEDRIVER="$chromedriver" KSEARCH_WHEEL="$wheel" "$bin" "$@" -Z unstable-options --report-time --format json > "$report"
@@ -40,7 +44,8 @@ for t in tests:
     areas[t["test"].split("::")[0]] += t["seconds"]
 record = {
     "command": "bash bench/test_time.sh" + (f" {filters}" if filters else ""),
-    "what": "the integration suite's tests, each timed by libtest while the suite runs as cargo test runs it (two at once on two cores)",
+    "what": "the integration suite's tests, each timed by libtest while the suite runs as scripts/test runs it (RUST_TEST_THREADS at once)",
+    "test_threads": int(os.environ.get("RUST_TEST_THREADS", "0")) or None,
     "machine": {"system": platform.platform(), "cores": os.cpu_count()},
     "date": datetime.date.today().isoformat(),
     "commit": os.popen("git rev-parse --short HEAD").read().strip(),
