@@ -142,6 +142,10 @@ impl Worker {
         self.child.as_ref().map(|c| c.id())
     }
 
+    #[expect(
+        clippy::too_many_lines,
+        reason = "the worker's launch in order: path, environment, pinning, sandbox, pipes and their readers"
+    )]
     fn spawn(&mut self) -> Result<(), WorkerFailure> {
         let mut cmd = Command::new(&self.env.python);
         // The worker package first; a PYTHONPATH the user set (e.g. where MLX is unpacked) stays behind it.

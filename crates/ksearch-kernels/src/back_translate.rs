@@ -935,6 +935,10 @@ fn bump(counts: &mut BTreeMap<String, usize>, what: &str) {
 /// `attrs` collects the thread attributes a body names. Long by design: one pass over the tokens with a
 /// case per Metal construct (literals, attributes, swizzles, `metal::` names, address spaces, atomics,
 /// types, built-ins), read top to bottom as a table.
+#[expect(
+    clippy::too_many_lines,
+    reason = "one pass over the tokens, a case per Metal construct, read as a table"
+)]
 fn rewrite(
     src: &str,
     file: &str,

@@ -298,6 +298,10 @@ impl Candidate {
 
     /// Checks that need no task: names, references between kernels and launches, tunables. Long by design:
     /// independent checks in the plan's order, each with its own message naming the field.
+    #[expect(
+        clippy::too_many_lines,
+        reason = "independent checks in the plan's order, each with its own message"
+    )]
     pub fn validate(&self) -> Result<(), String> {
         let p = &self.plan;
         if p.kernel.is_empty() {

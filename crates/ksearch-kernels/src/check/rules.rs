@@ -1505,6 +1505,10 @@ pub fn param_spaces(f: &Function) -> Vec<Option<String>> {
 /// The signature of a kernel in a complete source: a void function whose pointer arguments carry an
 /// address space, whose buffer indices are distinct, and whose thread attributes have integer types.
 /// Long by design: one check per rule of Metal's kernel signatures, each with its own code and message.
+#[expect(
+    clippy::too_many_lines,
+    reason = "one check per rule of Metal's kernel signatures, each with its code"
+)]
 pub fn kernel_signature(file: &str, f: &Function, out: &mut Vec<Finding>) {
     if f.returns != "void" {
         out.push(err(
