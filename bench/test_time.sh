@@ -55,7 +55,8 @@ record = {
     "areas_s": {a: round(s, 1) for a, s in areas.most_common()},
     "tests": tests,
 }
-out = f"bench/results/test-times-{record['date'].replace('-', '')}.json"
+# Named by date and commit: a second run of the day does not overwrite the first.
+out = f"bench/results/test-times-{record['date'].replace('-', '')}-{record['commit']}.json"
 with open(out, "w") as f:
     json.dump(record, f, indent=1)
     f.write("\n")
