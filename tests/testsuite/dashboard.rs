@@ -327,11 +327,30 @@ fn the_dashboard_shows_runs_live_in_a_real_browser_and_nothing_leaves_loopback()
             "{l:?} is not in the candidate"
         );
     }
-    assert!(
-        added
-            .iter()
-            .any(|l| !old_text.lines().any(|x| x == &l[2..])),
-        "at least one added line is new"
+    // ...and they are the lines a line diff of each file inserts (not "lines new to the file": when the
+    // clock keeps the loop-order candidate best, its change moves lines and adds none).
+    let mut files = std::collections::BTreeMap::new();
+    let plan = |c: &ksearch::candidate::Candidate| toml::to_string_pretty(&c.plan).unwrap();
+    files.insert("plan.toml".to_string(), (plan(&old), plan(&new)));
+    for name in new.files.keys().chain(old.files.keys()) {
+        let get =
+            |c: &ksearch::candidate::Candidate| c.files.get(name).cloned().unwrap_or_default();
+        files.insert(name.clone(), (get(&old), get(&new)));
+    }
+    let inserted: Vec<String> = files
+        .values()
+        .flat_map(|(o, n)| {
+            similar::TextDiff::from_lines(o, n)
+                .iter_all_changes()
+                .filter(|c| c.tag() == similar::ChangeTag::Insert)
+                .map(|c| format!("+ {}", c.value().trim_end_matches('\n')))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert_eq!(added, inserted, "the diff's added lines");
+    assert_ne!(
+        new_text, old_text,
+        "the best candidate is its parent's copy"
     );
     browser.screenshot("diff");
     seen.extend(browser.requested());
