@@ -312,8 +312,9 @@ fn the_dashboard_shows_runs_live_in_a_real_browser_and_nothing_leaves_loopback()
         store.candidate(&best).unwrap().unwrap(),
         store.candidate(&parent).unwrap().unwrap(),
     );
+    let plan = |c: &ksearch::candidate::Candidate| toml::to_string_pretty(&c.plan).unwrap();
     let text = |c: &ksearch::candidate::Candidate| {
-        let mut t = toml::to_string_pretty(&c.plan).unwrap();
+        let mut t = plan(c);
         for f in c.files.values() {
             t.push_str(f);
         }
@@ -330,7 +331,6 @@ fn the_dashboard_shows_runs_live_in_a_real_browser_and_nothing_leaves_loopback()
     // ...and they are the lines a line diff of each file inserts (not "lines new to the file": when the
     // clock keeps the loop-order candidate best, its change moves lines and adds none).
     let mut files = std::collections::BTreeMap::new();
-    let plan = |c: &ksearch::candidate::Candidate| toml::to_string_pretty(&c.plan).unwrap();
     files.insert("plan.toml".to_string(), (plan(&old), plan(&new)));
     for name in new.files.keys().chain(old.files.keys()) {
         let get =

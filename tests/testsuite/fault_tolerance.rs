@@ -51,8 +51,8 @@ fn kill_9_at_random_moments(extra: &[&str], budget: usize, kills: usize) {
         budget.to_string(),
     ];
     args.extend(QUICK.iter().map(|s| s.to_string()));
-    let quick = quick_matmul_seed();
-    args.extend(from_quick_seed(&quick));
+    let quick = QuickSeed::new();
+    args.extend(quick.flags().map(String::from));
     args.extend(extra.iter().map(|s| s.to_string()));
     let mut run_id: Option<String> = None;
     let mut kept = std::collections::BTreeMap::new();
@@ -174,9 +174,9 @@ fn a_full_disk_stops_the_run_with_a_clear_error_and_resume_finishes_it() {
         return;
     };
     let store = disk.0.path();
-    let seed = quick_matmul_seed();
-    let from = from_quick_seed(&seed);
-    let mut args = vec!["run", "matmul", "--budget", "8", &from[0], &from[1]];
+    let seed = QuickSeed::new();
+    let mut args = vec!["run", "matmul", "--budget", "8"];
+    args.extend_from_slice(&seed.flags());
     args.extend_from_slice(QUICK);
     let child = ksearch(store)
         .args(&args)
@@ -305,9 +305,9 @@ fn two_runs_on_one_store_do_not_disturb_each_other() {
 #[test]
 fn a_second_resume_of_a_run_in_progress_is_refused_with_the_holders_pid() {
     let store = tempfile::tempdir().unwrap();
-    let seed = quick_matmul_seed();
-    let from = from_quick_seed(&seed);
-    let mut args = vec!["run", "matmul", "--budget", "6", &from[0], &from[1]];
+    let seed = QuickSeed::new();
+    let mut args = vec!["run", "matmul", "--budget", "6"];
+    args.extend_from_slice(&seed.flags());
     args.extend_from_slice(QUICK);
     let first = ksearch(store.path())
         .args(&args)

@@ -176,9 +176,9 @@ fn start_and_kill(
 #[test]
 fn a_run_killed_with_sigkill_resumes_and_loses_no_finished_evaluation() {
     let store = tempfile::tempdir().unwrap();
-    let seed = quick_matmul_seed();
-    let from = from_quick_seed(&seed);
-    let mut args = vec!["run", "matmul", "--budget", "8", &from[0], &from[1]];
+    let seed = QuickSeed::new();
+    let mut args = vec!["run", "matmul", "--budget", "8"];
+    args.extend_from_slice(&seed.flags());
     args.extend_from_slice(QUICK);
     let run_id = start_and_kill(store.path(), &args, 4, None);
     let before = snapshot(store.path(), &run_id);
@@ -890,13 +890,10 @@ fn color_and_width_follow_the_flag_the_terminal_and_no_color() {
 fn cpu_devices_are_workers_pinned_to_their_own_cores() {
     let store = tempfile::tempdir().unwrap();
     let cores = ksearch::devices::available_cores();
-    let seed = quick_matmul_seed();
-    let from = from_quick_seed(&seed);
+    let seed = QuickSeed::new();
     let mut args = vec![
         "run",
         "matmul",
-        &from[0],
-        &from[1],
         "--budget",
         "5",
         "--parallel",
@@ -905,6 +902,7 @@ fn cpu_devices_are_workers_pinned_to_their_own_cores() {
         "2",
         "--json",
     ];
+    args.extend_from_slice(&seed.flags());
     args.extend_from_slice(QUICK);
     let out = run(store.path(), &args);
     if cores.len() < 2 {

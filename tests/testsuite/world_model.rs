@@ -231,27 +231,31 @@ fn best_is_blocked_unless_timed_otherwise(store: &Path, run_id: &str, best: &Val
     );
 }
 
-/// The search attempts of run `run_id` that evaluated the blocked candidate (the `loop_tiles` action's).
-fn blocked_attempts(store: &Path, run_id: &str) -> Vec<Value> {
-    let shown = last_json(&run(store, &["show", run_id, "--json"]));
-    shown["attempts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|a| a["phase"] == "search" && a["origin"] == "world-model: action loop_tiles")
-        .cloned()
-        .collect()
-}
-
-/// The search attempts of run `run_id` as the world model reads them: each candidate, whether it passed,
-/// and how it compared with the candidate it was timed beside (overall and on each workload).
-fn outcomes(store: &Path, run_id: &str) -> Vec<(String, bool, String)> {
+/// The search attempts of run `run_id`, in order (`ksearch show --json`).
+fn search_attempts(store: &Path, run_id: &str) -> Vec<Value> {
     let shown = last_json(&run(store, &["show", run_id, "--json"]));
     shown["attempts"]
         .as_array()
         .unwrap()
         .iter()
         .filter(|a| a["phase"] == "search")
+        .cloned()
+        .collect()
+}
+
+/// The search attempts of run `run_id` that evaluated the blocked candidate (the `loop_tiles` action's).
+fn blocked_attempts(store: &Path, run_id: &str) -> Vec<Value> {
+    search_attempts(store, run_id)
+        .into_iter()
+        .filter(|a| a["origin"] == "world-model: action loop_tiles")
+        .collect()
+}
+
+/// The search attempts of run `run_id` as the world model reads them: each candidate, whether it passed,
+/// and how it compared with the candidate it was timed beside (overall and on each workload).
+fn outcomes(store: &Path, run_id: &str) -> Vec<(String, bool, String)> {
+    search_attempts(store, run_id)
+        .iter()
         .map(|a| {
             let v = &a["summary"]["verdict"];
             let each: Vec<String> = v["workloads"]
@@ -270,8 +274,7 @@ fn outcomes(store: &Path, run_id: &str) -> Vec<(String, bool, String)> {
 /// Whether run `run_id` made a comparison that load can turn: a verdict within noise (overall or on a
 /// workload), or two candidates less than 2.5x apart.
 fn a_close_call(store: &Path, run_id: &str) -> bool {
-    let shown = last_json(&run(store, &["show", run_id, "--json"]));
-    shown["attempts"].as_array().unwrap().iter().any(|a| {
+    search_attempts(store, run_id).iter().any(|a| {
         let v = &a["summary"]["verdict"];
         let noise = |x: &Value| x == "within noise";
         noise(&v["verdict"])

@@ -22,6 +22,8 @@ if TYPE_CHECKING:
     from ..timing import Measurement, TimingConfig
 
 TARGETS = ("cpu", "mlx-metal", "mlx-cuda")
+
+
 def sets_beyond_cache(cache_bytes: int, input_bytes: int, most: int) -> int:
     """Input sets to rotate through so that together they hold twice the cache (a call never finds its inputs
     left in cache by the last round), at least 2 and at most `most`."""

@@ -159,38 +159,41 @@ pub fn in_parallel<T: Sync, R: Send>(items: &[T], work: impl Fn(&T) -> R + Sync)
     })
 }
 
-/// A copy of the shipped matmul seed with its loop order fixed to i-k-j, and the flags that start a run
-/// from it (`--candidate DIR`). For tests of stopping and resuming runs, where what the kernels compute
-/// does not matter: the seed's textbook default (i-j-k) takes 0.26 s a call on sq512 and 3-5 s an
-/// evaluation here, an i-k-j candidate about a second, so the same number of evaluations (and of kills)
-/// costs a fraction of the time. Keep the folder alive while the run (or a resume of it) needs it.
-pub fn quick_matmul_seed() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    let seed = repo().join("tasks/matmul/seeds/cpu/naive");
-    for f in std::fs::read_dir(&seed).unwrap().flatten() {
-        std::fs::copy(f.path(), dir.path().join(f.file_name())).unwrap();
-    }
-    let plan = dir.path().join("plan.toml");
-    let text = std::fs::read_to_string(&plan).unwrap();
-    let order = "[tunable.LOOP_ORDER]";
-    let at = text
-        .find(order)
-        .expect("the matmul seed has a LOOP_ORDER tunable");
-    let (head, tail) = text.split_at(at);
-    let pinned = tail.replacen(
-        "values = [0, 1]\ndefault = 0",
-        "values = [1]\ndefault = 1",
-        1,
-    );
-    assert_ne!(
-        pinned, tail,
-        "the matmul seed's LOOP_ORDER is no longer values [0, 1], default 0"
-    );
-    std::fs::write(&plan, format!("{head}{pinned}")).unwrap();
-    dir
-}
+/// A copy of the shipped matmul seed with its loop order fixed to i-k-j, for tests of stopping and resuming
+/// runs, where what the kernels compute does not matter: the seed's textbook default (i-j-k) takes 0.26 s a
+/// call on sq512 and 3-5 s an evaluation here, an i-k-j candidate about a second, so the same number of
+/// evaluations (and of kills) costs a fraction of the time. Keep it alive while the run (or a resume of it)
+/// needs the folder.
+pub struct QuickSeed(tempfile::TempDir);
 
-/// `--candidate <the quick seed>` (see `quick_matmul_seed`).
-pub fn from_quick_seed(seed: &tempfile::TempDir) -> [String; 2] {
-    ["--candidate".into(), seed.path().to_str().unwrap().into()]
+impl QuickSeed {
+    pub fn new() -> QuickSeed {
+        let dir = tempfile::tempdir().unwrap();
+        let seed = repo().join("tasks/matmul/seeds/cpu/naive");
+        for f in std::fs::read_dir(&seed).unwrap().flatten() {
+            std::fs::copy(f.path(), dir.path().join(f.file_name())).unwrap();
+        }
+        let plan = dir.path().join("plan.toml");
+        let text = std::fs::read_to_string(&plan).unwrap();
+        let at = text
+            .find("[tunable.LOOP_ORDER]")
+            .expect("the matmul seed has a LOOP_ORDER tunable");
+        let (head, tail) = text.split_at(at);
+        let pinned = tail.replacen(
+            "values = [0, 1]\ndefault = 0",
+            "values = [1]\ndefault = 1",
+            1,
+        );
+        assert_ne!(
+            pinned, tail,
+            "the matmul seed's LOOP_ORDER is no longer values [0, 1], default 0"
+        );
+        std::fs::write(&plan, format!("{head}{pinned}")).unwrap();
+        QuickSeed(dir)
+    }
+
+    /// The flags that start a run from it.
+    pub fn flags(&self) -> [&str; 2] {
+        ["--candidate", self.0.path().to_str().unwrap()]
+    }
 }
