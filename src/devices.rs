@@ -103,7 +103,7 @@ pub fn parse(spec: &str, target: Target, cores: &[usize]) -> Result<Vec<Device>,
                 })
                 .collect())
         }
-        Target::MlxCuda => {
+        Target::MlxCuda | Target::Cuda => {
             let gpus: Vec<u32> = match count {
                 Some(0) => return Err("--devices 0: give at least one GPU".to_string()),
                 Some(n) => (0..n).collect(),

@@ -119,6 +119,9 @@ pub struct WorkloadResult {
     /// The baselines were timed for this evaluation (not reused from earlier in the run).
     #[serde(default)]
     pub baselines_timed_now: bool,
+    /// Baselines that could not run on this machine, with why (e.g. FlashInfer missing).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub baselines_unavailable: BTreeMap<String, String>,
     /// Seconds the run's own work for this workload took before the candidate ran (`prepare`: references,
     /// inputs, baselines); part of `elapsed_s`, not the candidate's cost.
     #[serde(default)]
@@ -151,6 +154,7 @@ impl WorkloadResult {
             split: Split::default(),
             compile_s: 0.0,
             baselines_timed_now: false,
+            baselines_unavailable: BTreeMap::new(),
             prepare_s: 0.0,
             worker_died: false,
         }
@@ -541,21 +545,29 @@ impl Evaluator {
             }
         }
         if self.target.is_gpu() {
-            // MLX compiles kernel bodies itself, at their first launch; the worker records them.
+            // GPU kernels compile per launch (template values, dtypes): the worker records them now. MLX is
+            // handed bodies (compacted); the cuda target whole files, every one of the candidate's
+            // includable by name.
             let kernels: Vec<Value> = cand
                 .plan
                 .kernel
                 .iter()
                 .map(|k| {
-                    json!({"name": k.name, "source": crate::codegen::mlx_source(cand, k),
-                           "header": crate::codegen::mlx_header(cand, k), "header_name": k.header})
+                    if self.target == Target::Cuda {
+                        json!({"name": k.name, "source": cand.files[&k.source], "source_name": k.source,
+                               "header": k.header.as_ref().map(|h| cand.files[h].as_str()).unwrap_or(""),
+                               "header_name": k.header})
+                    } else {
+                        json!({"name": k.name, "source": crate::codegen::mlx_source(cand, k),
+                               "header": crate::codegen::mlx_header(cand, k), "header_name": k.header})
+                    }
                 })
                 .collect();
-            return match self.worker.request(
-                "compile",
-                json!({"key": key, "kernels": kernels}),
-                deadline,
-            ) {
+            let mut body = json!({"key": key, "kernels": kernels});
+            if self.target == Target::Cuda {
+                body["files"] = json!(cand.files);
+            }
+            return match self.worker.request("compile", body, deadline) {
                 Ok(Reply::Ok(r)) if r["status"] == "compiled" => {
                     self.compiled.insert(key.clone());
                     Ok(key)
@@ -618,7 +630,7 @@ impl Evaluator {
     /// failure here is met again, and reported, by the workload's own evaluation.
     pub fn precompile(&mut self, cand: &Candidate, workloads: &[&Workload]) {
         self.precompile_s = 0.0;
-        if self.target != Target::MlxCuda {
+        if !self.target.is_cuda_dialect() {
             return;
         }
         let resolved: Vec<(ResolvedWorkload, ResolvedPlan)> = workloads
@@ -842,6 +854,7 @@ impl Evaluator {
         let p = prepared
             .map_err(|m| format!("preparing workload {} for the run failed: {m}", rw.name))?;
         result.baselines_timed_now = p.baselines_timed_now;
+        result.baselines_unavailable = p.baselines_unavailable;
         Ok(p.baselines)
     }
 

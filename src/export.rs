@@ -36,8 +36,15 @@ pub fn function_name(task: &Task) -> String {
 fn spec(task: &Task, c: &Candidate) -> Result<Value> {
     let t = &task.toml;
     let target = c.plan.target;
-    if !target.is_gpu() {
-        bail!("--format mlx-python exports MLX kernels; this candidate is for {target}");
+    if !target.is_mlx() {
+        bail!(
+            "--format mlx-python exports MLX kernels; this candidate is for {target}{}",
+            if target == Target::Cuda {
+                " (`ksearch translate` it to mlx-cuda or mlx-metal first)"
+            } else {
+                ""
+            }
+        );
     }
     let shapes = |list: &[crate::task::TensorSpec]| -> Value {
         list.iter()

@@ -83,6 +83,9 @@ pub struct PrepareReply {
     pub baselines: BTreeMap<String, Timing>,
     #[serde(default)]
     pub baselines_timed_now: bool,
+    /// Baselines that cannot run on this machine, with why (a library they need is missing).
+    #[serde(default)]
+    pub baselines_unavailable: BTreeMap<String, String>,
     #[serde(default)]
     pub split: Split,
 }

@@ -126,6 +126,13 @@ impl PythonEnv {
         if !target.is_gpu() {
             return Ok(());
         }
+        if target == crate::target::Target::Cuda {
+            return self.install_extra(
+                "requirements-cuda.txt",
+                ".ksearch-cuda-ready",
+                "installing CuPy and NVRTC for the cuda target (first use)",
+            );
+        }
         self.install_extra(
             "requirements-mlx.txt",
             ".ksearch-mlx-ready",

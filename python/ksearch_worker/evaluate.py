@@ -33,6 +33,8 @@ Arrays = dict[str, np.ndarray]
 
 # How long baselines' times are reused before they are timed again (the machine's state may drift).
 BASELINE_MAX_AGE_S = 600.0
+# The key of a target's baseline entry that could not run here (its value says why).
+UNAVAILABLE = "unavailable"
 
 
 @dataclass
@@ -321,7 +323,8 @@ def run(req: Mapping[str, Any], task: Task | None, target: Target, state: RunSta
     if result["status"] == "passed" and r.timing.enabled and r.baselines:
         # Timed by `prepare` (with no candidate alive, before this candidate ran): only their times here.
         result["baselines"] = {n: {**got[1], "cached": True} for n in r.baselines
-                               if (got := state.baselines.get((layout.key(), n))) is not None}
+                               if (got := state.baselines.get((layout.key(), n))) is not None
+                               and UNAVAILABLE not in got[1]}
     result["split"] = split.report()
     return result
 
@@ -427,7 +430,7 @@ def prepare(req: Mapping[str, Any], task: Task | None, target: Target, state: Ru
     names = _baseline_names(req, task)
     layout = Layout.of(dims, shapes, dtypes, [n for n, _ in task.inputs], task.outputs)
     split = Split(state.pool)
-    result: dict[str, Any] = {"baselines": {}, "baselines_timed_now": False}
+    result: dict[str, Any] = {"baselines": {}, "baselines_timed_now": False, "baselines_unavailable": {}}
     if not target.runs_here():
         # Nothing will run (mlx-metal off a Mac): no reference, input or baseline is needed.
         result["split"] = split.report()
@@ -448,8 +451,12 @@ def prepare(req: Mapping[str, Any], task: Task | None, target: Target, state: Ru
             _warmup_sets(state, task, layout, supply, timing)
             if names:
                 with split.phase("baselines_s"):
-                    result["baselines"], result["baselines_timed_now"] = _baselines(
+                    got, result["baselines_timed_now"] = _baselines(
                         task, target, state, layout, dims, supply, names, timing, bool(req.get("retime_baselines")))
+                    # A baseline whose library this machine lacks (FlashInfer) is named with why; the rest count.
+                    result["baselines"] = {n: st for n, st in got.items() if UNAVAILABLE not in st}
+                    result["baselines_unavailable"] = {n: str(st[UNAVAILABLE]) for n, st in got.items()
+                                                       if UNAVAILABLE in st}
     except WorkerError:
         raise
     except Exception:

@@ -236,3 +236,48 @@ def describe(compiler: tuple[str, ...] = ("cc",), flags: tuple[str, ...] = (),
         # Kernels run single-threaded (one call per launch), so the peaks are one core's.
         "peak_scope": "one core",
     }
+
+
+# -- NVIDIA GPUs (the mlx-cuda and cuda targets) ----------------------------------------------------------
+
+def nvidia_smi() -> dict[str, Any]:
+    fields = "name,memory.total,driver_version,clocks.max.sm"
+    try:
+        out = subprocess.run(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    line = out.stdout.strip().splitlines()[:1]
+    if not line:
+        return {}
+    parts = [p.strip() for p in line[0].split(",")]
+    info: dict[str, Any] = dict(zip(["name", "memory_total", "driver", "max_sm_clock"], parts, strict=False))
+    info.update(cuda_device_attributes())
+    return info
+
+
+# CUdevice_attribute numbers (cuda.h) of what a kernel writer sizes tiles and grids by.
+_CUDA_ATTRIBUTES = {"sms": 16, "l2_cache_bytes": 38, "compute_capability_major": 75,
+                    "compute_capability_minor": 76, "shared_memory_per_sm_bytes": 81,
+                    "shared_memory_per_block_optin_bytes": 97, "registers_per_sm": 82}
+
+
+def cuda_device_attributes() -> dict[str, Any]:
+    """The first GPU's multiprocessor count, compute capability, L2 and shared memory sizes, from the
+    driver API (nvidia-smi reports none of them)."""
+    import ctypes
+
+    out: dict[str, Any] = {}
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+        dev, value = ctypes.c_int(), ctypes.c_int()
+        if cuda.cuInit(0) or cuda.cuDeviceGet(ctypes.byref(dev), 0):
+            return out
+        for name, attribute in _CUDA_ATTRIBUTES.items():
+            if not cuda.cuDeviceGetAttribute(ctypes.byref(value), attribute, dev):
+                out[name] = int(value.value)
+    except (OSError, AttributeError):
+        return out
+    if "compute_capability_major" in out and "compute_capability_minor" in out:
+        out["compute_capability"] = f"{out.pop('compute_capability_major')}.{out.pop('compute_capability_minor')}"
+    return out

@@ -349,34 +349,39 @@ class Compiler:
         }).encode()
 
     def _one(self, job: Job) -> Compiled:
-        config = json.dumps({"dir": str(self._scratch), "writable": False,
-                             "read": [*self.include, os.path.dirname(self.nvrtc or "")],
-                             "limits": {"fsize": 0, "as": _CHILD_ADDRESS_SPACE}}, separators=(",", ":"))
-        start = time.perf_counter()
-        try:
-            proc = subprocess.run([sys.executable, "-m", "ksearch_worker.jail", config, "--nvrtc"],
-                                  input=self._request(job), capture_output=True, timeout=COMPILE_TIMEOUT_S,
-                                  cwd=self._scratch, env=self._env())
-        except subprocess.TimeoutExpired:
-            return Compiled(None, "", f"NVRTC did not finish within {COMPILE_TIMEOUT_S:.0f} s",
-                            time.perf_counter() - start, True)
-        except OSError as exc:
-            return Compiled(None, "", f"cannot start the jailed compiler: {exc}", time.perf_counter() - start, True)
-        seconds = time.perf_counter() - start
-        err = proc.stderr.decode(errors="replace")
-        if proc.returncode == 127 and "ksearch jail:" in err:
-            return Compiled(None, "", err, seconds, True, jail_broken=True)
-        try:
-            reply = json.loads(proc.stdout)
-        except ValueError:
-            how = f"exit status {proc.returncode}" if proc.returncode >= 0 else f"signal {-proc.returncode}"
-            return Compiled(None, "", f"NVRTC ended without a result ({how}): {err[-4000:]}", seconds, True)
-        log = str(reply.get("log", ""))
-        if reply.get("infrastructure"):
-            return Compiled(None, "", log, seconds, True)
-        code = reply.get("code")
-        return Compiled(base64.b64decode(code) if isinstance(code, str) else None, str(reply.get("lowered", "")),
-                        log, seconds)
+        return compile_jailed(self._request(job), self._scratch, [*self.include, os.path.dirname(self.nvrtc or "")],
+                              self._env)
+
+
+def compile_jailed(request: bytes, scratch: Path, read: Sequence[str], env: Callable[[], dict[str, str]]) -> Compiled:
+    """One NVRTC compile (`request`: what `child_compile` reads) in a jailed child that may read only the
+    system and `read`, writes nothing, and runs in `scratch` (an empty folder of the worker's)."""
+    config = json.dumps({"dir": str(scratch), "writable": False, "read": list(read),
+                         "limits": {"fsize": 0, "as": _CHILD_ADDRESS_SPACE}}, separators=(",", ":"))
+    start = time.perf_counter()
+    try:
+        proc = subprocess.run([sys.executable, "-m", "ksearch_worker.jail", config, "--nvrtc"],
+                              input=request, capture_output=True, timeout=COMPILE_TIMEOUT_S, cwd=scratch, env=env())
+    except subprocess.TimeoutExpired:
+        return Compiled(None, "", f"NVRTC did not finish within {COMPILE_TIMEOUT_S:.0f} s",
+                        time.perf_counter() - start, True)
+    except OSError as exc:
+        return Compiled(None, "", f"cannot start the jailed compiler: {exc}", time.perf_counter() - start, True)
+    seconds = time.perf_counter() - start
+    err = proc.stderr.decode(errors="replace")
+    if proc.returncode == 127 and "ksearch jail:" in err:
+        return Compiled(None, "", err, seconds, True, jail_broken=True)
+    try:
+        reply = json.loads(proc.stdout)
+    except ValueError:
+        how = f"exit status {proc.returncode}" if proc.returncode >= 0 else f"signal {-proc.returncode}"
+        return Compiled(None, "", f"NVRTC ended without a result ({how}): {err[-4000:]}", seconds, True)
+    log = str(reply.get("log", ""))
+    if reply.get("infrastructure"):
+        return Compiled(None, "", log, seconds, True)
+    code = reply.get("code")
+    return Compiled(base64.b64decode(code) if isinstance(code, str) else None, str(reply.get("lowered", "")),
+                    log, seconds)
 
 
 # -- the child, inside the jail ----------------------------------------------------------------------------
@@ -432,7 +437,8 @@ def child_compile(request: Mapping[str, Any], nvrtc: _Nvrtc) -> dict[str, Any]:
         nvrtc.check(lib.nvrtcAddNameExpression(prog, kernel), "nvrtcAddNameExpression")
         major, minor = nvrtc.version()
         sass = (major, minor) >= (11, 8)  # MLX's compiler_supports_device_sass, for the GPUs NVRTC 11.8+ knows
-        options = ["--device-as-default-execution-space",
+        # MLX's options unless the request gives its own (the cuda target: whole CUDA files, not MLX's source).
+        options = [*(request.get("options") or ["--device-as-default-execution-space"]),
                    f"--gpu-architecture={'sm' if sass else 'compute'}_{request['arch']}",
                    *[f"--include-path={p}" for p in request["include"]]]
         rc = lib.nvrtcCompileProgram(prog, len(options), _strings(options))

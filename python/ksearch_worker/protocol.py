@@ -63,11 +63,13 @@ class Worker:
         return {"baselines": list(self.task.baselines)}
 
     def compile(self, req: dict[str, Any]) -> dict[str, Any]:
-        if "kernels" in req and hasattr(self.target, "compile_mlx"):
-            key, kernels = req.get("key"), req.get("kernels")
-            if not isinstance(key, str) or not isinstance(kernels, list):
-                raise WorkerError("bad_request", "compile needs `key` and `kernels` (a list of {name, source, header})")
-            return self.target.compile_mlx(key, kernels)
+        if "kernels" in req and hasattr(self.target, "compile_kernels"):
+            # GPU targets: the kernels are recorded, and compiled per launch before their first call.
+            key, kernels, files = req.get("key"), req.get("kernels"), req.get("files") or {}
+            if not isinstance(key, str) or not isinstance(kernels, list) or not isinstance(files, dict):
+                raise WorkerError("bad_request", "compile needs `key` and `kernels` (a list of {name, source, header}), "
+                                                 "and `files` an object where given")
+            return self.target.compile_kernels(key, kernels, files)
         key, dir, sources, include = req.get("key"), req.get("dir"), req.get("sources"), req.get("include")
         if not (isinstance(key, str) and isinstance(dir, str) and isinstance(sources, list)
                 and all(isinstance(s, str) for s in sources) and (include is None or isinstance(include, str))):

@@ -82,6 +82,16 @@ class Batches:
     min_sample_s: float = 0.0
     # Calls per sample fixed by the caller (a pair shares one count); None: chosen by `reps_for`.
     reps: int | None = None
+    # `run` returns the seconds its calls took by the device's own clock (CUDA events around them), used
+    # instead of this process's clock around `run`.
+    clocked: bool = False
+
+    def go(self, start: int, count: int) -> float:
+        """Makes the calls; the seconds they took (the device's clock where the entry has one)."""
+        t0 = time.perf_counter()
+        got = self.run(start, count)
+        host = time.perf_counter() - t0
+        return float(got) if self.clocked and isinstance(got, (int, float)) else host
 
 
 def calls_as_batches(calls: Sequence[Callable[[], object]]) -> Batches:
@@ -106,9 +116,7 @@ def reps_for(entry: Batches, cfg: TimingConfig) -> tuple[int, int, float]:
     per_call = raw = 1e-9
     while True:
         entry.before(done, count)
-        t0 = time.perf_counter()
-        entry.run(done, count)
-        dt = time.perf_counter() - t0
+        dt = entry.go(done, count)
         entry.after(done, count)
         done += count
         raw = max(dt / count, 1e-9)
@@ -213,13 +221,13 @@ def measure(entries: Sequence[Batches | Sequence[Callable[[], object]]], cfg: Ti
             t_before = time.perf_counter()
             b.before(c, n)
             t0 = time.perf_counter()
-            b.run(c, n)
+            dt = b.go(c, n)
             t1 = time.perf_counter()
             b.after(c, n)
             parts["before_s"] += t0 - t_before
             parts["after_s"] += time.perf_counter() - t1
             cursors[e] = c + n
-            return t1 - t0
+            return dt
 
         while True:
             elapsed = time.perf_counter() - start

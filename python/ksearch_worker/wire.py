@@ -140,6 +140,7 @@ class RunResult(TypedDict, total=False):
 class PrepareResult(TypedDict):
     baselines: dict[str, TimingResult]
     baselines_timed_now: bool
+    baselines_unavailable: dict[str, str]
     split: Split
 
 

@@ -49,7 +49,7 @@ def evaluate(tmp_path: Path, kernel: Any, timing: dict[str, Any] | None = None,
     (tmp_path / "baselines.py").write_text(ADD_BASELINES)
     target = target or FakeDevice(kernel)
     task = load_task(str(tmp_path), add_task(baselines=[]), "mlx-cuda")
-    target.compile_mlx("k1", [{"name": "add", "source": "", "header": ""}])
+    target.compile_kernels("k1", [{"name": "add", "source": "", "header": ""}])
     req = add_run("k1", seeds=[1, 2], timing=timing)
     req["launches"][0].update(grid=[M * N, 1, 1], threadgroup=[64, 1, 1])
     state = RunState(pool=Pool())
@@ -432,7 +432,7 @@ def cluster_run(tmp_path: Path, target: MlxTarget) -> dict[str, Any]:
     (tmp_path / "reference.py").write_text(ADD_REFERENCE)
     (tmp_path / "baselines.py").write_text(ADD_BASELINES)
     task = load_task(str(tmp_path), add_task(baselines=[]), "mlx-cuda")
-    target.compile_mlx("k1", [{"name": "add", "source": "C[0] = A[0];", "header": ""}])
+    target.compile_kernels("k1", [{"name": "add", "source": "C[0] = A[0];", "header": ""}])
     req = add_run("k1", seeds=[1])
     req["launches"][0].update(grid=[M * N, 1, 1], threadgroup=[64, 1, 1], cluster=[2, 1, 1])
     return run_request(req, task, target, RunState(pool=Pool()))
@@ -512,7 +512,7 @@ def test_the_screens_reference_copies_are_the_runs_and_a_change_is_blamed_on_the
     (tmp_path / "baselines.py").write_text(ADD_BASELINES)
     target = FakeDevice(correct)
     task = load_task(str(tmp_path), add_task(baselines=[]), "mlx-cuda")
-    target.compile_mlx("k1", [{"name": "add", "source": "", "header": ""}])
+    target.compile_kernels("k1", [{"name": "add", "source": "", "header": ""}])
     set_bytes = 3 * M * N * 4
     timing = {**TIMING, "supply_bytes": 6 * set_bytes, "min_samples": 4, "max_samples": 6}
     req = add_run("k1", seeds=[1, 2], timing=timing)

@@ -112,7 +112,8 @@ enum Command {
     /// Print a shell completion script: `ksearch completions bash > ~/.local/share/bash-completion/completions/ksearch`.
     Completions { shell: clap_complete::Shell },
     /// Translate the kernels of a CUDA file into an MLX candidate folder (plan.toml + kernel bodies),
-    /// with coded diagnostics for what cannot be translated (docs/translate.md).
+    /// with coded diagnostics for what cannot be translated (docs/translate.md); a cuda candidate folder is
+    /// translated under its own plan.
     Translate(translate::TranslateArgs),
     /// Check a Metal kernel for what would fail on a Mac (docs/check.md): a complete .metal file, or an
     /// mlx-metal candidate folder (its task is found above it, or named with --task). Exit 1 on errors.

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 #[derive(clap::Args)]
 pub(super) struct TranslateArgs {
+    /// A .cu file, or a cuda candidate folder (its kernels translated under its own plan).
     pub(super) file: PathBuf,
     /// mlx-metal or mlx-cuda.
     #[arg(long)]

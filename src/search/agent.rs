@@ -333,7 +333,7 @@ fn from_spec_view(task: &Task, target: Target) -> Value {
     let ext = match target {
         Target::Cpu => "c",
         Target::MlxMetal => "metal",
-        Target::MlxCuda => "cu",
+        Target::MlxCuda | Target::Cuda => "cu",
     };
     let source = format!("{kernel}.{ext}");
     let lang = crate::reply::lang_for_file(&source);
@@ -377,6 +377,9 @@ fn target_notes(t: Target) -> &'static str {
         }
         Target::MlxCuda => {
             "CUDA kernel bodies run through mx.fast.cuda_kernel (NVIDIA GPU, NVRTC, sm_90a): guard every index, MLX launches ceil(grid/threadgroup) blocks."
+        }
+        Target::Cuda => {
+            "Whole CUDA C++ `__global__` functions (NVIDIA GPU, NVRTC for the device's architecture, sm_90a on Hopper: wgmma, TMA and clusters available), launched by the worker on a stream of its own: parameters are the launch's inputs (`const T*`), outputs (`T*`) and scalars (`int`, by value) in that order; `template` values then `type_args` are the template arguments in that order; ceil(grid/threadgroup) blocks, so guard every index."
         }
     }
 }

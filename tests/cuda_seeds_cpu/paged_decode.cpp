@@ -1,5 +1,6 @@
-// The shipped CUDA expert of gqa-paged-decode (tasks/gqa-paged-decode/seeds/mlx-cuda/expert: paged.cuh, its
-// split launch then its merge launch, as split.cu and merge.cu call them) on the CPU emulation of
+// The shipped CUDA experts of gqa-paged-decode (tasks/gqa-paged-decode/seeds/mlx-cuda/expert: paged.cuh, its
+// split launch then its merge launch, as split.cu and merge.cu call them; with KSEARCH_CUDA_TARGET, the cuda
+// seed's __global__ functions, paged_decode_cuda.cpp) on the CPU emulation of
 // tests/back_translate_cpu/cuda_cpu.h (each CUDA thread a fiber, blocks in turn): o and the base-2 lse must
 // match attention over each sequence's pages computed here in double. The page lists are scattered over the
 // cache with sequences of one page, of fewer pages than a warp's tile, of exactly a chunk, of several chunks
@@ -23,7 +24,22 @@ inline int __shfl_up_sync(unsigned m, int v, int delta) {
   return __shfl_sync(m, v, lane >= delta ? lane - delta : lane);
 }
 
+#if defined(KSEARCH_CUDA_NAIVE)
+// The cuda target's naive seed (tasks/gqa-paged-decode/seeds/cuda/naive/paged_decode.cu), blocks of 32 NW threads.
+#include "paged_decode.cu"
+#elif defined(KSEARCH_CUDA_TARGET)
+// The cuda target's seed (tasks/gqa-paged-decode/seeds/cuda/expert): its own __global__ functions, with the
+// template arguments the worker instantiates them with (the plan's template values, then T).
+#define __launch_bounds__(...)
+#include "split.cu"
+#include "merge.cu"
+#define SPLIT paged_decode_split<D, Hq, Hkv, CH, NW, KT, T>
+#define MERGE paged_decode_merge<D, Hq, CH, T>
+#else
 #include "paged.cuh"
+#define SPLIT kspaged::split<T, D, Hq, Hkv, CH, NW, KT>
+#define MERGE kspaged::merge<T, D, Hq, CH>
+#endif
 
 static std::mt19937 rng(5);
 
@@ -41,14 +57,21 @@ int check(const char* what, const std::vector<int>& lens, int P) {
   const int items = (N + CH - 1) / CH + B;
   std::vector<float> part((size_t)items * Hq * (D + 2), NAN), lse((size_t)B * Hq, NAN);
   std::vector<T> o((size_t)B * Hq * D, T(NAN));
+#ifdef KSEARCH_CUDA_NAIVE
+  // The naive plan's launch: one warp per (sequence, query head), blocks of 32 NW threads (TG).
+  cpu_launch({(unsigned)(32 * B * Hq), 1, 1}, {32 * NW, 1, 1}, [&] {
+    paged_decode_naive<T>(q.data(), k.data(), v.data(), indptr.data(), indices.data(), o.data(), lse.data(), B, Hq,
+                          Hkv, D);
+  });
+#else
   // The plan's launches: grid x 32 NW ((N + CH - 1) / CH + B) threads, y Hkv; then D B Hq threads in blocks of D.
   cpu_launch({(unsigned)(32 * NW * items), (unsigned)Hkv, 1}, {32 * NW, 1, 1}, [&] {
-    kspaged::split<T, D, Hq, Hkv, CH, NW, KT>(q.data(), k.data(), v.data(), indptr.data(), indices.data(),
-                                              part.data(), B);
+    SPLIT(q.data(), k.data(), v.data(), indptr.data(), indices.data(), part.data(), B);
   });
   cpu_launch({(unsigned)(D * B * Hq), 1, 1}, {D, 1, 1}, [&] {
-    kspaged::merge<T, D, Hq, CH>(part.data(), indptr.data(), o.data(), lse.data(), B);
+    MERGE(part.data(), indptr.data(), o.data(), lse.data(), B);
   });
+#endif
   double worst = 0, worst_lse = 0;
   int bad = 0;
   for (int b = 0; b < B; ++b)

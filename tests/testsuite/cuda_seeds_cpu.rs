@@ -243,3 +243,66 @@ fn paged_decode_expert_matches_attention_over_the_page_lists() {
     );
     assert_eq!(out.matches("worst error").count(), 8, "{out}");
 }
+
+/// The cuda target's gqa-paged-decode seeds: whole `__global__` functions, run on the CPU emulation as the
+/// worker launches them (template values then T; the plan's grids). The expert shares paged.cuh with the
+/// mlx-cuda expert (a test above runs that one): the two files must stay one text, and the two plans one
+/// set of launches.
+#[test]
+fn paged_decode_cuda_seeds_match_attention_over_the_page_lists() {
+    let task_dir = repo().join("tasks/gqa-paged-decode");
+    let task = ksearch::task::Task::load(&task_dir).unwrap();
+    let expert = task_dir.join("seeds/cuda/expert");
+    let naive = task_dir.join("seeds/cuda/naive");
+    let (c, twin) = (
+        Candidate::load(&expert).unwrap(),
+        Candidate::load(&task_dir.join("seeds/mlx-cuda/expert")).unwrap(),
+    );
+    c.check_against(&task).unwrap();
+    assert_eq!(
+        c.files["paged.cuh"], twin.files["paged.cuh"],
+        "seeds/cuda/expert/paged.cuh and seeds/mlx-cuda/expert/paged.cuh must be the same file"
+    );
+    let launches = |c: &Candidate| -> Vec<String> {
+        c.plan
+            .launch
+            .iter()
+            .map(|l| {
+                format!(
+                    "{} {:?} {:?} {:?}",
+                    l.kernel,
+                    l.grid
+                        .iter()
+                        .flatten()
+                        .map(|e| e.0.src())
+                        .collect::<Vec<_>>(),
+                    l.threadgroup
+                        .iter()
+                        .flatten()
+                        .map(|e| e.0.src())
+                        .collect::<Vec<_>>(),
+                    l.template
+                )
+            })
+            .collect()
+    };
+    assert_eq!(launches(&c), launches(&twin));
+    let tmp = tempfile::tempdir().unwrap();
+    for (driver, seed) in [
+        ("paged_decode_cuda.cpp", &expert),
+        ("paged_decode_cuda_naive.cpp", &naive),
+    ] {
+        Candidate::load(seed).unwrap().check_against(&task).unwrap();
+        let out = common::run_cuda_cpu_driver(
+            &repo().join("tests/cuda_seeds_cpu").join(driver),
+            seed,
+            tmp.path(),
+        );
+        println!("{driver}:\n{out}");
+        assert!(
+            out.contains("paged decode agrees with the reference"),
+            "{out}"
+        );
+        assert_eq!(out.matches("worst error").count(), 8, "{out}");
+    }
+}

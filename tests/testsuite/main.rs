@@ -23,6 +23,7 @@ mod check;
 mod check_corpus;
 mod cluster;
 mod cuda_seeds_cpu;
+mod cuda_target;
 mod dashboard;
 mod evaluation;
 mod export;

@@ -1350,3 +1350,110 @@ fn cuda_library_idioms_translate_as_the_compiler_reads_them() {
         "{header}"
     );
 }
+
+/// A cuda candidate folder (`ksearch translate FOLDER`): its kernels read as any CUDA, its plan kept whole.
+fn repo_path(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
+}
+
+fn plan_text(c: &ksearch::candidate::Candidate) -> String {
+    let mut p = c.plan.clone();
+    p.kernel.clear();
+    p.description.clear();
+    p.name.clear();
+    p.target = Target::Cpu;
+    toml::to_string(&p).unwrap()
+}
+
+#[test]
+fn a_cuda_candidate_translates_under_its_own_plan() {
+    let task = ksearch::task::Task::load(&repo_path("tasks/gqa-paged-decode")).unwrap();
+    let naive = repo_path("tasks/gqa-paged-decode/seeds/cuda/naive");
+    let shipped = ksearch::candidate::Candidate::load(&repo_path(
+        "tasks/gqa-paged-decode/seeds/mlx-cuda/naive",
+    ))
+    .unwrap();
+    // The naive kernel as a whole CUDA function becomes, for mlx-cuda, the body the mlx-cuda seed was
+    // written as by hand (scalars read as `B[0]`), under the same launches and tunables.
+    let t = translate::translate_and_check(&naive, Target::MlxCuda, &[]).unwrap();
+    assert!(codes(&t, Severity::Error).is_empty(), "{:?}", t.diagnostics);
+    let c = t.candidate.as_ref().unwrap();
+    c.check_against(&task).unwrap();
+    assert_eq!(c.plan.target, Target::MlxCuda);
+    assert_eq!(
+        ksearch::cpplex::compact(body(&t, "paged_decode_naive")).trim(),
+        ksearch::cpplex::compact(&shipped.files["paged_decode.cu"]).trim()
+    );
+    assert_eq!(plan_text(c), plan_text(&shipped));
+    // For Metal too, through the checker, with nothing it refuses.
+    let t = translate::translate_and_check(&naive, Target::MlxMetal, &[]).unwrap();
+    assert!(codes(&t, Severity::Error).is_empty(), "{:?}", t.diagnostics);
+    t.candidate.as_ref().unwrap().check_against(&task).unwrap();
+    assert!(body(&t, "paged_decode_naive").contains("simd_shuffle_xor"));
+
+    // The expert: outputs written only inside its header's helpers are the launch's outputs all the same;
+    // both kernels, their helpers, the buffer, the tunables and the constraints come through.
+    let expert = repo_path("tasks/gqa-paged-decode/seeds/cuda/expert");
+    let cuda = ksearch::candidate::Candidate::load(&expert).unwrap();
+    let t = translate::translate_and_check(&expert, Target::MlxCuda, &[]).unwrap();
+    assert!(codes(&t, Severity::Error).is_empty(), "{:?}", t.diagnostics);
+    let c = t.candidate.as_ref().unwrap();
+    c.check_against(&task).unwrap();
+    assert_eq!(plan_text(c), plan_text(&cuda));
+    assert!(body(&t, "paged_decode_split").contains("part, B[0])"));
+    // Each kernel file's translation carries the helpers its kernel uses, in a header of its own.
+    let header = |k: usize| &c.files[c.plan.kernel[k].header.as_ref().unwrap()];
+    assert!(
+        header(0).contains("locate") && !header(0).contains("void merge"),
+        "{}",
+        header(0)
+    );
+    assert!(header(1).contains("void merge"), "{}", header(1));
+}
+
+#[test]
+fn a_cuda_candidate_whose_kernel_names_its_parameters_otherwise_is_refused_with_the_names() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    std::fs::write(
+        dir.join("plan.toml"),
+        "name = \"k\"\ntarget = \"cuda\"\ndescription = \"d\"\n[[kernel]]\nname = \"scale\"\nsource = \"k.cu\"\n\
+         [[launch]]\nkernel = \"scale\"\ninputs = [\"x\"]\noutputs = [\"y\"]\nscalars = [\"N\"]\n\
+         grid = [\"N\", \"1\", \"1\"]\nthreadgroup = [\"256\", \"1\", \"1\"]\n",
+    )
+    .unwrap();
+    let kernel = |params: &str| {
+        std::fs::write(
+            dir.join("k.cu"),
+            format!(
+                "__global__ void scale({params}) {{\n  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i < n) out[i] = 2.0f * in[i];\n}}\n"
+            ),
+        )
+        .unwrap();
+        translate::translate_and_check(dir, Target::MlxCuda, &[]).unwrap()
+    };
+    let t = kernel("const float* in, float* out, int n");
+    assert!(t.candidate.is_none());
+    let msg = t
+        .diagnostics
+        .iter()
+        .find(|d| d.code == "T035")
+        .map(|d| d.message.clone())
+        .unwrap_or_default();
+    assert!(
+        msg.contains("`in` is the launch's `x`") && msg.contains("`n` is the launch's `N`"),
+        "{:?}",
+        t.diagnostics
+    );
+    let t = kernel("const float* in, float* out");
+    assert!(t.candidate.is_none() && codes(&t, Severity::Error).contains(&"T036"));
+    // Named as the plan names them: translated.
+    std::fs::write(
+        dir.join("k.cu"),
+        "__global__ void scale(const float* x, float* y, int N) {\n  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i < N) y[i] = 2.0f * x[i];\n}\n",
+    )
+    .unwrap();
+    let t = translate::translate_and_check(dir, Target::MlxCuda, &[]).unwrap();
+    assert!(codes(&t, Severity::Error).is_empty(), "{:?}", t.diagnostics);
+    assert!(body(&t, "scale").contains("N[0]"), "{}", body(&t, "scale"));
+}

@@ -121,18 +121,23 @@ pub fn prompt_section(target: Target, family: Option<&str>) -> String {
         return String::new();
     }
     let k = get();
-    let mut out = String::from(
-        "## CUDA practice restated for MLX (concept map: construct → equivalent; hard constraint)\n",
-    );
-    for c in &k.concepts {
-        let there = match target {
-            Target::MlxMetal => c.metal.as_str(),
-            _ if !c.mlx_cuda.is_empty() => c.mlx_cuda.as_str(),
-            _ => c.cuda.as_str(),
-        };
-        out.push_str(&format!("- {} → {}; {}\n", c.cuda, there, c.constraint));
+    let mut out = String::new();
+    // The concept map restates CUDA for MLX; on the cuda target the kernels are CUDA itself.
+    if target.is_mlx() {
+        out.push_str(
+            "## CUDA practice restated for MLX (concept map: construct → equivalent; hard constraint)\n",
+        );
+        for c in &k.concepts {
+            let there = match target {
+                Target::MlxMetal => c.metal.as_str(),
+                _ if !c.mlx_cuda.is_empty() => c.mlx_cuda.as_str(),
+                _ => c.cuda.as_str(),
+            };
+            out.push_str(&format!("- {} → {}; {}\n", c.cuda, there, c.constraint));
+        }
+        out.push('\n');
     }
-    out.push_str("\n## Patterns that pay on this target\n");
+    out.push_str("## Patterns that pay on this target\n");
     for p in &k.patterns {
         out.push_str(&format!("- {}: {} When: {}\n", p.name, p.idea, p.when));
     }

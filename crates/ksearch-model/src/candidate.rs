@@ -229,6 +229,10 @@ pub struct ResolvedLaunch {
     pub grid: Option<Vec<i64>>,
     pub threadgroup: Option<Vec<i64>>,
     pub template: Option<BTreeMap<String, i64>>,
+    /// The template's names in the plan's order (`template` is keyed by name): the cuda target instantiates
+    /// a kernel with its template values in this order, then its type arguments in name order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub template_order: Vec<String>,
     /// GPU targets: the names the scalars are passed under (each scalar is a plain name there).
     pub scalar_names: Vec<String>,
     /// Type argument name -> dtype name.
@@ -288,6 +292,26 @@ impl Candidate {
                 files.insert(name.clone(), content);
             }
         }
+        if plan.target == Target::Cuda {
+            // Whole CUDA files include the candidate's own headers by name: those present in the folder are
+            // part of the candidate (its hash covers them; the worker hands them to NVRTC), found transitively.
+            let mut queue: Vec<String> = files.keys().cloned().collect();
+            while let Some(name) = queue.pop() {
+                for inc in crate::names::local_includes(&files[&name]) {
+                    let p = dir.join(&inc);
+                    if files.contains_key(&inc) || !p.is_file() {
+                        continue;
+                    }
+                    let content =
+                        std::fs::read_to_string(&p).map_err(|source| CandidateError::Io {
+                            file: p,
+                            err: source,
+                        })?;
+                    files.insert(inc.clone(), content);
+                    queue.push(inc);
+                }
+            }
+        }
         let c = Candidate { plan, files };
         c.validate().map_err(|m| CandidateError::Invalid {
             file: file.clone(),
@@ -320,6 +344,16 @@ impl Candidate {
         }
         let mut seen = std::collections::BTreeSet::new();
         for (i, k) in p.kernel.iter().enumerate() {
+            if p.target == Target::Cuda
+                && is_ident(&k.name)
+                && let Some(text) = self.files.get(&k.source)
+                && !declares_global(text, &k.name)
+            {
+                return Err(format!(
+                    "field `kernel[{i}].source`: {} defines no `__global__` function `{}`; on the cuda target a kernel file holds whole CUDA functions (`__global__ void {}(...)`, a template where the launch passes `template` or `type_args`)",
+                    k.source, k.name, k.name
+                ));
+            }
             if !is_ident(&k.name) {
                 return Err(format!(
                     "field `kernel[{i}].name`: `{}` must be an identifier (the entry symbol)",
@@ -371,12 +405,17 @@ impl Candidate {
                         s.0
                     ));
                 }
-                if l.shared_memory.is_some() && p.target != Target::MlxCuda {
+                if l.shared_memory.is_some() && !p.target.is_cuda_dialect() {
                     return Err(format!(
-                        "field `launch[{i}].shared_memory`: only mlx-cuda has dynamic shared memory; declare a threadgroup array sized by a template int"
+                        "field `launch[{i}].shared_memory`: only the CUDA targets have dynamic shared memory; declare a threadgroup array sized by a template int"
                     ));
                 }
                 if let Some(c) = &l.cluster {
+                    if p.target == Target::Cuda {
+                        return Err(format!(
+                            "field `launch[{i}].cluster`: on the cuda target the kernel declares its clusters itself: write `__cluster_dims__(x, y, z)` on the `__global__` function and drop the field"
+                        ));
+                    }
                     if p.target != Target::MlxCuda {
                         return Err(format!(
                             "field `launch[{i}].cluster`: thread-block clusters are CUDA's (sm_90 and later); drop the field for {}",
@@ -660,6 +699,7 @@ impl Candidate {
                             .collect::<Result<_, String>>()
                     })
                     .transpose()?,
+                template_order: l.template.clone(),
                 scalar_names: l.scalars.iter().map(|s| s.0.src().to_string()).collect(),
                 type_args: l
                     .type_args
@@ -866,6 +906,26 @@ pub fn space(c: &Candidate) -> Vec<(String, Vec<i64>)> {
         .iter()
         .map(|(k, t)| (k.clone(), t.values.clone()))
         .collect()
+}
+
+/// Whether `src` declares a `__global__` function named `name`: `__global__`, then (before the next `;`,
+/// `{` or `}`) the name followed by `(`. Comments, strings and directives are not read.
+fn declares_global(src: &str, name: &str) -> bool {
+    use crate::cpplex::{Kind, lex};
+    let toks: Vec<_> = lex(src)
+        .into_iter()
+        .filter(|t| !matches!(t.kind, Kind::Space | Kind::Comment | Kind::Preproc))
+        .collect();
+    toks.iter().enumerate().any(|(i, t)| {
+        t.kind == Kind::Ident
+            && t.text == "__global__"
+            && toks[i + 1..]
+                .iter()
+                .take_while(|u| !matches!(u.text.as_str(), ";" | "{" | "}"))
+                .collect::<Vec<_>>()
+                .windows(2)
+                .any(|w| w[0].text == name && w[1].text == "(")
+    })
 }
 
 #[cfg(test)]

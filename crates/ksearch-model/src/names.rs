@@ -95,6 +95,30 @@ pub fn check_includes(text: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// The files `text` includes by a quoted name that is a candidate file name (`#include "paged.cuh"`): on the
+/// cuda target, a candidate's own headers, read with its kernel files.
+pub fn local_includes(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for line in crate::cpplex::compact(text).lines() {
+        let Some(rest) = line.trim_start().strip_prefix('#') else {
+            continue;
+        };
+        let Some(operand) = rest.trim_start().strip_prefix("include") else {
+            continue;
+        };
+        let operand = operand.trim();
+        if let Some(name) = operand
+            .strip_prefix('"')
+            .and_then(|o| o.strip_suffix('"'))
+            .filter(|n| is_file_name(n))
+            && !out.iter().any(|o| o == name)
+        {
+            out.push(name.to_string());
+        }
+    }
+    out
+}
+
 /// The include rule on text whose lines are already spliced.
 fn directives_allowed(spliced: &str) -> Result<(), String> {
     // Comments go after splicing, as in a compiler.

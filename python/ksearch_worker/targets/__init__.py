@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from ..task import Task
     from ..timing import Measurement, TimingConfig
 
-TARGETS = ("cpu", "mlx-metal", "mlx-cuda")
+TARGETS = ("cpu", "mlx-metal", "mlx-cuda", "cuda")
 
 
 def sets_beyond_cache(cache_bytes: int, input_bytes: int, most: int) -> int:
@@ -129,7 +129,7 @@ class Target(Protocol):
         ...
 
     def compile(self, key: str, dir: str, sources: Sequence[str], include: str | None) -> dict[str, Any]:
-        """The `compile` op (the CPU target; MLX targets record kernel bodies through `compile_mlx`)."""
+        """The `compile` op (the CPU target; GPU targets record their kernels through `compile_kernels`)."""
         ...
 
     def compiled(self, key: str) -> bool:
@@ -179,4 +179,7 @@ def make_target(name: str) -> Target:
     if name in ("mlx-metal", "mlx-cuda"):
         from .mlx import MlxTarget
         return MlxTarget(name)
+    if name == "cuda":
+        from .cuda import CudaTarget
+        return CudaTarget()
     raise WorkerError("bad_request", f"unknown target {name!r}; this worker serves {', '.join(TARGETS)}")

@@ -13,7 +13,6 @@ import math
 import os
 import platform
 import re
-import subprocess
 import tempfile
 import time
 from collections import OrderedDict
@@ -107,7 +106,7 @@ class MlxTarget:
             info["device_info_error"] = str(exc)
         info["backend_available"] = self._available()
         if self.name == "mlx-cuda":
-            info.update(_nvidia_smi())
+            info.update(hardware.nvidia_smi())
         if info["backend_available"]:
             known = hardware.remembered_peaks(str(info.get("name", "")), remembered)
             if known is not None:
@@ -171,9 +170,10 @@ class MlxTarget:
 
     # -- compile ----------------------------------------------------------------------------------
     def compile(self, key: str, dir: str, sources: Sequence[str], include: str | None) -> dict[str, Any]:
-        raise WorkerError("bad_request", "MLX targets compile through `compile_mlx`")
+        raise WorkerError("bad_request", "MLX targets compile through `compile` with `kernels`")
 
-    def compile_mlx(self, key: str, kernels: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    def compile_kernels(self, key: str, kernels: Sequence[Mapping[str, Any]],
+                        files: Mapping[str, str] | None = None) -> dict[str, Any]:
         """Records the kernel bodies; MLX compiles them at their first launch."""
         start = time.perf_counter()
         k = {str(x["name"]): {"source": str(x["source"]), "header": str(x.get("header") or ""),
@@ -323,7 +323,7 @@ class MlxTarget:
             return None
         if self._compiler is None:
             self._compiler = nvrtc.Compiler(Path(os.environ["MLX_PTX_CACHE_DIR"]), _mlx(), jail.env,
-                                             _device_attributes().get("compute_capability"))
+                                             hardware.cuda_device_attributes().get("compute_capability"))
             if not self._compiler.ready(self._cache_probe):
                 self._in_worker(self._compiler.why or "the module cache probe failed")
         return self._compiler if self._compiler.active else None
@@ -1398,46 +1398,3 @@ def _breaks_the_context(text: str) -> bool:
 def _looks_like_compile_error(text: str) -> bool:
     needles = ("error:", "nvrtc", "NVRTC", "compile", "Unable to build", "program_source")
     return any(n in text for n in needles)
-
-
-def _nvidia_smi() -> dict[str, Any]:
-    fields = "name,memory.total,driver_version,clocks.max.sm"
-    try:
-        out = subprocess.run(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader"], capture_output=True,
-                             text=True, timeout=20)
-    except (OSError, subprocess.SubprocessError):
-        return {}
-    line = out.stdout.strip().splitlines()[:1]
-    if not line:
-        return {}
-    parts = [p.strip() for p in line[0].split(",")]
-    info: dict[str, Any] = dict(zip(["name", "memory_total", "driver", "max_sm_clock"], parts, strict=False))
-    info.update(_device_attributes())
-    return info
-
-
-# CUdevice_attribute numbers (cuda.h) of what a kernel writer sizes tiles and grids by.
-_CUDA_ATTRIBUTES = {"sms": 16, "l2_cache_bytes": 38, "compute_capability_major": 75,
-                    "compute_capability_minor": 76, "shared_memory_per_sm_bytes": 81,
-                    "shared_memory_per_block_optin_bytes": 97, "registers_per_sm": 82}
-
-
-def _device_attributes() -> dict[str, Any]:
-    """The first GPU's multiprocessor count, compute capability, L2 and shared memory sizes, from the
-    driver API (nvidia-smi reports none of them)."""
-    import ctypes
-
-    out: dict[str, Any] = {}
-    try:
-        cuda = ctypes.CDLL("libcuda.so.1")
-        dev, value = ctypes.c_int(), ctypes.c_int()
-        if cuda.cuInit(0) or cuda.cuDeviceGet(ctypes.byref(dev), 0):
-            return out
-        for name, attribute in _CUDA_ATTRIBUTES.items():
-            if not cuda.cuDeviceGetAttribute(ctypes.byref(value), attribute, dev):
-                out[name] = int(value.value)
-    except (OSError, AttributeError):
-        return out
-    if "compute_capability_major" in out and "compute_capability_minor" in out:
-        out["compute_capability"] = f"{out.pop('compute_capability_major')}.{out.pop('compute_capability_minor')}"
-    return out

@@ -18,6 +18,9 @@ use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use tree_sitter::Node;
 
+/// Parameter roles by kernel name, in parameter order (`translate_candidate`: from a plan's launches).
+pub type Roles = BTreeMap<String, Vec<analyze::ParamRole>>;
+
 #[derive(Debug, Clone, Serialize)]
 pub struct Translation {
     pub target: Target,
@@ -1292,7 +1295,7 @@ fn ceil_to(extent: &str, tg: &str) -> String {
 
 pub fn translate(src: &str, stem: &str, target: Target) -> Translation {
     let src = &*super::macros::expand(src);
-    translate_tree(&analyze::parse(src), src, stem, target, None)
+    translate_tree(&analyze::parse(src), src, stem, target, None, None)
 }
 
 /// `translate` of a source already parsed; `flat` says which of its lines came from headers read in.
@@ -1302,9 +1305,19 @@ pub(crate) fn translate_tree(
     stem: &str,
     target: Target,
     flat: Option<&Flat>,
+    roles: Option<&Roles>,
 ) -> Translation {
     let mut analysis = analyze::analyze_tree(tree, src);
+    // Roles a plan gives (a cuda candidate's launches) stand over what the analyzer saw: an output written
+    // only inside a helper is still the launch's output.
     for k in analysis.kernels.iter_mut() {
+        if let Some(given) = roles.and_then(|r| r.get(&k.name))
+            && given.len() == k.params.len()
+        {
+            for (p, role) in k.params.iter_mut().zip(given) {
+                p.role = *role;
+            }
+        }
         k.brief = analyze::brief(k, target);
     }
     let root = tree.root_node();

@@ -6,6 +6,7 @@
 //! docs/translate.md) and marked `// TODO(Txxx)` in the output, never dropped silently.
 
 mod analyze;
+mod candidate;
 mod emit;
 mod groups;
 pub mod includes;
@@ -13,6 +14,7 @@ mod launch;
 mod macros;
 
 pub use analyze::{Analysis, KernelAnalysis, Param, ParamRole, SharedArray, analyze};
+pub use candidate::translate_candidate;
 pub use emit::{Translation, translate};
 
 use ksearch_model::target::Target;
@@ -36,6 +38,9 @@ pub enum TranslateError {
     BadTarget { file: PathBuf, target: Target },
     #[error("{0}")]
     Includes(String),
+    /// A cuda candidate folder that cannot be translated as one (not loadable, another target).
+    #[error("{0}")]
+    Candidate(String),
     #[error("{}: the translated plan does not validate: {message}", file.display())]
     Plan { file: PathBuf, message: String },
     #[error(
@@ -254,7 +259,17 @@ pub fn translate_file_with(
     target: Target,
     dirs: &[PathBuf],
 ) -> Result<Translation, TranslateError> {
-    if !target.is_gpu() {
+    translate_file_roles(file, target, dirs, None)
+}
+
+/// `translate_file_with`, the parameters of the kernels named in `roles` taken as it says (a plan's launch).
+pub(crate) fn translate_file_roles(
+    file: &Path,
+    target: Target,
+    dirs: &[PathBuf],
+    roles: Option<&emit::Roles>,
+) -> Result<Translation, TranslateError> {
+    if !target.is_mlx() {
         return Err(TranslateError::BadTarget {
             file: file.to_path_buf(),
             target,
@@ -271,7 +286,7 @@ pub fn translate_file_with(
         .map(|s| s.to_string_lossy().to_string())
         .unwrap_or_else(|| "kernel".into());
     let mut t = with_tree(&src, |tree| {
-        emit::translate_tree(tree, &src, &stem, target, Some(&flat))
+        emit::translate_tree(tree, &src, &stem, target, Some(&flat), roles)
     })
     .map_err(|(depth, line)| {
         let (header, line) = flat.origin(line);
@@ -448,7 +463,7 @@ pub fn task_brief(task: &ksearch_model::task::Task, target: Target) -> String {
     let Some(rel) = task.toml.cuda_source.as_deref() else {
         return String::new();
     };
-    if !target.is_gpu() {
+    if !target.is_mlx() {
         return String::new();
     }
     let path = task.dir.join(rel);
@@ -551,13 +566,23 @@ pub fn check_metal(
     Ok(out)
 }
 
-/// `translate_file` plus the Metal checker's findings as T005 diagnostics (mlx-metal only).
+/// `translate_file` (or, for a folder, `translate_candidate`: a cuda candidate under its own plan) plus the
+/// Metal checker's findings as T005 diagnostics (mlx-metal only).
 pub fn translate_and_check(
     file: &Path,
     target: Target,
     dirs: &[PathBuf],
 ) -> Result<Translation, TranslateError> {
-    let mut t = translate_file_with(file, target, dirs)?;
+    let t = if file.is_dir() {
+        translate_candidate(file, target)?
+    } else {
+        translate_file_with(file, target, dirs)?
+    };
+    metal_checked(t, target)
+}
+
+/// A translation for mlx-metal with the Metal checker's findings on what it wrote.
+fn metal_checked(mut t: Translation, target: Target) -> Result<Translation, TranslateError> {
     if target != Target::MlxMetal || t.candidate.is_none() {
         return Ok(t);
     }

@@ -1,0 +1,102 @@
+"""Baselines timed next to every mla-paged-decode candidate on the cuda target.
+
+Contract of the cuda target's baselines: each receives the task's inputs as torch.Tensors on the CUDA device,
+in their real dtypes (what a candidate receives), and `dims`; it returns a dict of output tensors by name
+(on the device; output in T, lse in float32).
+
+Here: q_nope (B, H, Dckv) and q_pe (B, H, Dkpe), ckv_cache (P, 1, Dckv) and kpe_cache (P, 1, Dkpe) in T,
+kv_indptr (B + 1) and kv_indices (N) in int32; output (B, H, Dckv) in T and lse (B, H) in float32, base 2.
+
+- flashinfer_mla: FlashInfer's own MLA kernel, `flashinfer.mla.BatchMLAPagedAttentionWrapper` (the kernel
+  FlashInfer-Bench's definition stands for), planned and run at every call: each input set brings its own
+  page lists, and `plan` reads them (a serving engine plans once per step for all its layers). Raises
+  ImportError when FlashInfer is not installed.
+- torch_gather_matmul: what a PyTorch program does without such a kernel: gather every sequence's rows into
+  one padded batch (the lengths read on the host, as a serving loop has them), then the logits, a masked
+  softmax and the weighted sum as float32 batched matmuls.
+
+Each imports torch (and FlashInfer) when called, so the task loads, and its candidates run, where they are
+missing; a baseline that cannot run says why.
+"""
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+# As reference.py: FlashInfer-Bench's default for this definition, 1 / sqrt(128 + 64).
+SM_SCALE = 1.0 / math.sqrt(128 + 64)
+_WORKSPACE_BYTES = 128 * 1024 * 1024
+_wrappers: dict[Any, tuple[Any, dict[str, str]]] = {}
+
+
+def _flashinfer_wrapper(device: torch.device) -> tuple[Any, dict[str, str]]:
+    """One wrapper (and its 128 MiB workspace) per device, made at the first call: allocating the workspace
+    is no part of attention. With it, what `plan` must be told besides the shapes: FlashInfer releases that
+    take `lse_mode` want the base-2 log-sum-exp asked for there (older ones give it whenever `run` is asked)."""
+    try:
+        import flashinfer
+    except ImportError as e:
+        raise ImportError(
+            "the flashinfer_mla baseline needs FlashInfer (`pip install flashinfer-python`); "
+            f"`import flashinfer` failed: {e}") from e
+    if device not in _wrappers:
+        import inspect
+
+        import torch
+
+        workspace = torch.empty(_WORKSPACE_BYTES, dtype=torch.int8, device=device)
+        wrapper = flashinfer.mla.BatchMLAPagedAttentionWrapper(workspace, backend="auto")
+        extra = {"lse_mode": "base2"} if "lse_mode" in inspect.signature(wrapper.plan).parameters else {}
+        _wrappers[device] = (wrapper, extra)
+    return _wrappers[device]
+
+
+def flashinfer_mla(inputs: dict[str, torch.Tensor], dims: dict[str, int]) -> dict[str, torch.Tensor]:
+    import torch
+
+    q_nope, q_pe = inputs["q_nope"], inputs["q_pe"]
+    kv_indptr = inputs["kv_indptr"]
+    wrapper, extra = _flashinfer_wrapper(q_nope.device)
+    B = dims["B"]
+    qo_indptr = torch.arange(B + 1, dtype=torch.int32, device=q_nope.device)  # one query token each
+    wrapper.plan(
+        qo_indptr=qo_indptr,
+        kv_indptr=kv_indptr,
+        kv_indices=inputs["kv_indices"],
+        kv_len_arr=(kv_indptr[1:] - kv_indptr[:-1]).to(torch.int32),
+        num_heads=dims["H"],
+        head_dim_ckv=dims["Dckv"],
+        head_dim_kpe=dims["Dkpe"],
+        page_size=1,
+        causal=False,
+        sm_scale=SM_SCALE,
+        q_data_type=q_nope.dtype,
+        kv_data_type=inputs["ckv_cache"].dtype,
+        **extra,
+    )
+    output, lse = wrapper.run(q_nope, q_pe, inputs["ckv_cache"], inputs["kpe_cache"], return_lse=True)
+    return {"output": output, "lse": lse}
+
+
+def torch_gather_matmul(inputs: dict[str, torch.Tensor], dims: dict[str, int]) -> dict[str, torch.Tensor]:
+    import torch
+
+    B, H, Dckv, Dkpe = (dims[n] for n in ("B", "H", "Dckv", "Dkpe"))
+    kv_indptr = inputs["kv_indptr"].long()
+    device = kv_indptr.device
+    lengths = kv_indptr[1:] - kv_indptr[:-1]
+    longest = int(lengths.max().item())
+    pos = torch.arange(longest, device=device)
+    valid = pos[None, :] < lengths[:, None]  # (B, Lmax)
+    slot = torch.clamp(kv_indptr[:-1, None] + pos[None, :], max=inputs["kv_indices"].numel() - 1)
+    pages = inputs["kv_indices"].long()[slot]  # (B, Lmax); padding reads some page, masked below
+    ckv = inputs["ckv_cache"].reshape(-1, Dckv)[pages].float()  # (B, Lmax, Dckv)
+    kpe = inputs["kpe_cache"].reshape(-1, Dkpe)[pages].float()
+    s = torch.bmm(inputs["q_nope"].float(), ckv.transpose(1, 2)) + torch.bmm(inputs["q_pe"].float(), kpe.transpose(1, 2))
+    s = (s * SM_SCALE).masked_fill(~valid[:, None, :], float("-inf"))  # (B, H, Lmax)
+    lse = torch.logsumexp(s, dim=-1)
+    output = torch.bmm(torch.softmax(s, dim=-1), ckv)
+    return {"output": output.to(inputs["q_nope"].dtype), "lse": lse / math.log(2.0)}

@@ -1,0 +1,110 @@
+"""Baselines timed next to every mla-paged-prefill candidate on the cuda target.
+
+Contract of the cuda target's baselines: each receives the task's inputs as torch.Tensors on the CUDA device,
+in their real dtypes (what a candidate receives), and `dims`; it returns a dict of output tensors by name
+(on the device; output in T, lse in float32).
+
+Here: q_nope (Q, H, Dckv) and q_pe (Q, H, Dkpe), ckv_cache (P, 1, Dckv) and kpe_cache (P, 1, Dkpe) in T,
+qo_indptr and kv_indptr (B + 1) and kv_indices (N) in int32; output (Q, H, Dckv) in T and lse (Q, H) in
+float32, base 2. Query i of a sequence with Lq queries and Lkv pages sees its keys 0 .. Lkv - Lq + i.
+
+- flashinfer_mla: FlashInfer's own MLA kernel, `flashinfer.mla.BatchMLAPagedAttentionWrapper` with
+  causal=True (the kernel FlashInfer-Bench's definition stands for; its causal mask is aligned bottom-right
+  as the definition's), planned and run at every call: each input set brings its own page lists, and `plan`
+  reads them (a serving engine plans once per step for all its layers). Raises ImportError when FlashInfer
+  is not installed.
+- torch_gather_matmul: what a PyTorch program does without such a kernel: per sequence (the lengths read on
+  the host, as a serving loop has them), gather its rows, then the logits, the causal mask, a softmax and the
+  weighted sum as float32 matmuls over all its query tokens and heads at once.
+
+Each imports torch (and FlashInfer) when called, so the task loads, and its candidates run, where they are
+missing; a baseline that cannot run says why.
+"""
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+# As reference.py: FlashInfer-Bench's default for this definition, 1 / sqrt(128 + 64).
+SM_SCALE = 1.0 / math.sqrt(128 + 64)
+_WORKSPACE_BYTES = 128 * 1024 * 1024
+_wrappers: dict[Any, tuple[Any, dict[str, str]]] = {}
+
+
+def _flashinfer_wrapper(device: torch.device) -> tuple[Any, dict[str, str]]:
+    """One wrapper (and its 128 MiB workspace) per device, made at the first call: allocating the workspace
+    is no part of attention. With it, what `plan` must be told besides the shapes: FlashInfer releases that
+    take `lse_mode` want the base-2 log-sum-exp asked for there (older ones give it whenever `run` is asked)."""
+    try:
+        import flashinfer
+    except ImportError as e:
+        raise ImportError(
+            "the flashinfer_mla baseline needs FlashInfer (`pip install flashinfer-python`); "
+            f"`import flashinfer` failed: {e}") from e
+    if device not in _wrappers:
+        import inspect
+
+        import torch
+
+        workspace = torch.empty(_WORKSPACE_BYTES, dtype=torch.int8, device=device)
+        wrapper = flashinfer.mla.BatchMLAPagedAttentionWrapper(workspace, backend="auto")
+        extra = {"lse_mode": "base2"} if "lse_mode" in inspect.signature(wrapper.plan).parameters else {}
+        _wrappers[device] = (wrapper, extra)
+    return _wrappers[device]
+
+
+def flashinfer_mla(inputs: dict[str, torch.Tensor], dims: dict[str, int]) -> dict[str, torch.Tensor]:
+    import torch
+
+    q_nope, q_pe = inputs["q_nope"], inputs["q_pe"]
+    kv_indptr = inputs["kv_indptr"]
+    wrapper, extra = _flashinfer_wrapper(q_nope.device)
+    wrapper.plan(
+        qo_indptr=inputs["qo_indptr"],
+        kv_indptr=kv_indptr,
+        kv_indices=inputs["kv_indices"],
+        kv_len_arr=(kv_indptr[1:] - kv_indptr[:-1]).to(torch.int32),
+        num_heads=dims["H"],
+        head_dim_ckv=dims["Dckv"],
+        head_dim_kpe=dims["Dkpe"],
+        page_size=1,
+        causal=True,
+        sm_scale=SM_SCALE,
+        q_data_type=q_nope.dtype,
+        kv_data_type=inputs["ckv_cache"].dtype,
+        **extra,
+    )
+    output, lse = wrapper.run(q_nope, q_pe, inputs["ckv_cache"], inputs["kpe_cache"], return_lse=True)
+    return {"output": output, "lse": lse}
+
+
+def torch_gather_matmul(inputs: dict[str, torch.Tensor], dims: dict[str, int]) -> dict[str, torch.Tensor]:
+    import torch
+
+    B, H, Dckv, Dkpe = (dims[n] for n in ("B", "H", "Dckv", "Dkpe"))
+    q_nope, q_pe = inputs["q_nope"], inputs["q_pe"]
+    device = q_nope.device
+    qo = inputs["qo_indptr"].tolist()
+    kv = inputs["kv_indptr"].tolist()
+    indices = inputs["kv_indices"].long()
+    ckv_all = inputs["ckv_cache"].reshape(-1, Dckv)
+    kpe_all = inputs["kpe_cache"].reshape(-1, Dkpe)
+    output = torch.empty_like(q_nope)
+    lse = torch.empty(q_nope.shape[:2], dtype=torch.float32, device=device)
+    for b in range(B):
+        lq, lkv = qo[b + 1] - qo[b], kv[b + 1] - kv[b]
+        pages = indices[kv[b]:kv[b + 1]]
+        ckv = ckv_all[pages].float()  # (Lkv, Dckv)
+        kpe = kpe_all[pages].float()
+        qn = q_nope[qo[b]:qo[b + 1]].float().reshape(lq * H, Dckv)
+        qp = q_pe[qo[b]:qo[b + 1]].float().reshape(lq * H, Dkpe)
+        s = ((qn @ ckv.T + qp @ kpe.T) * SM_SCALE).reshape(lq, H, lkv)
+        hidden = torch.arange(lkv, device=device)[None, :] > (torch.arange(lq, device=device)[:, None] + (lkv - lq))
+        s = s.masked_fill(hidden[:, None, :], float("-inf"))
+        lse[qo[b]:qo[b + 1]] = torch.logsumexp(s, dim=-1) / math.log(2.0)
+        p = torch.softmax(s, dim=-1).reshape(lq * H, lkv)
+        output[qo[b]:qo[b + 1]] = (p @ ckv).reshape(lq, H, Dckv).to(output.dtype)
+    return {"output": output, "lse": lse}
