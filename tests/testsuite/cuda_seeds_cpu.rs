@@ -306,3 +306,39 @@ fn paged_decode_cuda_seeds_match_attention_over_the_page_lists() {
         assert_eq!(out.matches("worst error").count(), 8, "{out}");
     }
 }
+
+/// The cuda target's naive MLA (decode, causal prefill) and trimul seeds, run as their plans launch them:
+/// what a search on those tasks starts from is right before any GPU runs it.
+#[test]
+fn mla_and_trimul_naive_cuda_seeds_match_their_references() {
+    let tmp = tempfile::tempdir().unwrap();
+    for (task, driver, says, cases) in [
+        (
+            "mla-paged-decode",
+            "mla_naive.cpp",
+            "mla naive seeds agree",
+            4,
+        ),
+        ("trimul", "trimul_naive.cpp", "trimul naive seed agrees", 2),
+    ] {
+        let task_dir = repo().join("tasks").join(task);
+        let t = ksearch::task::Task::load(&task_dir).unwrap();
+        Candidate::load(&task_dir.join("seeds/cuda/naive"))
+            .unwrap()
+            .check_against(&t)
+            .unwrap();
+        let out = common::run_cuda_cpu_driver(
+            &repo().join("tests/cuda_seeds_cpu").join(driver),
+            &task_dir.join("seeds/cuda/naive"),
+            tmp.path(),
+        );
+        println!("{driver}:\n{out}");
+        assert!(out.contains(says), "{out}");
+        assert_eq!(out.matches("worst error").count(), cases, "{out}");
+    }
+    let prefill = repo().join("tasks/mla-paged-prefill");
+    Candidate::load(&prefill.join("seeds/cuda/naive"))
+        .unwrap()
+        .check_against(&ksearch::task::Task::load(&prefill).unwrap())
+        .unwrap();
+}
