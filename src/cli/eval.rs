@@ -262,6 +262,9 @@ fn report_json(
             }
             // Every baseline's full timing (spread, and with --throughput the old clock's figures).
             v["baselines_timing"] = json!(r.baselines);
+            if !r.baselines_unavailable.is_empty() {
+                v["baselines_unavailable"] = json!(r.baselines_unavailable);
+            }
             if !r.metal_sources.is_empty() {
                 v["metal_sources"] = json!(r.metal_sources);
             }

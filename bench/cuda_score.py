@@ -1,0 +1,63 @@
+"""K-Search's score of cuda-target evaluations: per candidate, the mean over the task's feedback workloads (the
+held-out ones reported apart) of baseline time / candidate time, the baseline FlashInfer's where it ran, else
+the task's PyTorch baseline (named in the result, with why FlashInfer was not timed). A workload the candidate
+did not pass scores 0, as K-Search counts a failed workload.
+
+    python3 bench/cuda_score.py RESULTS.jsonl > SCORES.json
+
+RESULTS.jsonl: the lines bench/h200_cuda.sh records (`{name, command, wall_s, result}`, result the last line
+of `ksearch eval --json`). The published fractions of FlashInfer's speed it compares with (K-Search, H100, 120
+iterations): GQA paged decode 76.0%, MLA paged decode 47.1%, MLA paged prefill 57.4%.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+PUBLISHED = {"gqa-paged-decode": 0.760, "mla-paged-decode": 0.471, "mla-paged-prefill": 0.574}
+
+
+def score(result: dict[str, Any]) -> dict[str, Any]:
+    rows = result.get("workloads") or []
+    names = sorted({b for r in rows for b in (r.get("baselines") or {})})
+    preferred = [b for b in names if b.startswith("flashinfer")] or [b for b in names if b.startswith("torch")] or names
+    baseline = preferred[0] if preferred else None
+    out: dict[str, Any] = {"task": result.get("task"), "candidate": result.get("name"), "hash": result.get("candidate"),
+                           "baseline": baseline, "workloads": {}}
+    unavailable = {b: why for r in rows for b, why in (r.get("baselines_unavailable") or {}).items()}
+    if unavailable:
+        out["baselines_not_timed"] = unavailable
+    for part in ("feedback", "held_out"):
+        ratios = []
+        for r in rows:
+            if bool(r.get("held_out")) != (part == "held_out"):
+                continue
+            t, base = r.get("median_s"), (r.get("baselines") or {}).get(baseline or "")
+            ratio = base / t if r.get("status") == "passed" and t and base else 0.0
+            out["workloads"][r["workload"]] = {"status": r.get("status"), "median_s": t, "baseline_s": base,
+                                               "baseline_over_candidate": round(ratio, 4)}
+            ratios.append(ratio)
+        out[f"score_{part}"] = round(sum(ratios) / len(ratios), 4) if ratios else None
+    published = PUBLISHED.get(str(result.get("task")))
+    if published is not None and baseline and baseline.startswith("flashinfer"):
+        out["k_search_published"] = published
+        out["reaches_published"] = (out["score_feedback"] or 0.0) >= published
+    return out
+
+
+def main() -> None:
+    scores = []
+    with open(sys.argv[1]) as f:
+        for line in f:
+            entry = json.loads(line)
+            result = entry.get("result") or {}
+            if isinstance(result, dict) and result.get("target") == "cuda" and result.get("workloads"):
+                scores.append({"name": entry.get("name"), **score(result)})
+    json.dump({"scores": scores}, sys.stdout, indent=1)
+    print()
+
+
+if __name__ == "__main__":
+    main()
