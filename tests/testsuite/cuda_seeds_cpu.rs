@@ -342,3 +342,60 @@ fn mla_and_trimul_naive_cuda_seeds_match_their_references() {
         .check_against(&ksearch::task::Task::load(&prefill).unwrap())
         .unwrap();
 }
+
+/// The cuda target's mla-paged-decode expert (tensor cores: its mma.sync and cp.async emulated with their
+/// fragment layouts), its split and merge launches as the plan makes them.
+#[test]
+fn mla_decode_expert_cuda_seed_matches_attention_over_the_page_lists() {
+    let task_dir = repo().join("tasks/mla-paged-decode");
+    let task = ksearch::task::Task::load(&task_dir).unwrap();
+    let seed = task_dir.join("seeds/cuda/expert");
+    let c = Candidate::load(&seed).unwrap();
+    c.check_against(&task).unwrap();
+    // mla_decode_expert.cpp launches as the plan does: 128 threads per item, then Dckv per (sequence, head);
+    // the plan's dynamic shared memory is what mla.cuh lays out (kSharedBytes).
+    let grids: Vec<Vec<String>> = c
+        .plan
+        .launch
+        .iter()
+        .map(|l| {
+            l.grid
+                .iter()
+                .chain(&l.threadgroup)
+                .flatten()
+                .map(|e| e.0.src().to_string())
+                .chain(l.shared_memory.iter().map(|e| e.0.src().to_string()))
+                .collect()
+        })
+        .collect();
+    assert_eq!(
+        grids,
+        [
+            vec![
+                "128 * ((N + CH - 1) // CH + B)",
+                "1",
+                "1",
+                "128",
+                "1",
+                "1",
+                "60160"
+            ],
+            vec!["Dckv * B * H", "1", "1", "Dckv", "1", "1"],
+        ],
+        "update tests/cuda_seeds_cpu/mla_decode_expert.cpp"
+    );
+    assert!(
+        c.files["mla.cuh"].contains("(H + 2 * KT) * RS * 2 + NW * H * KT * 4")
+            && c.files["mla.cuh"].contains("RS = DQ + 8"),
+        "the plan's shared_memory (60160) follows mla.cuh's layout: update both"
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let out = common::run_cuda_cpu_driver(
+        &repo().join("tests/cuda_seeds_cpu/mla_decode_expert.cpp"),
+        &seed,
+        tmp.path(),
+    );
+    println!("{out}");
+    assert!(out.contains("mla decode expert agrees"), "{out}");
+    assert_eq!(out.matches("worst error").count(), 5, "{out}");
+}
