@@ -399,3 +399,62 @@ fn mla_decode_expert_cuda_seed_matches_attention_over_the_page_lists() {
     assert!(out.contains("mla decode expert agrees"), "{out}");
     assert_eq!(out.matches("worst error").count(), 5, "{out}");
 }
+
+/// The cuda target's mla-paged-prefill expert: its tiles of query tokens for prefill steps, the decode expert's
+/// split and merge for a step of one query per sequence (whose files it carries unchanged), on the CPU emulation.
+#[test]
+fn mla_prefill_expert_cuda_seed_matches_causal_attention() {
+    let task_dir = repo().join("tasks/mla-paged-prefill");
+    let task = ksearch::task::Task::load(&task_dir).unwrap();
+    let seed = task_dir.join("seeds/cuda/expert");
+    let c = Candidate::load(&seed).unwrap();
+    c.check_against(&task).unwrap();
+    let decode = Candidate::load(&repo().join("tasks/mla-paged-decode/seeds/cuda/expert")).unwrap();
+    for f in ["mla.cuh", "split.cu", "merge.cu"] {
+        assert_eq!(
+            c.files[f], decode.files[f],
+            "{f}: the prefill expert carries the decode expert's file unchanged"
+        );
+    }
+    let whens: Vec<(String, String)> = c
+        .plan
+        .launch
+        .iter()
+        .map(|l| {
+            (
+                l.kernel.clone(),
+                l.when
+                    .as_ref()
+                    .map(|w| w.0.src().to_string())
+                    .unwrap_or_default(),
+            )
+        })
+        .collect();
+    let s = |a: &str, b: &str| (a.to_string(), b.to_string());
+    assert_eq!(
+        whens,
+        [
+            s("mla_prefill_tiles", "Q > B"),
+            s("mla_decode_split", "Q == B"),
+            s("mla_decode_merge", "Q == B")
+        ],
+        "update tests/cuda_seeds_cpu/mla_prefill_expert.cpp"
+    );
+    assert!(
+        c.files["prefill.cuh"].contains("(QT * H + 2 * KT) * RS * 2 + PW * H * KT * 4")
+            && c.plan.launch[0]
+                .shared_memory
+                .as_ref()
+                .is_some_and(|e| e.0.src() == "120320"),
+        "the plan's shared_memory (120320) follows prefill.cuh's layout: update both"
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let out = common::run_cuda_cpu_driver(
+        &repo().join("tests/cuda_seeds_cpu/mla_prefill_expert.cpp"),
+        &seed,
+        tmp.path(),
+    );
+    println!("{out}");
+    assert!(out.contains("mla prefill expert agrees"), "{out}");
+    assert_eq!(out.matches("worst error").count(), 5, "{out}");
+}

@@ -104,12 +104,13 @@ __device__ __forceinline__ void locate(const int* kv_indptr, int nB, int item, i
   __syncthreads();
 }
 
-// KT page rows (compressed then rope) into a stage, 16 bytes per copy; rows past `count` are zeros.
-template <typename T>
+// KT page rows (compressed then rope) into a stage, 16 bytes per copy, by THREADS threads; rows past `count`
+// are zeros.
+template <typename T, int THREADS = 32 * NW>
 __device__ __forceinline__ void load_tile(T* stage, const T* ckv_cache, const T* kpe_cache, const int* pages,
                                           int count) {
   constexpr int PER_ROW = DQ / 8;  // 16-byte pieces of a row: 64 compressed, 8 rope
-  for (int e = threadIdx.x; e < KT * PER_ROW; e += 32 * NW) {
+  for (int e = threadIdx.x; e < KT * PER_ROW; e += THREADS) {
     const int r = e / PER_ROW, piece = e % PER_ROW;
     const bool ok = r < count;
     const long long p = ok ? pages[r] : 0;
