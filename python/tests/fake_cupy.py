@@ -25,7 +25,9 @@ LAUNCHES: list[tuple[str, tuple[int, int, int], tuple[int, int, int], int]] = []
 
 
 class CUDADriverError(RuntimeError):
-    pass
+    def __init__(self, message: str, status: int = 0) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class ndarray:  # noqa: N801 - CuPy's name
@@ -57,7 +59,10 @@ class ndarray:  # noqa: N801 - CuPy's name
         return self.a.copy()
 
     def set(self, arr: np.ndarray, stream: Any = None) -> None:
-        self.a[...] = np.asarray(arr).reshape(self.a.shape)
+        arr = np.asarray(arr)
+        if arr.shape != self.a.shape or arr.dtype != self.a.dtype:  # as CuPy refuses it
+            raise ValueError(f"set: {arr.shape} {arr.dtype} into {self.a.shape} {self.a.dtype}")
+        self.a[...] = arr
 
     def all(self) -> ndarray:
         return ndarray(np.asarray(self.a.all()))
@@ -155,6 +160,9 @@ class RawKernel:
 
     def __init__(self, code: str, name: str) -> None:
         self.name = name
+
+    def compile(self) -> None:
+        pass
 
     def __call__(self, grid: Any, block: Any, args: Any, shared_mem: int = 0) -> None:
         pass

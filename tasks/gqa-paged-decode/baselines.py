@@ -62,7 +62,7 @@ def _flashinfer_wrapper(device: Any) -> Any:
     import torch
 
     if device not in _wrappers:
-        workspace = torch.empty(_WORKSPACE_BYTES, dtype=torch.int8, device=device)
+        workspace = torch.zeros(_WORKSPACE_BYTES, dtype=torch.int8, device=device)
         _wrappers[device] = flashinfer.BatchDecodeWithPagedKVCacheWrapper(workspace, "NHD")
     return _wrappers[device]
 

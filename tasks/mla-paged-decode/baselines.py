@@ -47,7 +47,7 @@ def _flashinfer_wrapper(device: torch.device) -> tuple[Any, dict[str, str]]:
 
         import torch
 
-        workspace = torch.empty(_WORKSPACE_BYTES, dtype=torch.int8, device=device)
+        workspace = torch.zeros(_WORKSPACE_BYTES, dtype=torch.int8, device=device)
         wrapper = flashinfer.mla.BatchMLAPagedAttentionWrapper(workspace, backend="auto")
         extra = {"lse_mode": "base2"} if "lse_mode" in inspect.signature(wrapper.plan).parameters else {}
         _wrappers[device] = (wrapper, extra)

@@ -93,6 +93,10 @@ extern "C" __global__ void ksearch_gate(volatile int* flag, long long limit) {
 # A variable of the module's own that kernels can write: state that outlives a call, so such a module is
 # never shared between candidates.
 _MODULE_STATE = re.compile(r"\b(__managed__|__device__\b[^;{}()]*[;=\[])")
+# CUDA error codes that leave the context unusable (driver_types.h, CUDA 13): illegal address, launch timeout,
+# hardware stack error, illegal instruction, misaligned address, invalid address space, invalid PC, launch
+# failure, cooperative launch too large, contained, tensor memory leak; 710 is a device-side assert.
+_STICKY_CODES = {700, 702, 710, 714, 715, 716, 717, 718, 719, 720, 226, 721}
 _LAUNCH_REFUSED = ("too many resources requested", "invalid configuration argument", "OUT_OF_RESOURCES",
                    "INVALID_VALUE", "invalid argument")
 _STICKY = ("illegal memory access", "illegal address", "unspecified launch failure", "illegal instruction",
@@ -431,7 +435,11 @@ class CudaTarget:
                     continue
                 path = self._dir / f"{module}.cubin"
                 path.write_bytes(d.code)
-                self._modules[module] = _Module(_cp().RawModule(path=str(path)).get_function(d.lowered), d.lowered)
+                try:  # the driver loads the module here (its `__device__` arrays allocated, its symbols found)
+                    function = _cp().RawModule(path=str(path)).get_function(d.lowered)
+                except Exception as exc:
+                    raise failure(exc, launches) from None
+                self._modules[module] = _Module(function, d.lowered)
             say("modules compiled: " + ", ".join(f"{d.seconds:.2f} s {jobs[m][1][:80]}"
                                                   for m, d in sorted(done.items(), key=lambda kv: -kv[1].seconds)))
         for module, (_, expression) in wanted.items():
@@ -504,6 +512,7 @@ class CudaTarget:
         cp = _cp()
         if self._gate is None:
             self._gate = cp.RawKernel(_GATE, "ksearch_gate")
+            self._gate.compile()  # now (in `prepare`), not at a candidate's first sample
             mem = cp.cuda.alloc_pinned_memory(4)
             self._flag = (mem, np.ndarray((1,), dtype=np.int32, buffer=mem))
         return self._gate
@@ -640,12 +649,13 @@ class CudaTarget:
             try:
                 calls(0, 1)
                 self.stream().synchronize()
-            except ImportError as exc:
-                # A library this machine lacks (FlashInfer's wheels): the baseline is named with why, not timed.
+            except Exception as exc:
+                # A library this machine lacks (FlashInfer's wheels, or the nvcc its JIT needs): the baseline is
+                # named with why, not timed; one that broke the device ends this worker.
+                if sticky(exc) or self.device_failure() is not None:
+                    raise WorkerError("device_lost", f"baseline {name} left the device unusable: {exc}") from None
                 out[name] = {"unavailable": f"{type(exc).__name__}: {exc}"}
                 continue
-            except Exception as exc:
-                raise WorkerError("bad_task", f"baseline {name} raised: {type(exc).__name__}: {exc}") from None
             # A baseline's launches per call are unknown (a library's): its samples run ungated.
             entry = Batches(self.clocked(calls, GATE_MAX_LAUNCHES + 1), len(tensors), clocked=True)
             out[name] = measure([entry], cfg).stats[0]
@@ -682,10 +692,16 @@ def same_fingerprint(a: list[int], b: list[int]) -> bool:
     return a == b
 
 
+def sticky(exc: Exception) -> bool:
+    """Whether a CUDA error leaves this process's context unusable: by its code (the driver's and the runtime's
+    share these numbers), else by its message."""
+    return getattr(exc, "status", None) in _STICKY_CODES or any(n in f"{exc}" for n in _STICKY)
+
+
 def failure(exc: Exception, launches: Sequence[Mapping[str, Any]]) -> CandidateFailure:
-    """The candidate's failure, its status read from the driver's message."""
+    """The candidate's failure, its status read from the driver's error."""
     text = f"{type(exc).__name__}: {exc}"
-    if any(n in text for n in _STICKY):
+    if sticky(exc):
         # A sticky CUDA error leaves this process's context unusable: the crash is reported and the Rust side
         # starts a fresh worker, so the next candidate is not blamed.
         return CandidateFailure("crash", text, restart_worker=True)
@@ -740,7 +756,9 @@ class CudaSession:
             for launch in self.launches:
                 module = self.target.function(self.build.key, launch)
                 shared = int(launch.get("shared_memory") or 0)
-                if shared > 48 << 10 and shared > module.max_shared:
+                if shared > module.max_shared:
+                    # The opt-in limit counts static and dynamic shared memory together, so any dynamic amount
+                    # is allowed explicitly (48 KB of both is the default).
                     try:
                         module.function.max_dynamic_shared_size_bytes = shared
                     except Exception as exc:
@@ -775,6 +793,8 @@ class CudaSession:
             if init is not None:
                 for n in c.launch["outputs"]:
                     env[n].fill(fill_bits(float(init), self.dtypes[n]))
+            if 0 in c.blocks:
+                continue  # an empty grid runs nothing (CuPy would launch one block of it)
             args = [*(env[n] for n in c.launch["inputs"]), *(env[n] for n in c.launch["outputs"]), *c.scalars]
             c.module.function(c.blocks, c.threads, tuple(args), shared_mem=c.shared)
 
@@ -867,7 +887,9 @@ class CudaSession:
                 if plan.compares(call, index):
                     verify(index, self._host(outputs_for(call, index), self.outputs), who)
 
-        return Batches(self.target.clocked(run_calls, len(calls)), len(dev), before=before, after=after, clocked=True)
+        # Each call's launches: its kernels, and a fill for every output with an init_value.
+        launches = sum(1 + (len(c.launch["outputs"]) if c.launch.get("init_value") is not None else 0) for c in calls)
+        return Batches(self.target.clocked(run_calls, launches), len(dev), before=before, after=after, clocked=True)
 
     def recheck(self, inputs: Mapping[str, np.ndarray]) -> list[CheckRun]:
         """Fresh inputs written into the device sets timing ran on (a few of them), each call checked with the
