@@ -458,3 +458,48 @@ fn mla_prefill_expert_cuda_seed_matches_causal_attention() {
     assert!(out.contains("mla prefill expert agrees"), "{out}");
     assert_eq!(out.matches("worst error").count(), 5, "{out}");
 }
+
+/// The cuda target's trimul expert (its three products on the tensor cores in fp16: mma.sync and cp.async
+/// emulated), with its plan's launches and buffers.
+#[test]
+fn trimul_expert_cuda_seed_matches_the_update() {
+    let task_dir = repo().join("tasks/trimul");
+    let task = ksearch::task::Task::load(&task_dir).unwrap();
+    let seed = task_dir.join("seeds/cuda/expert");
+    let c = Candidate::load(&seed).unwrap();
+    c.check_against(&task).unwrap();
+    let launches: Vec<String> = c
+        .plan
+        .launch
+        .iter()
+        .map(|l| {
+            let srcs = |v: &Option<Vec<ksearch::expr::ExprField>>| -> Vec<String> {
+                v.iter().flatten().map(|e| e.0.src().to_string()).collect()
+            };
+            format!(
+                "{} {:?} {:?}",
+                l.kernel,
+                srcs(&l.grid),
+                srcs(&l.threadgroup)
+            )
+        })
+        .collect();
+    assert_eq!(
+        launches,
+        [
+            r#"trimul_project ["256 * ((B * S * S + 127) // 128)", "1", "1"] ["256", "1", "1"]"#,
+            r#"trimul_triangle ["256 * ((S + 127) // 128)", "(S + 127) // 128", "B * H"] ["256", "1", "1"]"#,
+            r#"trimul_output ["256 * ((B * S * S + 127) // 128)", "1", "1"] ["256", "1", "1"]"#,
+        ],
+        "update tests/cuda_seeds_cpu/trimul_expert.cpp"
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let out = common::run_cuda_cpu_driver(
+        &repo().join("tests/cuda_seeds_cpu/trimul_expert.cpp"),
+        &seed,
+        tmp.path(),
+    );
+    println!("{out}");
+    assert!(out.contains("trimul expert agrees"), "{out}");
+    assert_eq!(out.matches("worst error").count(), 2, "{out}");
+}
