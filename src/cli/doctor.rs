@@ -35,6 +35,27 @@ fn probe_mlx(python: &Path) -> std::result::Result<(String, bool, bool), String>
     }
 }
 
+/// CuPy's version and the CUDA devices it sees, as the worker's Python has them, without installing anything.
+fn probe_cupy(python: &Path) -> std::result::Result<(String, i64), String> {
+    let code = "import cupy\n\
+                try:\n    n = cupy.cuda.runtime.getDeviceCount()\n\
+                except Exception:\n    n = 0\n\
+                print(cupy.__version__, n)";
+    let out = std::process::Command::new(python)
+        .args(["-c", code])
+        .output()
+        .map_err(|e| e.to_string())?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        return Err(err.lines().last().unwrap_or("import failed").to_string());
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    match text.split_whitespace().collect::<Vec<_>>().as_slice() {
+        [v, n] => Ok((v.to_string(), n.parse().unwrap_or(0))),
+        _ => Err(format!("unexpected answer `{}`", text.trim())),
+    }
+}
+
 /// What `program ARGS` prints on stdout, trimmed, when it runs and succeeds.
 fn answer_of<S: AsRef<std::ffi::OsStr>>(program: S, args: &[&str]) -> Option<String> {
     std::process::Command::new(program)
@@ -195,6 +216,14 @@ impl Findings {
             );
             self.checks.push(json!({"check": name, "ok": None::<bool>, "available": ok, "detail": detail, "fix": if ok { None } else { Some(fix) }}));
         }
+        // The cuda target: CuPy in the worker's Python and a device it sees (the managed environment installs
+        // CuPy at the target's first use).
+        let (ok, detail) = match probe_cupy(&env.python) {
+            Ok((v, n)) => (n > 0, format!("CuPy {v}, {n} CUDA device(s)")),
+            Err(e) => (false, format!("CuPy not importable: {e}")),
+        };
+        self.checks.push(json!({"check": "target cuda", "ok": None::<bool>, "available": ok, "detail": detail,
+            "fix": if ok { None } else { Some("needs an NVIDIA GPU; CuPy is installed into the managed environment at the cuda target's first use (python/requirements-cuda.txt)") }}));
     }
 
     fn ray(&mut self, env: &pyenv::PythonEnv) {
@@ -204,8 +233,8 @@ impl Findings {
             "Ray",
             None,
             match ray {
-                Some(v) => format!("ray {v} in the worker's Python (ksearch evaluates on this machine's devices only; it does not use Ray yet)"),
-                None => "not installed in the worker's Python (not needed: ksearch evaluates on this machine's devices only)".into(),
+                Some(v) => format!("ray {v} in the worker's Python (used by `--cluster`)"),
+                None => "not installed in the worker's Python (installed at the first `--cluster` run; not needed on one machine)".into(),
             },
             "",
         ));

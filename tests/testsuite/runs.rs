@@ -546,6 +546,18 @@ fn doctor_is_a_checklist_with_fixes() {
     assert_eq!(item("python")["ok"], true);
     assert_eq!(item("store")["ok"], true);
     assert!(item("target mlx-cuda")["available"].is_boolean());
+    // The cuda target: a fact too, with what it needs where it cannot run (this machine has no NVIDIA GPU).
+    let cuda = item("target cuda");
+    assert!(
+        cuda["ok"].is_null() && cuda["available"].is_boolean(),
+        "{cuda}"
+    );
+    if cuda["available"] == false {
+        assert!(
+            cuda["fix"].as_str().unwrap().contains("NVIDIA GPU"),
+            "{cuda}"
+        );
+    }
     // Ray is a fact (installed or not), never a failure.
     assert!(item("Ray")["ok"].is_null(), "{}", item("Ray"));
     assert!(

@@ -267,6 +267,7 @@ class CudaTarget:
         self._sets: OrderedDict[tuple[str, int, int], tuple[dict[str, Any], Any]] = OrderedDict()
         self._available: bool | None = None
         self._why = ""  # why the target cannot run here, once `runs_here` found it cannot
+        self._props: dict[str, Any] | None = None
 
     # -- hello ------------------------------------------------------------------------------------
     def runs_here(self) -> bool:
@@ -282,8 +283,14 @@ class CudaTarget:
         return self._available
 
     def _properties(self) -> dict[str, Any]:
-        cp = _cp()
-        p = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
+        """The device's facts a kernel writer sizes by (asked of the runtime once per worker)."""
+        if self._props is None:
+            cp = _cp()
+            self._props = self._read_properties(cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id))
+        return self._props
+
+    @staticmethod
+    def _read_properties(p: Mapping[str, Any]) -> dict[str, Any]:
         name = p["name"].decode() if isinstance(p["name"], bytes) else str(p["name"])
         return {"name": name, "compute_capability": f"{p['major']}.{p['minor']}", "sms": int(p["multiProcessorCount"]),
                 "l2_cache_bytes": int(p["l2CacheSize"]), "memory_bytes": int(p["totalGlobalMem"]),
@@ -928,7 +935,7 @@ def poison(arrays: Any) -> None:
     """All-ones bytes (NaN in every float type, -1 in the integers) into device arrays, on the current stream."""
     for a in arrays:
         if a.nbytes:
-            a.view(_cp().uint8).fill(0xFF)
+            a.reshape(-1).view(_cp().uint8).fill(0xFF)  # flat first: a 0-d array has no byte view
 
 
 class Guarded:
