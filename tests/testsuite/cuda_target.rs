@@ -119,3 +119,91 @@ fn an_evaluation_without_an_nvidia_gpu_says_so_and_fails() {
         "{text}"
     );
 }
+
+/// The cuda target end to end through the binary, on a machine without an NVIDIA GPU: the worker imports a
+/// `cupy` that is python/tests/fake_cupy.py (device arrays in numpy, a kernel a Python stand-in,
+/// python/tests/fake_cuda_kernels.py), everything else real: the compile request with the candidate's files, the
+/// jailed NVRTC compiling the shipped seed for sm_90a, the launches with the plan's arguments, the checks, the
+/// timing, the recheck, the baselines that cannot run here (no torch) named with why, the result as the Rust side
+/// reads it.
+#[test]
+fn an_evaluation_runs_end_to_end_on_a_stand_in_device() {
+    let env = ksearch::pyenv::ensure(None).expect("the managed worker environment");
+    env.install_test_requirements()
+        .expect("the test packages (NVRTC and the CUDA headers)");
+    let tmp = tempfile::tempdir().unwrap();
+    let shim = tmp.path().join("shim");
+    std::fs::create_dir_all(shim.join("cupy")).unwrap();
+    std::fs::write(
+        shim.join("cupy/__init__.py"),
+        "import fake_cupy, fake_cuda_kernels\nfrom fake_cupy import *\n__version__ = fake_cupy.__version__\n",
+    )
+    .unwrap();
+    let path = std::env::join_paths([shim, repo().join("python/tests")]).unwrap();
+    let out = common::ksearch(&tmp.path().join("store"))
+        .env("PYTHONPATH", path)
+        .arg("--python")
+        .arg(&env.python)
+        .args([
+            "eval",
+            "--target",
+            "cuda",
+            "gqa-paged-decode",
+            "--workload",
+            "b1_kv8k",
+            "--json",
+        ])
+        .arg(repo().join("tasks/gqa-paged-decode/seeds/cuda/naive"))
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    let v = common::last_json(&out);
+    assert_eq!(v["target"], "cuda", "{v:#}");
+    assert_eq!(v["hardware"]["name"], "Fake H200", "{v:#}");
+    let w = &v["workloads"][0];
+    assert_eq!(w["workload"], "b1_kv8k", "{v:#}");
+    assert_eq!(w["status"], "passed", "{v:#}");
+    assert!(w["median_s"].as_f64().unwrap() > 0.0, "{v:#}");
+    assert!(w["sampled_checks"].as_u64().unwrap() >= 1, "{v:#}");
+    // Both of the task's cuda baselines need torch, which this environment lacks: named, with why, not timed.
+    let missing = w["baselines_unavailable"].as_object().unwrap();
+    assert_eq!(
+        missing.keys().collect::<Vec<_>>(),
+        ["flashinfer_decode", "torch_gather_sdpa"],
+        "{v:#}"
+    );
+    assert!(
+        missing["torch_gather_sdpa"]
+            .as_str()
+            .unwrap()
+            .contains("torch")
+    );
+    let human = common::ksearch(&tmp.path().join("store"))
+        .env(
+            "PYTHONPATH",
+            std::env::join_paths([tmp.path().join("shim"), repo().join("python/tests")]).unwrap(),
+        )
+        .arg("--python")
+        .arg(&env.python)
+        .args([
+            "eval",
+            "--target",
+            "cuda",
+            "gqa-paged-decode",
+            "--workload",
+            "b1_kv8k",
+        ])
+        .arg(repo().join("tasks/gqa-paged-decode/seeds/cuda/naive"))
+        .output()
+        .unwrap();
+    let human = String::from_utf8_lossy(&human.stdout).to_string();
+    assert!(
+        human.contains("baseline torch_gather_sdpa not timed: it cannot run here"),
+        "{human}"
+    );
+}
