@@ -43,6 +43,9 @@ class ndarray:  # noqa: N801 - CuPy's name
     def __getitem__(self, idx: Any) -> ndarray:
         return ndarray(self.a[idx])
 
+    def __setitem__(self, idx: Any, value: Any) -> None:
+        self.a[idx] = value.a if isinstance(value, ndarray) else value
+
     def view(self, dtype: Any) -> ndarray:
         return ndarray(self.a.view(dtype))
 

@@ -112,7 +112,33 @@ def test_a_kernel_that_writes_nothing_when_timed_is_caught(tmp_path: Path) -> No
             correct(a, b, c, calls)
 
     r = evaluate(tmp_path, idle, TIMING)
-    assert r["status"] == "wrong" and "after timing" in r["message"] and "unwritten" in r["message"], r["message"]
+    assert r["status"] == "wrong" and "after timing" in r["message"], r["message"]
+
+
+def test_a_kernel_that_works_only_on_poisoned_outputs_is_caught(tmp_path: Path) -> None:
+    """The checks poison outputs; a kernel that computes only then (and leaves whatever its output held
+    otherwise) must not pass because the calls compared after timing looked like checks."""
+    def only_when_checked(a: np.ndarray, b: np.ndarray, c: np.ndarray, calls: int) -> None:
+        if np.isnan(c).any():
+            correct(a, b, c, calls)
+
+    r = evaluate(tmp_path, only_when_checked, TIMING)
+    assert r["status"] == "wrong" and "after timing" in r["message"], r["message"]
+
+
+def test_a_compared_call_writes_where_every_call_writes(tmp_path: Path) -> None:
+    """Timed calls write two output addresses in turn, compared calls included: an address tells nothing."""
+    seen: list[int] = []
+
+    def record(a: np.ndarray, b: np.ndarray, c: np.ndarray, calls: int) -> None:
+        correct(a, b, c, calls)
+        if calls > 3:  # after the checks
+            seen.append(c.__array_interface__["data"][0])
+
+    r = evaluate(tmp_path, record, TIMING)
+    assert r["status"] == "passed", r["message"]
+    timed = seen[: len(seen) - 2]  # the recheck's calls last
+    assert len(set(timed)) == 2 and r["timing"]["sampled_checks"] == 2, (len(set(timed)), r["timing"])
 
 
 def test_a_race_is_caught_by_running_twice(tmp_path: Path) -> None:

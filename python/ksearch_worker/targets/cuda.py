@@ -21,8 +21,10 @@ Timing: a sample is a run of calls between two CUDA events on the worker's strea
 until every call is enqueued, so the device runs them back to back and the host's cost of launching is not
 the candidate's. Calls on one stream cannot overlap (each launch starts when the one before has finished):
 the chain of dependent launches the MLX targets build with links comes with the stream here. Each call
-reads its own input set where memory allows (the plan's sets rotate through more than the L2 cache holds);
-the calls drawn for comparison write outputs of their own, poisoned before the sample and compared after.
+reads its own input set where memory allows (the plan's sets rotate through more than the L2 cache holds) and
+writes one of two output groups in turn, so the calls drawn for comparison meet what every call meets (a kernel
+that skips its work when its output already holds something, or at an address it saw, is caught there): their
+outputs are copied aside right after them, between events whose span is taken off the sample.
 After timing, fresh inputs are written where timing ran and checked (`recheck`).
 """
 
@@ -570,9 +572,10 @@ class CudaTarget:
         self._sets.pop(ident, None)
 
     # -- timing -----------------------------------------------------------------------------------
-    def clocked(self, calls: Callable[[int, int], None], launches_per_call: int) -> Callable[[int, int], float]:
+    def clocked(self, calls: Callable[[int, int], Any], launches_per_call: int) -> Callable[[int, int], float]:
         """`run(start, count)` of an entry: the calls between two events on the stream, held behind the gate
-        while they are enqueued; the seconds between the events."""
+        while they are enqueued; the seconds between the events, less the spans between the pairs of events
+        `calls` returns (work of the evaluator's own among the calls: copies of the compared calls' outputs)."""
         cp = _cp()
         stream = self.stream()
         gate = self.gate_kernel()
@@ -587,13 +590,16 @@ class CudaTarget:
                     flag[0] = 0
                     gate((1, 1, 1), (1, 1, 1), (pointer, np.int64(GATE_CYCLES)))
                 before.record(stream)
+                own: Any = ()
                 try:
-                    calls(start, count)
+                    own = calls(start, count) or ()
                 finally:
                     after.record(stream)
                     flag[0] = 1
             after.synchronize()
-            return float(cp.cuda.get_elapsed_time(before, after)) / 1e3
+            spent = float(cp.cuda.get_elapsed_time(before, after))
+            spent -= sum(float(cp.cuda.get_elapsed_time(a, b)) for a, b in own)
+            return max(spent, 0.0) / 1e3
 
         return run
 
@@ -861,42 +867,50 @@ class CudaSession:
 
     # -- timing -----------------------------------------------------------------------------------
     def entry(self, dev: list[dict[str, Any]], plan: Any, verify: Any, who: str) -> Batches:
-        """The session's timed entry: call i runs on set i mod len(dev); a call drawn for comparison writes
-        outputs of its own (poisoned before the sample, compared after), the others one of two output groups
-        in turn; intermediate buffers are the session's."""
+        """The session's timed entry: call i runs on set i mod len(dev) and writes output group i mod 2, so a
+        compared call meets what every call meets (outputs at the same two addresses, holding an earlier call's
+        results): nothing tells it apart. Right after a compared call its outputs are copied aside, between two
+        events whose span is taken off the sample, and compared after the sample. Intermediate buffers are the
+        session's."""
         calls = self.calls()
         if self._timing_buffers is None:
             self._timing_buffers = self._new(self.buffers)
             self._ring = [self._new(self.outputs) for _ in range(2)]
+        cp = _cp()
 
-        def outputs_for(call: int, index: int) -> dict[str, Any]:
-            if plan.compares(call, index):
-                got = self._checked_outputs.get(index)
-                if got is None:
-                    got = self._checked_outputs[index] = self._new(self.outputs)
-                return got
-            return self._ring[call % 2]
+        def saved(index: int) -> dict[str, Any]:
+            got = self._checked_outputs.get(index)
+            if got is None:
+                got = self._checked_outputs[index] = self._new(self.outputs)
+            return got
 
-        def run_calls(start: int, count: int) -> None:
+        def run_calls(start: int, count: int) -> list[tuple[Any, Any]]:
+            own = []
             for call in range(start, start + count):
                 index = call % len(dev)
-                self.enqueue({**dev[index], **self._timing_buffers, **outputs_for(call, index)})
-
-        def before(start: int, count: int) -> None:
-            with self.target.stream():
-                for call in range(start, start + count):
-                    if plan.compares(call, call % len(dev)):
-                        poison(outputs_for(call, call % len(dev)).values())
+                outputs = self._ring[call % 2]
+                self.enqueue({**dev[index], **self._timing_buffers, **outputs})
+                if plan.compares(call, index):
+                    a, b = cp.cuda.Event(), cp.cuda.Event()
+                    a.record(self.target.stream())
+                    keep = saved(index)
+                    for n in self.outputs:
+                        keep[n][...] = outputs[n]
+                    b.record(self.target.stream())
+                    own.append((a, b))
+            return own
 
         def after(start: int, count: int) -> None:
             for call in range(start, start + count):
                 index = call % len(dev)
                 if plan.compares(call, index):
-                    verify(index, self._host(outputs_for(call, index), self.outputs), who)
+                    verify(index, self._host(saved(index), self.outputs), who)
 
-        # Each call's launches: its kernels, and a fill for every output with an init_value.
+        # Each call's launches: its kernels, a fill for every output with an init_value, and for a compared
+        # call a copy of each output.
         launches = sum(1 + (len(c.launch["outputs"]) if c.launch.get("init_value") is not None else 0) for c in calls)
-        return Batches(self.target.clocked(run_calls, launches), len(dev), before=before, after=after, clocked=True)
+        launches += len(self.outputs)
+        return Batches(self.target.clocked(run_calls, launches), len(dev), after=after, clocked=True)
 
     def recheck(self, inputs: Mapping[str, np.ndarray]) -> list[CheckRun]:
         """Fresh inputs written into the device sets timing ran on (a few of them), each call checked with the
