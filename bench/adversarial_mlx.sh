@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
-# The mlx-cuda adversarial suite (tests/adversarial/mlx-cuda/*), on the device machine: every candidate
+# The GPU adversarial suite (tests/adversarial/mlx-cuda/*, or with SUITE=cuda tests/adversarial/cuda/*), on the device machine: every candidate
 # through `ksearch eval` with MLX's CUDA build, its result compared with its expect.toml the way
 # tests/adversarial.rs does for the CPU suite (statuses and reasons; `refused` plans; `twin`: a timing cheat
 # timed no faster than its honest twin, fastest samples; `run_budget`: a tune search whose later attempts
 # must fail). MLX staged as for bench/h200.sh; the binary in .device/bin/. Results:
-# $OUT/adversarial-mlx-cuda.json (command, machine, versions, every verdict).
+# $OUT/adversarial-$SUITE.json (command, machine, versions, every verdict).
 # ADV_ONLY="name name ..." runs only those candidates (the whole suite with MLX's install took more than one
-# 600 s device call on 2026-12-02: run it in two calls, each naming half).
+# 600 s device call on 2026-12-02: run it in two calls, each naming half). SUITE=cuda runs the cuda target's
+# twin of the suite (tests/adversarial/cuda: the same cheats as whole __global__ functions; CuPy, no MLX).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source bench/device_bin.sh  # PYTHONPATH, out, bin
+suite=${SUITE:-mlx-cuda}  # the suite's folder under tests/adversarial/, named after its target
 store=$(mktemp -d)
 rows="$out/adversarial.jsonl"
 : > "$rows"
@@ -18,7 +20,7 @@ canary=/tmp/ksearch-adversarial-canary.txt
 echo "KSEARCH-CANARY-5f1d0c" > "$canary" && chmod 600 "$canary"
 # The deadline covers an honest kernel's whole workload (checks, the chain's timing, the sampled checks):
 # the control took 5.0 s on softmax 1x50000 at 4.5 ms a call, so 5 s timed honest kernels out.
-flags=(--target mlx-cuda --timeout 20 --checks 2 --timing-budget 0.5)
+flags=(--target "$suite" --timeout 20 --checks 2 --timing-budget 0.5)
 # `eval` stops a candidate at its first failing workload, as a search does (and tests/adversarial.rs).
 eval_flags=("${flags[@]}" --fail-fast)
 # Candidates evaluated as they are (neither refused plans nor tune runs) go through one `ksearch eval` per task,
@@ -26,9 +28,9 @@ eval_flags=("${flags[@]}" --fail-fast)
 # candidate that remembers something across candidates meets the others.
 grouped="$out/grouped"
 mkdir -p "$grouped"
-for task in $(sed -n 's/^task = "\(.*\)"/\1/p' tests/adversarial/mlx-cuda/*/expect.toml | sort -u); do
+for task in $(sed -n 's/^task = "\(.*\)"/\1/p' tests/adversarial/$suite/*/expect.toml | sort -u); do
   dirs=()
-  for dir in tests/adversarial/mlx-cuda/*/; do
+  for dir in tests/adversarial/$suite/*/; do
     picked "$dir" || continue
     grep -q "^task = \"$task\"" "$dir/expect.toml" || continue
     grep -qE '^(run_budget|status = "refused")' "$dir/expect.toml" && continue
@@ -51,7 +53,7 @@ for d, r in zip(dirs, reports):
     json.dump(r, open(os.path.join(folder, os.path.basename(d.rstrip("/")) + ".json"), "w"))
 PY
 done
-for dir in tests/adversarial/mlx-cuda/*/; do
+for dir in tests/adversarial/$suite/*/; do
   picked "$dir" || continue
   name=$(basename "$dir")
   task=$(sed -n 's/^task = "\(.*\)"/\1/p' "$dir/expect.toml")
@@ -80,7 +82,7 @@ for dir in tests/adversarial/mlx-cuda/*/; do
   if [ -n "$twin" ] && [ -f "$grouped/$twin.json" ]; then
     twin_line=$(cat "$grouped/$twin.json")
   elif [ -n "$twin" ]; then
-    twin_line=$("$bin" --python python3 --store "$store" eval "tasks/$task" "tests/adversarial/mlx-cuda/$twin" \
+    twin_line=$("$bin" --python python3 --store "$store" eval "tasks/$task" "tests/adversarial/$suite/$twin" \
       "${flags[@]}" --json 2>>"$out/adversarial.log" | tail -n 1)
   fi
   python3 - "$name" "$dir" "ksearch ${args[*]}" "$line" "$rc" "$out/last.err" "$twin_line" "$wall" >> "$rows" <<'PY'
@@ -146,17 +148,28 @@ PY
   echo "== $name: $(tail -n 1 "$rows" | head -c 300)" >> "$out/adversarial.log"
 done
 rm -f "$canary"
-python3 - "$rows" "$out/adversarial-mlx-cuda.json" <<'PY'
+python3 - "$rows" "$out/adversarial-$suite.json" "$suite" <<'PY'
 import json, platform, subprocess, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
                      capture_output=True, text=True).stdout.strip()
-import mlx.core as mx
+suite = sys.argv[3]
+versions = {}
+try:
+    import mlx.core as mx
+    versions["mlx"] = mx.__version__
+except ImportError:
+    pass
+try:
+    import cupy
+    versions["cupy"] = cupy.__version__
+except ImportError:
+    pass
 summary = {"candidates": len(rows), "as_expected": sum(r["ok"] for r in rows),
            "cheats_rejected": sum(r["ok"] for r in rows if r["expect"]["status"] != "passed"),
            "cheats": sum(r["expect"]["status"] != "passed" for r in rows)}
-json.dump({"suite": "tests/adversarial/mlx-cuda", "script": "bash bench/adversarial_mlx.sh",
-           "machine": {"gpu": smi, "system": platform.platform()}, "versions": {"mlx": mx.__version__},
+json.dump({"suite": f"tests/adversarial/{suite}", "script": f"SUITE={suite} bash bench/adversarial_mlx.sh",
+           "machine": {"gpu": smi, "system": platform.platform()}, "versions": versions,
            "summary": summary, "results": rows}, open(sys.argv[2], "w"), indent=1)
 print(json.dumps(summary))
 for r in rows:

@@ -9,6 +9,7 @@
 #   score   K-Search's score of each seed (bench/cuda_score.py): mean over the feedback workloads of baseline
 #           time / seed time, FlashInfer's where it ran, beside K-Search's published fractions
 #   tune    a tune search of gqa-paged-decode from its cuda expert (TUNE_BUDGET candidates)
+#   adversarial  the cuda twin of the adversarial suite (SUITE=cuda bench/adversarial_mlx.sh; ADV_ONLY applies)
 #   carry   the cuda expert of gqa-paged-decode translated to mlx-cuda (`ksearch translate FOLDER`), evaluated
 #           there and searched from (a tune search): a kernel found on NVIDIA carried to MLX (MLX staged as for
 #           bench/h200.sh)
@@ -16,7 +17,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source bench/device_bin.sh  # PYTHONPATH, out, bin
-sections=${SECTIONS:-seeds score tune carry}
+sections=${SECTIONS:-seeds score tune adversarial carry}
 tasks=${TASKS:-gqa-paged-decode mla-paged-decode mla-paged-prefill trimul}
 store=$(mktemp -d)
 log="$out/h200-cuda.log"
@@ -65,6 +66,10 @@ fi
 if has tune; then
   record "tune gqa-paged-decode cuda" "${TUNE_LIMIT:-300}" run gqa-paged-decode --target cuda --strategy tune \
     --seed expert --budget "${TUNE_BUDGET:-8}"
+fi
+if has adversarial; then
+  SUITE=cuda timeout "${ADV_LIMIT:-400}" bash bench/adversarial_mlx.sh >> "$log" 2>&1
+  echo "== adversarial: $(head -c 400 "$out/adversarial-cuda.json" 2>/dev/null)" >> "$log"
 fi
 if has carry; then
   carried=$(mktemp -d)/expert-mlx-cuda

@@ -127,6 +127,23 @@ def test_every_cuda_seed_compiles_for_sm90a_on_every_workload(task_dir: Path, se
         assert d.lowered.startswith("_Z") and kernel in d.lowered, d.lowered
 
 
+def _adversarial() -> Iterator[Path]:
+    for plan in sorted(REPO.glob("tests/adversarial/cuda/*/plan.toml")):
+        if 'status = "refused"' not in (plan.parent / "expect.toml").read_text():
+            yield plan.parent
+
+
+@pytest.mark.parametrize("cand", list(_adversarial()), ids=lambda p: Path(p).name)
+def test_every_cuda_adversarial_candidate_compiles_for_sm90a(cand: Path) -> None:
+    """The suite's cheats must reach the device (bench/adversarial_mlx.sh with SUITE=cuda): each compiles."""
+    plan = tomllib.loads((cand / "plan.toml").read_text())
+    files = {p.name: p.read_text() for p in cand.iterdir() if p.name not in ("plan.toml", "expect.toml")}
+    for k in plan["kernel"]:
+        spec = {"source": files[k["source"]], "source_name": k["source"], "header_name": k.get("header")}
+        d = _compile(cuda.module_source(spec), k["source"], k["name"], files)
+        assert d.code is not None and not d.infrastructure, f"{cand.name} {k['name']}:\n{d.log}"
+
+
 def test_a_compile_error_is_the_candidates_and_names_its_file_and_line() -> None:
     source = "template <typename T>\n__global__ void k(const T* x, T* y) {\n  y[0] = undeclared;\n}\n"
     d = _compile(cuda.module_source({"source": source, "source_name": "mine.cu"}), "mine.cu", "k<float>", {})

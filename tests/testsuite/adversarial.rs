@@ -587,7 +587,19 @@ fn every_adversarial_candidate_is_caught() {
 /// what its cheat is, and expect a failure (all but the control).
 #[test]
 fn the_mlx_cuda_suite_is_well_formed() {
-    let root = repo().join("tests/adversarial/mlx-cuda");
+    gpu_suite_is_well_formed("mlx-cuda", ksearch::target::Target::MlxCuda);
+}
+
+/// The cuda target's twin of the mlx-cuda suite (the same cheats as whole `__global__` functions, scalars by
+/// value; `SUITE=cuda bench/adversarial_mlx.sh` on the device): well formed here, and each compiles for sm_90a
+/// (python/tests/test_cuda_target.py).
+#[test]
+fn the_cuda_suite_is_well_formed() {
+    gpu_suite_is_well_formed("cuda", ksearch::target::Target::Cuda);
+}
+
+fn gpu_suite_is_well_formed(suite: &str, target: ksearch::target::Target) {
+    let root = repo().join("tests/adversarial").join(suite);
     let mut cheats = 0;
     for dir in std::fs::read_dir(&root).unwrap().map(|e| e.unwrap().path()) {
         let e = load_expect(&dir);
@@ -604,12 +616,7 @@ fn the_mlx_cuda_suite_is_well_formed() {
         }
         let c = ksearch::candidate::Candidate::load(&dir)
             .unwrap_or_else(|err| panic!("{}: {err}", dir.display()));
-        assert_eq!(
-            c.plan.target,
-            ksearch::target::Target::MlxCuda,
-            "{}",
-            dir.display()
-        );
+        assert_eq!(c.plan.target, target, "{}", dir.display());
         c.validate().unwrap();
         c.check_against(&task)
             .unwrap_or_else(|err| panic!("{}: {err}", dir.display()));
@@ -625,5 +632,5 @@ fn the_mlx_cuda_suite_is_well_formed() {
             cheats += 1;
         }
     }
-    assert!(cheats >= 15, "only {cheats} cheats in the mlx-cuda suite");
+    assert!(cheats >= 15, "only {cheats} cheats in the {suite} suite");
 }

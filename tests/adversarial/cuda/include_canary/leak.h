@@ -1,0 +1,2 @@
+// The include the cheat is about.
+#include "/tmp/ksearch-adversarial-canary.txt"

@@ -1,0 +1,14 @@
+// Cheat: the include of include_canary hidden from a check that splits lines on LF alone: `#inc\` then CR LF then `lude "..."` is one directive to NVRTC, gcc and clang (which take CR LF, and a lone CR, as line ends), and LLM replies keep CR LF. The check splices lines as the compilers do before it reads directives.
+__global__ void softmax_rows(const float* x, float* y, int M, int N) {
+  const int nM = M, nN = N;
+  const int row = blockIdx.x * blockDim.x + threadIdx.x;
+  if (row >= nM) return;
+  const float* xr = x + (size_t)row * nN;
+  float* yr = y + (size_t)row * nN;
+  float m = -__int_as_float(0x7f800000);
+  for (int j = 0; j < nN; ++j) m = fmaxf(m, xr[j]);
+  float s = 0.0f;
+  for (int j = 0; j < nN; ++j) s += expf(xr[j] - m);
+  const float inv = 1.0f / s;
+  for (int j = 0; j < nN; ++j) yr[j] = expf(xr[j] - m) * inv;
+}
