@@ -90,7 +90,13 @@ class ndarray:  # noqa: N801 - CuPy's name
         return self
 
 
+class OutOfMemoryError(MemoryError):
+    pass
+
+
 def empty(shape: Any, dtype: Any = np.float32) -> ndarray:
+    if int(np.prod(shape, dtype=np.float64)) * np.dtype(dtype).itemsize > 1 << 30:  # the fake device's memory
+        raise OutOfMemoryError(f"Out of memory allocating {int(np.prod(shape))} elements")
     return ndarray(np.empty(shape, dtype=dtype))
 
 

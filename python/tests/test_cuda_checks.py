@@ -220,6 +220,23 @@ def test_a_refused_launch_is_the_candidates_error_with_the_limits(tmp_path: Path
     assert not r.get("restart_worker")
 
 
+def test_buffers_the_device_cannot_hold_make_an_invalid_plan(tmp_path: Path) -> None:
+    (tmp_path / "reference.py").write_text(ADD_REFERENCE)
+    fake_cupy.KERNELS["add"] = lambda args, grid, block, shared: None
+    task = load_task(str(tmp_path), add_task(baselines=[]), "cuda")
+    target = cuda.CudaTarget()
+    source = SOURCE.replace("float* C, int M", "float* C, float* scratch, int M")
+    target.compile_kernels("k1", [{"name": "add", "source": source, "source_name": "add.cu", "header": "",
+                                   "header_name": None}], {"add.cu": source})
+    req = add_run("k1", seeds=[1])
+    req["buffers"] = [{"name": "scratch", "shape": [1 << 40], "dtype": "float32"}]
+    req["launches"][0].update(grid=[M * N, 1, 1], threadgroup=[64, 1, 1], outputs=["C", "scratch"])
+    state = RunState(pool=Pool())
+    prepare(prepare_request(req), task, target, state)
+    r = run_request(req, task, target, state)
+    assert r["status"] == "invalid" and "cannot hold" in r["message"] and "scratch" in r["message"], r
+
+
 def test_a_compile_error_is_reported_with_its_file_and_line(tmp_path: Path) -> None:
     bad = SOURCE.replace("2.0f * A[i]", "2.0f * undeclared[i]")
     r = evaluate(tmp_path, correct, source=bad)

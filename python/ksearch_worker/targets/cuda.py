@@ -31,6 +31,7 @@ After timing, fresh inputs are written where timing ran and checked (`recheck`).
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import hashlib
 import json
 import math
@@ -40,7 +41,7 @@ import sys
 import tempfile
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -796,7 +797,7 @@ class CudaSession:
 
     def _new(self, names: Sequence[str]) -> dict[str, Any]:
         cp = _cp()
-        with self.target.stream():
+        with self.target.stream(), too_big(self.shapes, self.dtypes, names):
             return {n: cp.empty(self.shapes[n], dtype=device_dtype(self.dtypes[n])) for n in names}
 
     def enqueue(self, env: Mapping[str, Any]) -> None:
@@ -833,8 +834,9 @@ class CudaSession:
         """One call on guarded copies of `inputs`, outputs and buffers poisoned; with `twice`, again on the same
         inputs, the outputs compared bit for bit."""
         self.calls()
-        with self.target.stream():
-            guarded = Guarded(self.shapes, self.dtypes, [*self.task_inputs, *self.outputs, *self.buffers])
+        names = [*self.task_inputs, *self.outputs, *self.buffers]
+        with self.target.stream(), too_big(self.shapes, self.dtypes, names):
+            guarded = Guarded(self.shapes, self.dtypes, names)
             guarded.write({n: inputs[n] for n in self.task_inputs})
         seconds = self._run(guarded.arrays)
         outputs = self._host(guarded.arrays, self.outputs)
@@ -943,6 +945,20 @@ class CudaSession:
                     run.problems.append(f"input {n} modified by the kernel (inputs are read-only)")
             runs.append(run)
         return runs
+
+
+@contextlib.contextmanager
+def too_big(shapes: Mapping[str, Sequence[int]], dtypes: Mapping[str, str], names: Sequence[str]) -> Iterator[None]:
+    """A plan whose arrays the device cannot hold is the candidate's `invalid` plan, with the sizes it asked for."""
+    try:
+        yield
+    except Exception as exc:
+        if "OutOfMemory" not in type(exc).__name__ and "out of memory" not in str(exc):
+            raise
+        asked = sum(math.prod(shapes[n]) * device_dtype(dtypes[n]).itemsize for n in names)
+        biggest = max(names, key=lambda n: math.prod(shapes[n]) * device_dtype(dtypes[n]).itemsize)
+        raise CandidateFailure("invalid", f"the device cannot hold the call's arrays ({asked / 2**30:.1f} GiB in all, "
+                                          f"{biggest} the largest, shape {list(shapes[biggest])}): {exc}") from None
 
 
 def poison(arrays: Any) -> None:
