@@ -107,6 +107,7 @@ fn load_expect(dir: &Path) -> Expect {
         "timeout",
         "crash",
         "compile_error",
+        "invalid",
         "error",
         "implausible",
         "passed",
