@@ -207,3 +207,23 @@ fn an_evaluation_runs_end_to_end_on_a_stand_in_device() {
         "{human}"
     );
 }
+
+/// A cuda candidate is no MLX module: export refuses it and says how to get one (translate it first).
+#[test]
+fn exporting_a_cuda_candidate_points_to_translate() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = common::ksearch(tmp.path())
+        .arg("export")
+        .arg(repo().join("tasks/gqa-paged-decode/seeds/cuda/naive"))
+        .args(["--task", "gqa-paged-decode", "--out"])
+        .arg(tmp.path().join("out"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("this candidate is for cuda") && err.contains("ksearch translate"),
+        "{err}"
+    );
+    assert!(!tmp.path().join("out").exists());
+}
