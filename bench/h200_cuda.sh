@@ -25,9 +25,9 @@ results="$out/h200-cuda.jsonl"
 : > "$results"
 export PYTHONPATH="$PYTHONPATH:$PWD/python"
 has() { [[ " $sections " == *" $1 "* ]]; }
-if ls .device/flashinfer/*.whl > /dev/null 2>&1; then
-  python3 -m pip install --no-index --no-deps --quiet .device/flashinfer/*.whl >> "$log" 2>&1 \
-    || echo "== flashinfer wheels did not install" >> "$log"
+if ls .device/flashinfer/* > /dev/null 2>&1; then  # bench/stage_flashinfer.sh: a source release and ninja
+  python3 -m pip install --no-index --no-deps --no-build-isolation --quiet .device/flashinfer/* >> "$log" 2>&1 \
+    || echo "== flashinfer did not install" >> "$log"
 fi
 {
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
