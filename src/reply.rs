@@ -754,7 +754,21 @@ pub fn candidate_from_reply(text: &str, parent: &Candidate) -> Result<ReplyCandi
         return Err(ReplyError::NoPlanWithoutBase);
     }
     check_file_names(&plan)?;
-    let files = plan_files(&plan);
+    let mut files = plan_files(&plan);
+    if plan.target == crate::target::Target::Cuda {
+        // Whole CUDA files include the candidate's own headers by name: the parent's, and any the reply gives,
+        // are the candidate's files too (those no kernel includes are dropped below).
+        let named = blocks
+            .iter()
+            .filter_map(|b| b.name.as_deref().map(basename))
+            .filter(|n| *n != "plan.toml" && crate::names::is_file_name(n))
+            .map(str::to_string);
+        for n in parent.files.keys().cloned().chain(named) {
+            if !files.iter().any(|(f, _)| *f == n) {
+                files.push((n, String::new()));
+            }
+        }
+    }
     let file_list = files
         .iter()
         .map(|(n, _)| n.as_str())
@@ -775,7 +789,14 @@ pub fn candidate_from_reply(text: &str, parent: &Candidate) -> Result<ReplyCandi
         });
     }
     r.warn_unused();
-    let out = assemble(&files, given, parent)?;
+    let mut out = assemble(&files, given, parent)?;
+    if plan.target == crate::target::Target::Cuda {
+        for dropped in keep_included(&plan, &mut out) {
+            r.warnings.push(format!(
+                "dropped {dropped}: no kernel file of the plan includes it"
+            ));
+        }
+    }
     let candidate = Candidate { plan, files: out };
     candidate
         .validate()
@@ -955,6 +976,30 @@ impl<'b> Reading<'b> {
     }
 }
 
+/// Keeps the plan's kernel files and the files they include by name, transitively (as `Candidate::load` finds
+/// a cuda candidate's headers); returns the names of the others, removed.
+fn keep_included(plan: &Plan, files: &mut BTreeMap<String, String>) -> Vec<String> {
+    let mut keep: Vec<String> = plan_files(plan).into_iter().map(|(n, _)| n).collect();
+    let mut i = 0;
+    while i < keep.len() {
+        if let Some(text) = files.get(&keep[i]) {
+            for inc in crate::names::local_includes(text) {
+                if files.contains_key(&inc) && !keep.contains(&inc) {
+                    keep.push(inc);
+                }
+            }
+        }
+        i += 1;
+    }
+    let dropped: Vec<String> = files
+        .keys()
+        .filter(|k| !keep.contains(k))
+        .cloned()
+        .collect();
+    files.retain(|k, _| keep.contains(k));
+    dropped
+}
+
 /// Every kernel file the plan names passes the one file-name rule.
 fn check_file_names(plan: &Plan) -> Result<(), ReplyError> {
     for k in &plan.kernel {
@@ -1059,6 +1104,45 @@ mod tests {
         );
         assert_eq!(described_change("```c\nint x;\n```"), "");
         assert!(described_change(&"word ".repeat(200)).chars().count() <= 401);
+    }
+
+    /// A cuda candidate's own headers (found by its kernels' includes) travel with it through replies: kept
+    /// from the parent when the reply leaves them out, replaced when it gives them, new ones kept where a
+    /// kernel includes them, the others dropped with a warning.
+    #[test]
+    fn a_cuda_candidates_headers_travel_with_it() {
+        let seed = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tasks/gqa-paged-decode/seeds/cuda/expert");
+        let parent = Candidate::load(&seed).unwrap();
+        assert!(parent.files.contains_key("paged.cuh"));
+        let split = &parent.files["split.cu"];
+        // Only the kernel file changes: the header comes from the parent.
+        let reply = format!("Change: a comment\n\n### split.cu\n```cuda\n// faster\n{split}```\n");
+        let c = candidate_from_reply(&reply, &parent).unwrap().candidate;
+        assert_eq!(c.files["paged.cuh"], parent.files["paged.cuh"]);
+        assert!(c.files["split.cu"].starts_with("// faster"));
+        // Only the header changes: it is the candidate's.
+        let header = format!("// tuned\n{}", parent.files["paged.cuh"]);
+        let reply = format!("Change: the header\n\n### paged.cuh\n```cuda\n{header}```\n");
+        let c = candidate_from_reply(&reply, &parent).unwrap().candidate;
+        assert!(c.files["paged.cuh"].starts_with("// tuned"));
+        assert_ne!(c.hash(), parent.hash());
+        // A new header the kernel includes is kept; one nothing includes is dropped, with a warning.
+        let with_new = split.replace(
+            "#include \"paged.cuh\"",
+            "#include \"paged.cuh\"\n#include \"tile.cuh\"",
+        );
+        let reply = format!(
+            "Change: a tile header\n\n### split.cu\n```cuda\n{with_new}```\n\n### tile.cuh\n```cuda\n#define TILE 4\n```\n\n### stray.cuh\n```cuda\n#define STRAY 1\n```\n"
+        );
+        let r = candidate_from_reply(&reply, &parent).unwrap();
+        assert_eq!(r.candidate.files["tile.cuh"].trim(), "#define TILE 4");
+        assert!(!r.candidate.files.contains_key("stray.cuh"));
+        assert!(
+            r.warnings.iter().any(|w| w.contains("dropped stray.cuh")),
+            "{:?}",
+            r.warnings
+        );
     }
 
     fn parent() -> Candidate {
