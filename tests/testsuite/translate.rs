@@ -1457,3 +1457,42 @@ fn a_cuda_candidate_whose_kernel_names_its_parameters_otherwise_is_refused_with_
     assert!(codes(&t, Severity::Error).is_empty(), "{:?}", t.diagnostics);
     assert!(body(&t, "scale").contains("N[0]"), "{}", body(&t, "scale"));
 }
+
+/// Every shipped cuda seed carries over to mlx-cuda under its own plan, complete (a search found on NVIDIA
+/// starts on MLX from any of them); the naive ones to mlx-metal too, through the checker. The experts' tensor-core
+/// PTX and cp.async have no Metal form: they come back with their codes (T101, T103), never silently.
+#[test]
+fn every_shipped_cuda_seed_carries_over_to_mlx() {
+    for (task, seed) in crate::common::shipped_seeds("cuda") {
+        let t = ksearch::task::Task::load(&repo_path(&format!("tasks/{task}"))).unwrap();
+        let cuda = translate::translate_and_check(&seed, Target::MlxCuda, &[]).unwrap();
+        assert!(
+            codes(&cuda, Severity::Error).is_empty(),
+            "{}: {:?}",
+            seed.display(),
+            cuda.diagnostics
+        );
+        cuda.candidate
+            .as_ref()
+            .unwrap()
+            .check_against(&t)
+            .unwrap_or_else(|e| panic!("{}: {e}", seed.display()));
+        let metal = translate::translate_and_check(&seed, Target::MlxMetal, &[]).unwrap();
+        let errors = codes(&metal, Severity::Error);
+        if seed.ends_with("naive") {
+            assert!(
+                errors.is_empty(),
+                "{}: {:?}",
+                seed.display(),
+                metal.diagnostics
+            );
+            metal.candidate.as_ref().unwrap().check_against(&t).unwrap();
+        } else if task != "gqa-paged-decode" {
+            assert!(
+                errors.iter().any(|c| *c == "T101" || *c == "T103"),
+                "{}: {errors:?}",
+                seed.display()
+            );
+        }
+    }
+}
