@@ -19,6 +19,20 @@ inline float __shfl_xor_sync(unsigned m, float v, int lane_mask) {
 #include "../../tasks/mla-paged-decode/seeds/cuda/naive/mla_decode.cu"
 #include "../../tasks/mla-paged-prefill/seeds/cuda/naive/mla_prefill.cu"
 
+#ifdef KSEARCH_MLX_BODY
+// The decode seed as `ksearch translate --to mlx-cuda` writes it (its body, found on the include path), wrapped
+// as MLX wraps a body: scalars arrive as pointers, the type argument as `using T`.
+namespace mlxbody {
+template <typename T_>
+void mla_decode_naive(const T_* q_nope, const T_* q_pe, const T_* ckv_cache, const T_* kpe_cache,
+                      const int* kv_indptr, const int* kv_indices, T_* output, float* lse, const int* B, const int* H,
+                      const int* Dckv, const int* Dkpe) {
+  using T = T_;
+#include "mla_decode_naive.cu"
+}
+}  // namespace mlxbody
+#endif
+
 static std::mt19937 rng(11);
 constexpr int H = 16, DC = 512, DP = 64, TG = 128;
 
@@ -43,9 +57,16 @@ int check(const char* what, const std::vector<std::pair<int, int>>& seqs, int P,
   std::vector<T> out((size_t)Q * H * DC, T(NAN));
   std::vector<float> lse((size_t)Q * H, NAN);
   cpu_launch({(unsigned)(32 * Q * H), 1, 1}, {TG, 1, 1}, [&] {
+#ifdef KSEARCH_MLX_BODY
+    const int sB = B, sH = H, sDC = DC, sDP = DP;
+    if (decode)
+      mlxbody::mla_decode_naive<T>(qn.data(), qp.data(), ckv.data(), kpe.data(), kv.data(), indices.data(),
+                                   out.data(), lse.data(), &sB, &sH, &sDC, &sDP);
+#else
     if (decode)
       mla_decode_naive<T>(qn.data(), qp.data(), ckv.data(), kpe.data(), kv.data(), indices.data(), out.data(),
                           lse.data(), B, H, DC, DP);
+#endif
     else
       mla_prefill_naive<T>(qn.data(), qp.data(), ckv.data(), kpe.data(), qo.data(), kv.data(), indices.data(),
                            out.data(), lse.data(), B, Q, H, DC, DP);

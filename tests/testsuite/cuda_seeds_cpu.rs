@@ -503,3 +503,26 @@ fn trimul_expert_cuda_seed_matches_the_update() {
     assert!(out.contains("trimul expert agrees"), "{out}");
     assert_eq!(out.matches("worst error").count(), 2, "{out}");
 }
+
+/// A kernel found on NVIDIA carried to MLX computes the same: the naive mla-paged-decode cuda seed translated
+/// to mlx-cuda (`ksearch translate FOLDER`), its body run as MLX wraps one (scalars as pointers, `using T`), on
+/// the CPU emulation against the double reference.
+#[test]
+fn a_cuda_seed_translated_to_mlx_cuda_still_matches_its_reference() {
+    let seed = repo().join("tasks/mla-paged-decode/seeds/cuda/naive");
+    let t = ksearch::translate::translate_and_check(&seed, ksearch::target::Target::MlxCuda, &[])
+        .unwrap();
+    let c = t.candidate.expect("a translation");
+    let tmp = tempfile::tempdir().unwrap();
+    let out_dir = tmp.path().join("mlx-cuda");
+    c.write_dir(&out_dir).unwrap();
+    assert!(out_dir.join("mla_decode_naive.cu").is_file());
+    let out = common::run_cuda_cpu_driver(
+        &repo().join("tests/cuda_seeds_cpu/mla_naive_mlx.cpp"),
+        &out_dir,
+        tmp.path(),
+    );
+    println!("{out}");
+    assert!(out.contains("mla naive seeds agree"), "{out}");
+    assert_eq!(out.matches("worst error").count(), 4, "{out}");
+}
