@@ -34,7 +34,7 @@ pub fn assess(task: &Task, cand: &Candidate, results: &[WorkloadResult]) -> Vec<
     for a in crate::knowledge::get()
         .assertions
         .iter()
-        .filter(|a| a.family == family)
+        .filter(|a| a.family == family && !task.toml.not_applicable.contains(&a.id))
     {
         if let Some(f) = static_check(a, &source) {
             out.push(f);
@@ -312,6 +312,62 @@ mod tests {
             .join(target)
             .join(name);
         Candidate::load(&dir).unwrap()
+    }
+
+    /// A task's `not_applicable` properties (a decode task's causal skip) name properties of its family, and are
+    /// neither judged on its candidates nor put in its prompts; the family's others still are.
+    #[test]
+    fn properties_a_task_marks_not_applicable_are_neither_judged_nor_prompted() {
+        let tasks = Path::new(env!("CARGO_MANIFEST_DIR")).join("tasks");
+        let k = crate::knowledge::get();
+        for dir in std::fs::read_dir(&tasks)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+        {
+            let t = Task::load_spec(&dir).unwrap();
+            for id in &t.toml.not_applicable {
+                assert!(
+                    k.assertions
+                        .iter()
+                        .any(|a| &a.id == id && Some(a.family.as_str()) == t.toml.family.as_deref()),
+                    "{}: not_applicable `{id}` is no property of its family",
+                    dir.display()
+                );
+            }
+        }
+        let t = task("gqa-paged-decode");
+        assert!(
+            t.toml
+                .not_applicable
+                .contains(&"attn_causal_skip".to_string())
+        );
+        let ids: Vec<String> = assess(&t, &seed("gqa-paged-decode", "cuda", "expert"), &[])
+            .into_iter()
+            .map(|f| f.id)
+            .collect();
+        assert!(ids.iter().any(|i| i == "attn_online_softmax"), "{ids:?}");
+        assert!(
+            ids.iter().all(|i| !t.toml.not_applicable.contains(i)),
+            "{ids:?}"
+        );
+        let prompt = crate::knowledge::prompt_section(
+            crate::target::Target::Cuda,
+            Some("attention"),
+            &t.toml.not_applicable,
+        );
+        let property = |id: &str| {
+            k.assertions
+                .iter()
+                .find(|a| a.id == id)
+                .unwrap()
+                .property
+                .clone()
+        };
+        assert!(
+            prompt.contains(&property("attn_online_softmax")),
+            "{prompt}"
+        );
+        assert!(!prompt.contains(&property("attn_causal_skip")), "{prompt}");
     }
 
     fn result(workload: &str, status: Status, time_s: f64, fraction: f64) -> WorkloadResult {

@@ -92,7 +92,11 @@ impl Agent {
             task: json!({"name": task.name(), "description": task.toml.description, "spec": task.spec, "workloads": workloads}),
             target: json!({"name": target.name(), "notes": target_notes(target)}),
             hardware: hardware_line(hello),
-            knowledge: crate::knowledge::prompt_section(target, task.toml.family.as_deref()),
+            knowledge: crate::knowledge::prompt_section(
+                target,
+                task.toml.family.as_deref(),
+                &task.toml.not_applicable,
+            ),
             cuda_brief: crate::translate::task_brief(task, target),
             assess: target.is_gpu().then(|| task.clone()),
             max_output_tokens: None,

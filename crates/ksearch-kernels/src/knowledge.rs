@@ -115,8 +115,8 @@ pub fn load() -> Result<Knowledge, String> {
 }
 
 /// The knowledge section of a prompt for `target` (empty for the CPU target), with the properties of the
-/// task's kernel `family` when it has one.
-pub fn prompt_section(target: Target, family: Option<&str>) -> String {
+/// task's kernel `family` when it has one, less those the task lists as not applicable.
+pub fn prompt_section(target: Target, family: Option<&str>, not_applicable: &[String]) -> String {
     if !target.is_gpu() {
         return String::new();
     }
@@ -142,7 +142,11 @@ pub fn prompt_section(target: Target, family: Option<&str>) -> String {
         out.push_str(&format!("- {}: {} When: {}\n", p.name, p.idea, p.when));
     }
     if let Some(f) = family {
-        let props: Vec<&Assertion> = k.assertions.iter().filter(|a| a.family == f).collect();
+        let props: Vec<&Assertion> = k
+            .assertions
+            .iter()
+            .filter(|a| a.family == f && !not_applicable.contains(&a.id))
+            .collect();
         if !props.is_empty() {
             out.push_str(&format!(
                 "\n## Properties expert {f} kernels have (keep them)\n"
@@ -223,9 +227,9 @@ mod tests {
 
     #[test]
     fn prompts_get_knowledge_on_mlx_targets_only() {
-        assert!(prompt_section(Target::Cpu, None).is_empty());
-        let metal = prompt_section(Target::MlxMetal, Some("scan"));
+        assert!(prompt_section(Target::Cpu, None, &[]).is_empty());
+        let metal = prompt_section(Target::MlxMetal, Some("scan"), &[]);
         assert!(metal.contains("threadgroup") && metal.contains("Properties expert scan kernels"));
-        assert!(prompt_section(Target::MlxCuda, None).contains("grid"));
+        assert!(prompt_section(Target::MlxCuda, None, &[]).contains("grid"));
     }
 }

@@ -82,6 +82,10 @@ pub struct TaskToml {
     /// Kernel family (attention, scan, reduction, matmul): selects the knowledge an LLM gets.
     #[serde(default)]
     pub family: Option<String>,
+    /// Expert properties of the family (knowledge/assertions.toml ids) that do not hold for this problem (a
+    /// decode task's causal skip): neither judged on its candidates nor put in its prompts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_applicable: Vec<String>,
     /// A CUDA kernel for this problem (a file in the task folder): its analysis goes into MLX prompts.
     #[serde(default)]
     pub cuda_source: Option<String>,
