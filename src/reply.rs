@@ -979,24 +979,20 @@ impl<'b> Reading<'b> {
 /// Keeps the plan's kernel files and the files they include by name, transitively (as `Candidate::load` finds
 /// a cuda candidate's headers); returns the names of the others, removed.
 fn keep_included(plan: &Plan, files: &mut BTreeMap<String, String>) -> Vec<String> {
-    let mut keep: Vec<String> = plan_files(plan).into_iter().map(|(n, _)| n).collect();
-    let mut i = 0;
-    while i < keep.len() {
-        if let Some(text) = files.get(&keep[i]) {
-            for inc in crate::names::local_includes(text) {
-                if files.contains_key(&inc) && !keep.contains(&inc) {
-                    keep.push(inc);
-                }
-            }
-        }
-        i += 1;
-    }
+    let roots: Vec<(String, String)> = plan_files(plan)
+        .into_iter()
+        .filter_map(|(n, _)| files.get(&n).map(|t| (n, t.clone())))
+        .collect();
+    let kept = crate::names::include_closure(roots, |n| {
+        Ok::<_, std::convert::Infallible>(files.get(n).cloned())
+    })
+    .unwrap_or_else(|never| match never {});
     let dropped: Vec<String> = files
         .keys()
-        .filter(|k| !keep.contains(k))
+        .filter(|k| !kept.contains_key(*k))
         .cloned()
         .collect();
-    files.retain(|k, _| keep.contains(k));
+    *files = kept;
     dropped
 }
 

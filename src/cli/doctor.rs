@@ -14,11 +14,8 @@ fn check_item(name: &str, ok: Option<bool>, detail: String, fix: &str) -> Value 
     json!({"check": name, "ok": ok, "detail": detail, "fix": if ok == Some(false) { Some(fix) } else { None }})
 }
 
-/// MLX's version and backends as the worker's Python sees them, without installing anything.
-fn probe_mlx(python: &Path) -> std::result::Result<(String, bool, bool), String> {
-    let code = "import mlx.core as mx\n\
-                m = getattr(mx, 'metal', None); c = getattr(mx, 'cuda', None)\n\
-                print(mx.__version__, bool(m and m.is_available()), bool(c and c.is_available()))";
+/// The words `code` prints in the worker's Python, or the last line of its error.
+fn python_words(python: &Path, code: &str) -> std::result::Result<Vec<String>, String> {
     let out = std::process::Command::new(python)
         .args(["-c", code])
         .output()
@@ -27,11 +24,20 @@ fn probe_mlx(python: &Path) -> std::result::Result<(String, bool, bool), String>
         let err = String::from_utf8_lossy(&out.stderr);
         return Err(err.lines().last().unwrap_or("import failed").to_string());
     }
-    let text = String::from_utf8_lossy(&out.stdout);
-    let w: Vec<&str> = text.split_whitespace().collect();
-    match w.as_slice() {
-        [v, metal, cuda] => Ok((v.to_string(), *metal == "True", *cuda == "True")),
-        _ => Err(format!("unexpected answer `{}`", text.trim())),
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .map(str::to_string)
+        .collect())
+}
+
+/// MLX's version and backends as the worker's Python sees them, without installing anything.
+fn probe_mlx(python: &Path) -> std::result::Result<(String, bool, bool), String> {
+    let code = "import mlx.core as mx\n\
+                m = getattr(mx, 'metal', None); c = getattr(mx, 'cuda', None)\n\
+                print(mx.__version__, bool(m and m.is_available()), bool(c and c.is_available()))";
+    match python_words(python, code)?.as_slice() {
+        [v, metal, cuda] => Ok((v.clone(), metal == "True", cuda == "True")),
+        w => Err(format!("unexpected answer `{}`", w.join(" "))),
     }
 }
 
@@ -41,18 +47,9 @@ fn probe_cupy(python: &Path) -> std::result::Result<(String, i64), String> {
                 try:\n    n = cupy.cuda.runtime.getDeviceCount()\n\
                 except Exception:\n    n = 0\n\
                 print(cupy.__version__, n)";
-    let out = std::process::Command::new(python)
-        .args(["-c", code])
-        .output()
-        .map_err(|e| e.to_string())?;
-    if !out.status.success() {
-        let err = String::from_utf8_lossy(&out.stderr);
-        return Err(err.lines().last().unwrap_or("import failed").to_string());
-    }
-    let text = String::from_utf8_lossy(&out.stdout);
-    match text.split_whitespace().collect::<Vec<_>>().as_slice() {
-        [v, n] => Ok((v.to_string(), n.parse().unwrap_or(0))),
-        _ => Err(format!("unexpected answer `{}`", text.trim())),
+    match python_words(python, code)?.as_slice() {
+        [v, n] => Ok((v.clone(), n.parse().unwrap_or(0))),
+        w => Err(format!("unexpected answer `{}`", w.join(" "))),
     }
 }
 

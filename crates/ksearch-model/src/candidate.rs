@@ -294,23 +294,19 @@ impl Candidate {
         }
         if plan.target == Target::Cuda {
             // Whole CUDA files include the candidate's own headers by name: those present in the folder are
-            // part of the candidate (its hash covers them; the worker hands them to NVRTC), found transitively.
-            let mut queue: Vec<String> = files.keys().cloned().collect();
-            while let Some(name) = queue.pop() {
-                for inc in crate::names::local_includes(&files[&name]) {
-                    let p = dir.join(&inc);
-                    if files.contains_key(&inc) || !p.is_file() {
-                        continue;
-                    }
-                    let content =
-                        std::fs::read_to_string(&p).map_err(|source| CandidateError::Io {
-                            file: p,
-                            err: source,
-                        })?;
-                    files.insert(inc.clone(), content);
-                    queue.push(inc);
+            // part of the candidate (its hash covers them; the worker hands them to NVRTC).
+            files = crate::names::include_closure(files, |name| {
+                let p = dir.join(name);
+                if !p.is_file() {
+                    return Ok(None);
                 }
-            }
+                std::fs::read_to_string(&p)
+                    .map(Some)
+                    .map_err(|source| CandidateError::Io {
+                        file: p,
+                        err: source,
+                    })
+            })?;
         }
         let c = Candidate { plan, files };
         c.validate().map_err(|m| CandidateError::Invalid {

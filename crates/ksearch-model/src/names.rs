@@ -119,6 +119,29 @@ pub fn local_includes(text: &str) -> Vec<String> {
     out
 }
 
+/// `roots` (name, text) and the files they include by name (`local_includes`), transitively: a cuda
+/// candidate's own files. `read` gives an included name's text, or None where the candidate has no such file
+/// (not followed: a system header).
+pub fn include_closure<E>(
+    roots: impl IntoIterator<Item = (String, String)>,
+    mut read: impl FnMut(&str) -> Result<Option<String>, E>,
+) -> Result<std::collections::BTreeMap<String, String>, E> {
+    let mut files: std::collections::BTreeMap<String, String> = roots.into_iter().collect();
+    let mut queue: Vec<String> = files.keys().cloned().collect();
+    while let Some(name) = queue.pop() {
+        for inc in local_includes(&files[&name]) {
+            if files.contains_key(&inc) {
+                continue;
+            }
+            if let Some(text) = read(&inc)? {
+                files.insert(inc.clone(), text);
+                queue.push(inc);
+            }
+        }
+    }
+    Ok(files)
+}
+
 /// The include rule on text whose lines are already spliced.
 fn directives_allowed(spliced: &str) -> Result<(), String> {
     // Comments go after splicing, as in a compiler.

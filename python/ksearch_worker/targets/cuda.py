@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import functools
 import hashlib
 import json
 import math
@@ -198,6 +199,7 @@ class _Module:
     max_shared: int = 0  # dynamic shared memory the function was last allowed
 
 
+@functools.cache
 def include_paths() -> list[str]:
     """Where NVRTC finds the CUDA headers (cuda_fp16.h, cuda_bf16.h, CCCL): the toolkit's, then the nvidia
     wheels' beside this interpreter."""
@@ -217,6 +219,7 @@ def include_paths() -> list[str]:
     return found
 
 
+@functools.cache
 def library() -> str | None:
     """The libnvrtc the jailed children load: one this process has mapped (CuPy's), a wheel's beside this
     interpreter, or whichever the dynamic linker finds."""
@@ -564,7 +567,7 @@ class CudaTarget:
         changed = []
         for ident in dict.fromkeys(idents):
             got = self._sets.get(ident)
-            if got is not None and not same_fingerprint(fingerprint(got[0]), got[1]):
+            if got is not None and fingerprint(got[0]) != got[1]:
                 del self._sets[ident]
                 changed.append(ident)
         return changed
@@ -700,10 +703,6 @@ def fingerprint(arrays: Mapping[str, Any]) -> list[int]:
         weights = cp.arange(words.size, dtype=cp.uint64) % 65521 + 1
         parts += [cp.sum(words), cp.sum(words * weights)]
     return [int(x) for x in cp.stack(parts).get()] if parts else []
-
-
-def same_fingerprint(a: list[int], b: list[int]) -> bool:
-    return a == b
 
 
 def sticky(exc: Exception) -> bool:
@@ -859,10 +858,14 @@ class CudaSession:
             if n not in run.overruns:
                 run.overruns.append(n)
                 run.problems.append(f"{n}: written outside its bounds (the guard bytes around it changed)")
-        now = self._host(guarded.arrays, self.task_inputs)
+        self._inputs_kept(run, guarded.arrays, inputs)
+
+    def _inputs_kept(self, run: CheckRun, env: Mapping[str, Any], inputs: Mapping[str, np.ndarray]) -> None:
+        """Each device input against what was written there, byte for byte in the device's layout."""
+        stream = self.target.stream()
         for n in self.task_inputs:
+            got = env[n].get(stream=stream)
             want = to_device_layout(inputs[n], self.dtypes[n])
-            got = to_device_layout(now[n], self.dtypes[n])
             if not np.array_equal(want.view(np.uint8), got.view(np.uint8)) and n not in run.inputs_modified:
                 run.inputs_modified.append(n)
                 run.problems.append(f"input {n} modified by the kernel (inputs are read-only)")
@@ -937,12 +940,7 @@ class CudaSession:
             self.target.forget(ident)  # no longer the set its id names
             seconds = self._run({**dev, **self._timing_buffers, **out})
             run = CheckRun(outputs=self._host(out, self.outputs), seconds=seconds, where=where)
-            now = self._host(dev, self.task_inputs)
-            for n in self.task_inputs:
-                if not np.array_equal(to_device_layout(now[n], self.dtypes[n]).view(np.uint8),
-                                      to_device_layout(inputs[n], self.dtypes[n]).view(np.uint8)):
-                    run.inputs_modified.append(n)
-                    run.problems.append(f"input {n} modified by the kernel (inputs are read-only)")
+            self._inputs_kept(run, dev, inputs)
             runs.append(run)
         return runs
 

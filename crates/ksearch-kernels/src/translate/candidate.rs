@@ -156,17 +156,7 @@ fn carried(
 fn merge(mut m: Translation, t: Translation) -> Translation {
     m.analysis.kernels.extend(t.analysis.kernels);
     m.analysis.lines += t.analysis.lines;
-    m.stats.lines += t.stats.lines;
-    m.stats.kernel_lines += t.stats.kernel_lines;
-    m.stats.kernels += t.stats.kernels;
-    for (name, c) in t.stats.constructs {
-        for _ in 0..c.translated {
-            m.stats.record(&name, true);
-        }
-        for _ in 0..c.not_translated {
-            m.stats.record(&name, false);
-        }
-    }
+    m.stats.add(t.stats);
     m.diagnostics.extend(t.diagnostics);
     m
 }

@@ -234,6 +234,22 @@ pub struct ConstructCount {
 }
 
 impl Stats {
+    /// Another file's counts added to these (a candidate's kernel files translated one by one).
+    pub fn add(&mut self, other: Stats) {
+        self.lines += other.lines;
+        self.kernel_lines += other.kernel_lines;
+        self.kernels += other.kernels;
+        self.seen += other.seen;
+        self.translated += other.translated;
+        self.not_translated += other.not_translated;
+        for (name, c) in other.constructs {
+            let mine = self.constructs.entry(name).or_default();
+            mine.seen += c.seen;
+            mine.translated += c.translated;
+            mine.not_translated += c.not_translated;
+        }
+    }
+
     pub fn record(&mut self, construct: &str, translated: bool) {
         let c = self.constructs.entry(construct.to_string()).or_default();
         c.seen += 1;
