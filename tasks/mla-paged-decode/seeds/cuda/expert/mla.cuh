@@ -119,6 +119,64 @@ __device__ __forceinline__ void load_tile(T* stage, const T* ckv_cache, const T*
   }
 }
 
+// One tile's online-softmax step and P V for a warp's fragment rows g and g + 8 (heads): the logits are the sum
+// of `parts` partial tiles ([parts][H][KT], from the warps that split the k-steps), scaled, keys at or past
+// `limit` -inf; the row max and sum over the 4 lanes of a row by shuffles, the accumulator rescaled, P repacked
+// from the S fragments as the A operand in T, times the tile's compressed rows for the NT output fragments from
+// dim d0.
+template <typename T, int NT>
+__device__ __forceinline__ void softmax_pv(const float* partial, int parts, int limit, const T* kt, int d0,
+                                           float (*acc)[4], float& m_lo, float& m_hi, float& l_lo, float& l_hi) {
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  float s[2][4];
+  float mx_lo = kNone, mx_hi = kNone;
+#pragma unroll
+  for (int j = 0; j < 2; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int row = g + 8 * (e >> 1), key = 8 * j + 2 * t + (e & 1);
+      float v = 0.0f;
+      for (int w = 0; w < parts; ++w) v += partial[w * H * KT + row * KT + key];
+      s[j][e] = key < limit ? v * kScale : kNone;
+      if (e < 2) mx_lo = fmaxf(mx_lo, s[j][e]); else mx_hi = fmaxf(mx_hi, s[j][e]);
+    }
+#pragma unroll
+  for (int off = 1; off < 4; off <<= 1) {
+    mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, off));
+    mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, off));
+  }
+  // A tile past a row's last key leaves it as it was: every score -inf, and after its first tile m is finite.
+  const float mn_lo = fmaxf(m_lo, mx_lo), mn_hi = fmaxf(m_hi, mx_hi);
+  const float c_lo = exp2f(m_lo - mn_lo), c_hi = exp2f(m_hi - mn_hi);
+  float sum_lo = 0.0f, sum_hi = 0.0f;
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    s[j][0] = exp2f(s[j][0] - mn_lo), s[j][1] = exp2f(s[j][1] - mn_lo);
+    s[j][2] = exp2f(s[j][2] - mn_hi), s[j][3] = exp2f(s[j][3] - mn_hi);
+    sum_lo += s[j][0] + s[j][1];
+    sum_hi += s[j][2] + s[j][3];
+  }
+#pragma unroll
+  for (int off = 1; off < 4; off <<= 1) {
+    sum_lo += __shfl_xor_sync(0xffffffffu, sum_lo, off);
+    sum_hi += __shfl_xor_sync(0xffffffffu, sum_hi, off);
+  }
+  l_lo = l_lo * c_lo + sum_lo, l_hi = l_hi * c_hi + sum_hi;
+  m_lo = mn_lo, m_hi = mn_hi;
+  const unsigned pa[4] = {pack(static_cast<T>(s[0][0]), static_cast<T>(s[0][1])),
+                          pack(static_cast<T>(s[0][2]), static_cast<T>(s[0][3])),
+                          pack(static_cast<T>(s[1][0]), static_cast<T>(s[1][1])),
+                          pack(static_cast<T>(s[1][2]), static_cast<T>(s[1][3]))};
+#pragma unroll
+  for (int n = 0; n < NT; ++n) {
+    acc[n][0] *= c_lo, acc[n][1] *= c_lo, acc[n][2] *= c_hi, acc[n][3] *= c_hi;
+    const int d = d0 + 8 * n + g;  // the B fragment's column: an output dim
+    const unsigned b0 = pack(kt[(2 * t) * RS + d], kt[(2 * t + 1) * RS + d]);
+    const unsigned b1 = pack(kt[(2 * t + 8) * RS + d], kt[(2 * t + 9) * RS + d]);
+    Mma<T>::run(acc[n], pa, b0, b1);
+  }
+}
+
 template <typename T, int CH>
 __device__ __forceinline__ void split(const T* q_nope, const T* q_pe, const T* ckv_cache, const T* kpe_cache,
                                       const int* kv_indptr, const int* kv_indices, float* part, int nB) {
@@ -178,55 +236,8 @@ __device__ __forceinline__ void split(const T* q_nope, const T* q_pe, const T* c
       mine[(g + 8) * KT + 8 * j + 2 * t + 1] = s[j][3];
     }
     __syncthreads();
-    // The whole S in this warp's fragments, scaled; keys past the chunk -inf.
-    float mx_lo = kNone, mx_hi = kNone;
-#pragma unroll
-    for (int j = 0; j < 2; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int row = g + 8 * (e >> 1), key = 8 * j + 2 * t + (e & 1);
-        float v = 0.0f;
-#pragma unroll
-        for (int w = 0; w < NW; ++w) v += sp[w * H * KT + row * KT + key];
-        v = i * KT + key < count ? v * kScale : kNone;
-        s[j][e] = v;
-        if (e < 2) mx_lo = fmaxf(mx_lo, v); else mx_hi = fmaxf(mx_hi, v);
-      }
-#pragma unroll
-    for (int off = 1; off < 4; off <<= 1) {
-      mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, off));
-      mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, off));
-    }
-    const float mn_lo = fmaxf(m_lo, mx_lo), mn_hi = fmaxf(m_hi, mx_hi);
-    const float c_lo = exp2f(m_lo - mn_lo), c_hi = exp2f(m_hi - mn_hi);
-    float sum_lo = 0.0f, sum_hi = 0.0f;
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      s[j][0] = exp2f(s[j][0] - mn_lo), s[j][1] = exp2f(s[j][1] - mn_lo);
-      s[j][2] = exp2f(s[j][2] - mn_hi), s[j][3] = exp2f(s[j][3] - mn_hi);
-      sum_lo += s[j][0] + s[j][1];
-      sum_hi += s[j][2] + s[j][3];
-    }
-#pragma unroll
-    for (int off = 1; off < 4; off <<= 1) {
-      sum_lo += __shfl_xor_sync(0xffffffffu, sum_lo, off);
-      sum_hi += __shfl_xor_sync(0xffffffffu, sum_hi, off);
-    }
-    l_lo = l_lo * c_lo + sum_lo, l_hi = l_hi * c_hi + sum_hi;
-    m_lo = mn_lo, m_hi = mn_hi;
-    // P as the A operand (rows = heads, k = the tile's keys), in T.
-    const unsigned pa[4] = {pack(static_cast<T>(s[0][0]), static_cast<T>(s[0][1])),
-                            pack(static_cast<T>(s[0][2]), static_cast<T>(s[0][3])),
-                            pack(static_cast<T>(s[1][0]), static_cast<T>(s[1][1])),
-                            pack(static_cast<T>(s[1][2]), static_cast<T>(s[1][3]))};
-#pragma unroll
-    for (int n = 0; n < OW / 8; ++n) {
-      acc[n][0] *= c_lo, acc[n][1] *= c_lo, acc[n][2] *= c_hi, acc[n][3] *= c_hi;
-      const int d = warp * OW + 8 * n + g;  // the B fragment's column: an output dim
-      const unsigned b0 = pack(kt[(2 * t) * RS + d], kt[(2 * t + 1) * RS + d]);
-      const unsigned b1 = pack(kt[(2 * t + 8) * RS + d], kt[(2 * t + 9) * RS + d]);
-      Mma<T>::run(acc[n], pa, b0, b1);
-    }
+    // The whole S in this warp's fragments, keys past the chunk -inf; the softmax step and P V.
+    softmax_pv<T, OW / 8>(sp, NW, count - i * KT, kt, warp * OW, acc, m_lo, m_hi, l_lo, l_hi);
     __syncthreads();  // the stage and the partial S are written again next tile
   }
 

@@ -89,53 +89,9 @@ __device__ __forceinline__ void prefill(const T* q_nope, const T* q_pe, const T*
       mine[(g + 8) * KT + 8 * j + 2 * t + 1] = s[j][3];
     }
     __syncthreads();
-    const float* pair = sp + (2 * tok) * H * KT;
-    float mx_lo = kNone, mx_hi = kNone;
-#pragma unroll
-    for (int j = 0; j < 2; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int row = g + 8 * (e >> 1), key = 8 * j + 2 * t + (e & 1);
-        const float v = pair[row * KT + key] + pair[H * KT + row * KT + key];
-        s[j][e] = it * KT + key < limit ? v * kScale : kNone;
-        if (e < 2) mx_lo = fmaxf(mx_lo, s[j][e]); else mx_hi = fmaxf(mx_hi, s[j][e]);
-      }
-#pragma unroll
-    for (int off = 1; off < 4; off <<= 1) {
-      mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, off));
-      mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, off));
-    }
-    // A tile past this token's last page leaves it as it was (every score -inf, and after its first tile m is
-    // finite, so each weighs 0); an idle warp (no token) computes nothing it writes.
-    const float mn_lo = fmaxf(m_lo, mx_lo), mn_hi = fmaxf(m_hi, mx_hi);
-    const float c_lo = exp2f(m_lo - mn_lo), c_hi = exp2f(m_hi - mn_hi);
-    float sum_lo = 0.0f, sum_hi = 0.0f;
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      s[j][0] = exp2f(s[j][0] - mn_lo), s[j][1] = exp2f(s[j][1] - mn_lo);
-      s[j][2] = exp2f(s[j][2] - mn_hi), s[j][3] = exp2f(s[j][3] - mn_hi);
-      sum_lo += s[j][0] + s[j][1];
-      sum_hi += s[j][2] + s[j][3];
-    }
-#pragma unroll
-    for (int off = 1; off < 4; off <<= 1) {
-      sum_lo += __shfl_xor_sync(0xffffffffu, sum_lo, off);
-      sum_hi += __shfl_xor_sync(0xffffffffu, sum_hi, off);
-    }
-    l_lo = l_lo * c_lo + sum_lo, l_hi = l_hi * c_hi + sum_hi;
-    m_lo = mn_lo, m_hi = mn_hi;
-    const unsigned pa[4] = {pack(static_cast<T>(s[0][0]), static_cast<T>(s[0][1])),
-                            pack(static_cast<T>(s[0][2]), static_cast<T>(s[0][3])),
-                            pack(static_cast<T>(s[1][0]), static_cast<T>(s[1][1])),
-                            pack(static_cast<T>(s[1][2]), static_cast<T>(s[1][3]))};
-#pragma unroll
-    for (int n = 0; n < POW / 8; ++n) {
-      acc[n][0] *= c_lo, acc[n][1] *= c_lo, acc[n][2] *= c_hi, acc[n][3] *= c_hi;
-      const int d = half * POW + 8 * n + g;
-      const unsigned b0 = pack(kt[(2 * t) * RS + d], kt[(2 * t + 1) * RS + d]);
-      const unsigned b1 = pack(kt[(2 * t + 8) * RS + d], kt[(2 * t + 9) * RS + d]);
-      Mma<T>::run(acc[n], pa, b0, b1);
-    }
+    // Both partial logit tiles of this token's pair of warps, its pages past `limit` -inf; the softmax step.
+    // An idle warp (no token) computes nothing it writes.
+    softmax_pv<T, POW / 8>(sp + (2 * tok) * H * KT, 2, limit - it * KT, kt, half * POW, acc, m_lo, m_hi, l_lo, l_hi);
     __syncthreads();  // the stage and the partial S are written again next tile
   }
   if (!valid) return;
