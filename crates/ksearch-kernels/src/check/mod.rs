@@ -225,11 +225,15 @@ pub fn check_body_with(
         return Ok(deep);
     }
     rules::text_rules(body_file, &toks, &directives, &mut out);
-    let (helpers, constants) = header_rules(header, &mut out);
+    let (helpers, constants, helper_code) = header_rules(header, &mut out);
     let params = spec.params(body);
-    let guarded = body_flow(
+    let (guarded, varying) = body_flow(
         spec, body_file, body, &toks, &params, helpers, constants, &mut out,
     );
+    // A body that is one call of a helper holding the kernel (a translation) guards inside it.
+    let guarded = guarded
+        || helper_code
+            .is_some_and(|(htoks, fns)| rules::guards_in_helpers(&toks, &varying, &htoks, &fns));
     launch_rules(spec, launch, &params, guarded, body_file, &mut out);
     if compile {
         compile_body(spec, header, body_file, body, &toks, &mut out)?;
@@ -237,14 +241,20 @@ pub fn check_body_with(
     Ok(finish(out))
 }
 
+/// What a header gives the body's flow: its helpers (the address space of each parameter), its `constant`
+/// names, and its tokens and functions (for guards inside helpers).
+type HeaderFacts = (
+    HashMap<String, Vec<Option<String>>>,
+    Vec<String>,
+    Option<(Vec<lex::Tok>, Vec<rules::Function>)>,
+);
+
 /// The rules of a kernel's header; what the body's flow needs from it: its helper functions (which
-/// argument each writes through) and its `constant` names.
-fn header_rules(
-    header: Option<(&str, &str)>,
-    out: &mut Vec<Finding>,
-) -> (HashMap<String, Vec<Option<String>>>, Vec<String>) {
+/// argument each writes through), its `constant` names, and its tokens and functions.
+fn header_rules(header: Option<(&str, &str)>, out: &mut Vec<Finding>) -> HeaderFacts {
     let mut helpers = HashMap::new();
     let mut constants = Vec::new();
+    let mut code = None;
     if let Some((hfile, htext)) = header {
         let lex::View {
             toks: htoks,
@@ -257,13 +267,14 @@ fn header_rules(
         rules::threadgroup_outside_kernel(hfile, &htoks, &fns, out);
         helpers = rules::helper_map(&fns);
         constants = rules::constant_names(&htoks);
+        code = Some((htoks, fns));
     }
 
-    (helpers, constants)
+    (helpers, constants, code)
 }
 
 /// The body's flow rules (address spaces, barriers, races, names MLX reserves); whether the body
-/// compares a thread index with a size somewhere (a guard).
+/// compares a thread index with a size somewhere (a guard), and the names that vary between threads.
 #[allow(clippy::too_many_arguments)] // the body, its tokens and what the header and signature give it
 fn body_flow(
     spec: &KernelSpec,
@@ -274,7 +285,7 @@ fn body_flow(
     helpers: HashMap<String, Vec<Option<String>>>,
     constants: Vec<String>,
     out: &mut Vec<Finding>,
-) -> bool {
+) -> (bool, BTreeSet<String>) {
     let mut flow = rules::Flow::new(body_file, toks);
     flow.helpers = helpers;
     for n in constants {
@@ -309,9 +320,8 @@ fn body_flow(
             .push((n.clone(), format!("the template parameter `{n}`")));
     }
     flow.run(0, toks.len());
-    let guarded = flow.guarded;
     out.append(&mut flow.findings);
-    guarded
+    (flow.guarded, flow.varying)
 }
 
 /// What the plan's launch must respect on Metal: a guard where the grid overshoots the data, the

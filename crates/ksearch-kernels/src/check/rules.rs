@@ -124,7 +124,11 @@ pub fn text_rules(
                     .find(|&j| toks[j].is(";"))
                     .unwrap_or(toks.len());
                 let stmt = &toks[i..end];
-                let pointer = stmt.iter().take_while(|t| !t.is("=")).any(|t| t.is("*"));
+                // A pointer or a reference (`threadgroup float (&a)[4] = s.a;`) binds memory declared elsewhere.
+                let pointer = stmt
+                    .iter()
+                    .take_while(|t| !t.is("="))
+                    .any(|t| t.is("*") || t.is("&"));
                 // A declaration names a type next (`threadgroup T x...`); a member function qualified by
                 // its object's space (`T() threadgroup : v(0) {}`) does not.
                 let is_decl = (i == 0 || matches!(prev, ";" | "{" | "}" | ")" | "]"))
@@ -1484,6 +1488,148 @@ pub fn helper_map(fns: &[Function]) -> HashMap<String, Vec<Option<String>>> {
         .filter(|f| !f.kernel && count[f.name.as_str()] == 1)
         .map(|f| (f.name.clone(), param_spaces(f)))
         .collect()
+}
+
+/// Whether the kernel body `toks` guards through a helper of the header (`htoks`, `fns`): it calls one
+/// with a thread-dependent argument (a name in `varying`) and the helper, or a helper it calls in turn,
+/// compares a value derived from that argument (or from a thread attribute it takes under MLX's name) with
+/// something. A translated kernel is often one call of a helper holding the whole body.
+pub fn guards_in_helpers(
+    toks: &[Tok],
+    varying: &BTreeSet<String>,
+    htoks: &[Tok],
+    fns: &[Function],
+) -> bool {
+    guarding_call(toks, varying, htoks, fns, 4)
+}
+
+fn guarding_call(
+    toks: &[Tok],
+    varying: &BTreeSet<String>,
+    htoks: &[Tok],
+    fns: &[Function],
+    depth: usize,
+) -> bool {
+    if depth == 0 {
+        return false;
+    }
+    let helpers: HashMap<&str, &Function> = fns
+        .iter()
+        .filter(|f| !f.kernel)
+        .map(|f| (f.name.as_str(), f))
+        .collect();
+    for (i, t) in toks.iter().enumerate() {
+        let Some(f) = helpers.get(t.text.as_str()) else {
+            continue;
+        };
+        if i > 0 && (toks[i - 1].is(".") || toks[i - 1].is("->")) {
+            continue;
+        }
+        let Some(open) = call_open(toks, i + 1) else {
+            continue;
+        };
+        let close = matching(toks, open);
+        let args = split_top(&toks[open + 1..close.min(toks.len())]);
+        let seeded: Vec<usize> = args
+            .iter()
+            .enumerate()
+            .filter(|(_, a)| names(a).any(|t| varying.contains(&t.text)))
+            .map(|(k, _)| k)
+            .collect();
+        if helper_guards(f, &seeded, htoks, fns, depth) {
+            return true;
+        }
+    }
+    false
+}
+
+/// The `(` of a call whose name ends before `k`: directly, or after template arguments `<...>`.
+fn call_open(toks: &[Tok], k: usize) -> Option<usize> {
+    let t = toks.get(k)?;
+    if t.is("(") {
+        return Some(k);
+    }
+    if !t.is("<") {
+        return None;
+    }
+    let mut depth = 0i32;
+    for (j, t) in toks.iter().enumerate().skip(k) {
+        match t.text.as_str() {
+            "<" => depth += 1,
+            ">" => depth -= 1,
+            ">>" => depth -= 2,
+            ";" | "{" | "}" => return None,
+            _ => {}
+        }
+        if depth <= 0 {
+            return toks.get(j + 1).filter(|n| n.is("(")).map(|_| j + 1);
+        }
+    }
+    None
+}
+
+/// Tokens split at top-level commas.
+fn split_top(r: &[Tok]) -> Vec<&[Tok]> {
+    let mut out = Vec::new();
+    let (mut depth, mut start) = (0i32, 0);
+    for (k, t) in r.iter().enumerate() {
+        match t.text.as_str() {
+            "(" | "[" | "{" => depth += 1,
+            ")" | "]" | "}" => depth -= 1,
+            "," if depth == 0 => {
+                out.push(&r[start..k]);
+                start = k + 1;
+            }
+            _ => {}
+        }
+    }
+    if start < r.len() {
+        out.push(&r[start..]);
+    }
+    out
+}
+
+/// Whether helper `f` guards when its parameters `seeded` hold thread-dependent values (its parameters
+/// named after thread attributes do anyway).
+fn helper_guards(
+    f: &Function,
+    seeded: &[usize],
+    htoks: &[Tok],
+    fns: &[Function],
+    depth: usize,
+) -> bool {
+    let mut flow = Flow::new("", htoks);
+    for (k, p) in f.params.iter().enumerate() {
+        let Some(name) = p
+            .iter()
+            .take_while(|t| !t.is("=") && !t.is("["))
+            .filter(|t| t.is_ident())
+            .last()
+        else {
+            continue;
+        };
+        let attr = super::signature::VARYING
+            .iter()
+            .find(|a| name.is(a))
+            .copied();
+        if let Some(a) = attr {
+            flow.seed(&name.text, a);
+        } else if seeded.contains(&k) {
+            flow.seed(&name.text, "thread_position_in_grid");
+        }
+    }
+    if flow.varying.is_empty() {
+        return false;
+    }
+    flow.run(f.body.0, f.body.1);
+    flow.guarded
+        || guarding_call(
+            &htoks[f.body.0..f.body.1],
+            &flow.varying,
+            htoks,
+            fns,
+            depth - 1,
+        )
 }
 
 /// Address space of each parameter of a helper (None: not a pointer).

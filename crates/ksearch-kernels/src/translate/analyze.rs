@@ -581,6 +581,20 @@ pub(crate) fn call_name(n: Node, src: &str) -> Option<String> {
     Some(t.to_string())
 }
 
+/// The function a call names without its namespaces (`ns::f<T>(x)` → `f`), and the node of the template
+/// arguments it writes, if any: how a call of one of the file's own helpers is recognised.
+pub(crate) fn callee<'t>(n: Node<'t>, src: &str) -> Option<(String, Option<Node<'t>>)> {
+    let mut f = n.child_by_field_name("function")?;
+    while f.kind() == "qualified_identifier" {
+        f = f.child_by_field_name("name")?;
+    }
+    if f.kind() == "template_function" {
+        let name = text(f.child_by_field_name("name")?, src).to_string();
+        return Some((name, f.child_by_field_name("arguments")));
+    }
+    (f.kind() == "identifier").then(|| (text(f, src).to_string(), None))
+}
+
 /// Calls that store through their first argument without reading it.
 pub(crate) fn is_store(name: &str) -> bool {
     name.ends_with("store_matrix_sync") || name.starts_with("__st")

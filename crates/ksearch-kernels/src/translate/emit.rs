@@ -10,6 +10,7 @@ use super::analyze::{
 };
 use super::includes::Flat;
 use super::launch::HostLaunch;
+use super::storage::{self, Storage, Use};
 use super::{Diagnostic, Severity, Stats, diag, rules};
 use ksearch_model::candidate::{Candidate, KernelDecl, Launch, Plan, Tunable};
 use ksearch_model::expr::ExprField;
@@ -128,6 +129,10 @@ struct Rw<'a> {
     dead: BTreeMap<String, &'static str>,
     /// Cooperative groups the Metal translation maps (`groups.rs`): name → what the group is.
     groups: BTreeMap<String, super::groups::Group>,
+    /// Metal: the threadgroup storage of the helpers this function calls (`storage.rs`), passed as a last
+    /// argument; `in_helper` when the function is a helper (it passes members of its own storage).
+    storage_uses: Vec<Use>,
+    in_helper: bool,
 }
 
 impl<'a> Rw<'a> {
@@ -816,10 +821,23 @@ impl<'a> Rw<'a> {
                 };
                 format!("{f}({t}, {}, memory_order_relaxed)", r(self, 1))
             }
-            c if self.helper_attrs.contains_key(c) => {
+            _ if analyze::callee(n, src).is_some_and(|(c, _)| {
+                self.helper_attrs.contains_key(&c)
+                    || self.storage_uses.iter().any(|u| u.callee == c)
+            }) =>
+            {
+                // One of the file's helpers (`ns::f<...>` too): the attributes and storage it takes.
+                let (c, _) = analyze::callee(n, src)?;
                 let f = n.child_by_field_name("function")?;
                 let mut rendered: Vec<String> = a.iter().map(|x| self.render(*x)).collect();
-                rendered.extend(self.helper_attrs[c].iter().cloned());
+                rendered.extend(self.helper_attrs.get(&c).into_iter().flatten().cloned());
+                let targs = storage::call_targs(n, src);
+                rendered.extend(storage::argument(
+                    &self.storage_uses,
+                    &c,
+                    &targs,
+                    self.in_helper,
+                ));
                 format!("{}({})", self.render(f), rendered.join(", "))
             }
             c if rules().metal_operators.contains_key(c) && a.len() == 2 => {
@@ -1342,9 +1360,13 @@ pub(crate) fn translate_tree(
         };
     }
     let scope = FileScope::read(root, src);
-    let spaces = call_site_spaces(&analysis, root, src);
+    let spaces = call_site_spaces(&analysis, &scope.top, root, src);
     if e.metal {
         e.helper_attrs = helper_attributes(&scope.top, src, target, &e.groups);
+        e.storage = Storage::read(&scope.top, src);
+        for (l, detail) in &e.storage.problems {
+            e.diags.push(diag(target, "T037", *l, None, detail.clone()));
+        }
     }
     e.header_items(&scope.top, flat, &spaces);
     if analysis.kernels.len() > 1 {
@@ -1502,6 +1524,8 @@ struct Emitter<'s> {
     helper_attrs: BTreeMap<String, Vec<String>>,
     /// Metal: the cooperative groups the file declares (`groups::declared`), read once for every rewriter.
     groups: Groups,
+    /// Metal: the `__shared__` variables of helpers, hoisted into structs the kernels declare (`storage.rs`).
+    storage: Storage,
 }
 
 /// Cooperative-group names and their kinds.
@@ -1530,6 +1554,7 @@ impl<'s> Emitter<'s> {
             body_macros: Vec::new(),
             helper_attrs: BTreeMap::new(),
             groups: declared_groups(src, target),
+            storage: Storage::default(),
         }
     }
 
@@ -1626,10 +1651,36 @@ impl<'s> Emitter<'s> {
         self.device_lines += f.end_position().row - f.start_position().row + 1;
         let mut rw = rewriter(src, self.target, None, &name, &self.groups);
         rw.helper_attrs = self.helper_attrs.clone();
+        let storage = self
+            .metal
+            .then(|| self.storage.helpers.get(&name).cloned())
+            .flatten();
+        if let Some(h) = &storage {
+            // Its shared variables are members of the storage it is passed: each declaration becomes
+            // references to them under the old names.
+            for (id, vars) in &h.decls {
+                if let Some(b) = self.storage.bindings(&name, *id, &metal_text) {
+                    rw.replace_node.insert(*id, b);
+                }
+                for v in vars {
+                    rw.shared.insert(v.name.clone(), v.elem.clone());
+                }
+            }
+            rw.storage_uses = h.uses.clone();
+        }
         if self.metal
             && let Some((_, plist)) = function_parts(f, src)
         {
-            let (list, unknown) = helper_params(&mut rw, plist, &name, spaces, &self.helper_attrs);
+            let (mut list, unknown) =
+                helper_params(&mut rw, plist, &name, spaces, &self.helper_attrs);
+            if let Some(p) = self.storage.param(&name).filter(|_| storage.is_some()) {
+                list.pop();
+                list = if list == "(" {
+                    format!("({p})")
+                } else {
+                    format!("{list}, {p})")
+                };
+            }
             rw.replace_node.insert(plist.id(), list);
             if unknown {
                 rw.note("T023", line(f), format!("in `{name}`"));
@@ -1640,6 +1691,11 @@ impl<'s> Emitter<'s> {
             s = metal_helper_head(&s);
         }
         self.absorb(rw);
+        if storage.is_some()
+            && let Some(def) = self.storage.struct_def(&name, &metal_text)
+        {
+            self.header.push_str(&def);
+        }
         self.header.push_str(&s);
         self.header.push_str("\n\n");
     }
@@ -1808,10 +1864,14 @@ impl<'s> Emitter<'s> {
         };
         let mut rw = rewriter(self.src, self.target, Some(k), &k.name, &self.groups);
         rw.helper_attrs = self.helper_attrs.clone();
+        if self.metal {
+            rw.storage_uses = self.storage.uses(def, self.src);
+        }
         let (shared_memory, smem_templates) =
             self.dynamic_shared(k, host, &mut rw, &mut parts.tunables);
         let rendered = rw.splice(body);
         let mut prologue = self.parameter_notes(k);
+        prologue.push_str(&Storage::kernel_decls(&rw.storage_uses, &metal_text));
         self.absorb(rw);
         for (name, def) in &self.body_macros {
             if contains_word(&rendered, name) {
@@ -2142,6 +2202,11 @@ impl<'s> Emitter<'s> {
 
 /// A CUDA helper's head as Metal's: the function qualifiers before the parameter list go, and the
 /// helper becomes a plain inline function.
+/// CUDA text (a type, array extents, a template head) as Metal.
+fn metal_text(t: &str) -> String {
+    ksearch_model::dialect::metal_text(t).replace("__restrict__", "")
+}
+
 fn metal_helper_head(s: &str) -> String {
     let cut = s.find('(').unwrap_or(0);
     let head: String = s[..cut]
@@ -2196,6 +2261,8 @@ fn rewriter<'a>(
         noted: BTreeSet::new(),
         dead: BTreeMap::new(),
         groups: groups.clone(),
+        storage_uses: Vec::new(),
+        in_helper: k.is_none(),
     };
     if let Some(k) = k {
         for s in &k.shared {
@@ -2357,51 +2424,144 @@ const ATTRIBUTES: &[(&str, &str)] = &[
 
 /// Address space of each helper pointer parameter, from the kernels' calls: (helper, index) → space,
 /// `None` when call sites disagree.
-fn call_site_spaces(
-    a: &Analysis,
-    root: Node,
-    src: &str,
-) -> BTreeMap<(String, usize), Option<&'static str>> {
-    let mut out: BTreeMap<(String, usize), Option<&'static str>> = BTreeMap::new();
-    for k in &a.kernels {
-        let Some(def) = root.descendant_for_byte_range(k.def_range.0, k.def_range.1) else {
-            continue;
+fn call_site_spaces(a: &Analysis, top: &[Node], root: Node, src: &str) -> Spaces {
+    // The callers: each kernel (its pointer parameters are device memory) and each helper (its pointer
+    // parameters point where its own callers' arguments do: found round by round).
+    let mut callers: Vec<(Node, Option<String>)> = a
+        .kernels
+        .iter()
+        .filter_map(|k| root.descendant_for_byte_range(k.def_range.0, k.def_range.1))
+        .filter(|d| d.kind() == "function_definition")
+        .map(|d| (d, None))
+        .collect();
+    for c in top {
+        let f = if c.kind() == "template_declaration" {
+            children(*c)
+                .into_iter()
+                .find(|x| x.kind() == "function_definition")
+        } else {
+            Some(*c).filter(|c| c.kind() == "function_definition")
         };
-        let shared: BTreeSet<&str> = k.shared.iter().map(|s| s.name.as_str()).collect();
-        for n in descendants(def) {
-            if n.kind() != "call_expression" {
-                continue;
-            }
-            let Some(name) = call_name(n, src) else {
-                continue;
-            };
-            if !a.device_functions.contains(&name) {
-                continue;
-            }
-            for (i, arg) in args(n).into_iter().enumerate() {
-                let Some(base) = lvalue_base(arg, src, &BTreeMap::new()) else {
-                    continue;
+        if let Some(f) = f
+            && has_qualifier(f, src, "__device__")
+            && !has_qualifier(f, src, "__global__")
+            && let Some((name, _)) = function_parts(f, src)
+        {
+            callers.push((f, Some(name)));
+        }
+    }
+    let mut out = Spaces::new();
+    for _ in 0..=callers.len().min(8) {
+        let mut next = Spaces::new();
+        for (f, helper) in &callers {
+            caller_spaces(*f, helper.as_deref(), a, src, &out, &mut next);
+        }
+        if next == out {
+            break;
+        }
+        out = next;
+    }
+    out
+}
+
+/// What the names of function `f` point to, for the arguments it passes helpers: its shared arrays are
+/// threadgroup memory, its local arrays and variables thread memory, its pointer parameters device memory
+/// (a kernel's) or where its callers' arguments point (`known`, a helper's), a local pointer where its
+/// initialiser points.
+fn caller_spaces(
+    f: Node,
+    helper: Option<&str>,
+    a: &Analysis,
+    src: &str,
+    known: &Spaces,
+    out: &mut Spaces,
+) {
+    let Some(body) = f.child_by_field_name("body") else {
+        return;
+    };
+    let mut names: BTreeMap<String, Option<&'static str>> = BTreeMap::new();
+    if let Some((_, plist)) = function_parts(f, src) {
+        for (i, p) in children(plist)
+            .into_iter()
+            .filter(|p| p.kind() == "parameter_declaration")
+            .enumerate()
+        {
+            if let Some((name, _, true, _)) = analyze::param_info(p, src) {
+                let space = match helper {
+                    None => Some("device"),
+                    Some(h) => known.get(&(h.to_string(), i)).copied().flatten(),
                 };
-                let space = if shared.contains(base.as_str()) {
-                    "threadgroup"
-                } else if k.params.iter().any(|p| p.pointer && p.name == base)
-                    || arg.kind() != "identifier"
-                {
-                    "device"
-                } else {
-                    continue;
-                };
-                out.entry((name.clone(), i))
-                    .and_modify(|s| {
-                        if *s != Some(space) {
-                            *s = None;
-                        }
-                    })
-                    .or_insert(Some(space));
+                names.insert(name, space);
             }
         }
     }
-    out
+    let mut pointers: BTreeMap<String, Node> = BTreeMap::new();
+    for d in descendants(body)
+        .into_iter()
+        .filter(|d| d.kind() == "declaration")
+    {
+        let shared = children(d)
+            .iter()
+            .any(|c| c.kind() == "type_qualifier" && text(*c, src) == "__shared__");
+        for decl in children(d) {
+            let Some(name) = declared_name(decl, src) else {
+                continue;
+            };
+            let inner = if decl.kind() == "init_declarator" {
+                decl.child_by_field_name("declarator").unwrap_or(decl)
+            } else {
+                decl
+            };
+            if shared {
+                names.insert(name, Some("threadgroup"));
+            } else if inner.kind() == "pointer_declarator" {
+                if let Some(v) = decl.child_by_field_name("value") {
+                    pointers.insert(name, v);
+                }
+            } else if matches!(inner.kind(), "identifier" | "array_declarator") {
+                names.insert(name, Some("thread"));
+            }
+        }
+    }
+    // A local pointer points where its initialiser does (pointers to pointers in order, a few deep).
+    for _ in 0..4 {
+        for (name, v) in &pointers {
+            if let Some(space) = lvalue_base(*v, src, &BTreeMap::new())
+                .and_then(|b| names.get(&b).copied().flatten())
+            {
+                names.insert(name.clone(), Some(space));
+            }
+        }
+    }
+    for n in descendants(body) {
+        if n.kind() != "call_expression" {
+            continue;
+        }
+        let Some((name, _)) = analyze::callee(n, src) else {
+            continue;
+        };
+        if !a.device_functions.contains(&name) {
+            continue;
+        }
+        for (i, arg) in args(n).into_iter().enumerate() {
+            let Some(base) = lvalue_base(arg, src, &BTreeMap::new()) else {
+                continue;
+            };
+            let space = match names.get(&base) {
+                Some(Some(s)) => *s,
+                Some(None) => continue,
+                None if arg.kind() != "identifier" => "device",
+                None => continue,
+            };
+            out.entry((name.clone(), i))
+                .and_modify(|s| {
+                    if *s != Some(space) {
+                        *s = None;
+                    }
+                })
+                .or_insert(Some(space));
+        }
+    }
 }
 
 /// The attributes each helper uses once translated, including through the helpers it calls.

@@ -12,6 +12,7 @@ mod groups;
 pub mod includes;
 mod launch;
 mod macros;
+mod storage;
 
 pub use analyze::{Analysis, KernelAnalysis, Param, ParamRole, SharedArray, analyze};
 pub use candidate::translate_candidate;
