@@ -1364,9 +1364,6 @@ pub(crate) fn translate_tree(
     if e.metal {
         e.helper_attrs = helper_attributes(&scope.top, src, target, &e.groups);
         e.storage = Storage::read(&scope.top, src);
-        for (l, detail) in &e.storage.problems {
-            e.diags.push(diag(target, "T037", *l, None, detail.clone()));
-        }
     }
     e.header_items(&scope.top, flat, &spaces);
     if analysis.kernels.len() > 1 {
@@ -1558,6 +1555,18 @@ impl<'s> Emitter<'s> {
         }
     }
 
+    /// Metal: what keeps function `name`'s shared memory (or that of the helpers it calls) from becoming
+    /// threadgroup storage (T037).
+    fn storage_problems(&mut self, name: &str, kernel: Option<&str>) {
+        if !self.metal {
+            return;
+        }
+        for (l, detail) in self.storage.problems.get(name).cloned().unwrap_or_default() {
+            self.diags
+                .push(diag(self.target, "T037", l, kernel, detail));
+        }
+    }
+
     /// A kernel's diagnostic.
     fn kd(&mut self, k: &KernelAnalysis, code: &str, line: usize, detail: String) {
         self.diags
@@ -1655,6 +1664,7 @@ impl<'s> Emitter<'s> {
             .metal
             .then(|| self.storage.helpers.get(&name).cloned())
             .flatten();
+        self.storage_problems(&name, None);
         if let Some(h) = &storage {
             // Its shared variables are members of the storage it is passed: each declaration becomes
             // references to them under the old names.
@@ -1866,6 +1876,7 @@ impl<'s> Emitter<'s> {
         rw.helper_attrs = self.helper_attrs.clone();
         if self.metal {
             rw.storage_uses = self.storage.uses(def, self.src);
+            self.storage_problems(&k.name, Some(&k.name));
         }
         let (shared_memory, smem_templates) =
             self.dynamic_shared(k, host, &mut rw, &mut parts.tunables);

@@ -52,9 +52,10 @@ pub(crate) struct HelperStorage {
 #[derive(Debug, Default)]
 pub(crate) struct Storage {
     pub helpers: BTreeMap<String, HelperStorage>,
-    /// (line, detail) of what cannot be hoisted: a call with deduced template arguments, `extern`
-    /// (dynamic) shared memory in a helper, a variadic template.
-    pub problems: Vec<(usize, String)>,
+    /// By function: (line, detail) of what cannot be hoisted there: a call with deduced template
+    /// arguments, `extern` (dynamic) shared memory in a helper, a variadic template. Reported when the
+    /// function is translated (a header's helper no kernel uses is not).
+    pub problems: BTreeMap<String, Vec<(usize, String)>>,
 }
 
 impl Storage {
@@ -78,9 +79,14 @@ impl Storage {
             let Some((name, _)) = function_parts(f, src) else {
                 continue;
             };
-            if let Some(h) = own_storage(c, f, src, &mut out.problems) {
+            let mut problems = Vec::new();
+            if let Some(h) = own_storage(c, f, src, &mut problems) {
                 out.helpers.insert(name.clone(), h);
             }
+            out.problems
+                .entry(name.clone())
+                .or_default()
+                .extend(problems);
             fns.push((name, c, f));
         }
         // Helpers calling helpers with storage: until nothing changes (bounded by the number of helpers).
@@ -91,10 +97,15 @@ impl Storage {
                 if uses.is_empty() {
                     continue;
                 }
-                let entry = out
-                    .helpers
-                    .entry(name.clone())
-                    .or_insert_with(|| template_parts(*c, src, &mut Vec::new()));
+                let entry = out.helpers.entry(name.clone()).or_insert_with(|| {
+                    let mut problems = Vec::new();
+                    let h = template_parts(*c, src, &mut problems);
+                    out.problems
+                        .entry(name.clone())
+                        .or_default()
+                        .extend(problems);
+                    h
+                });
                 if entry.uses != uses {
                     entry.uses = uses;
                     changed = true;
@@ -113,12 +124,18 @@ impl Storage {
             } else {
                 Some(c).filter(|c| c.kind() == "function_definition")
             };
-            if let Some(f) = f {
-                uses_in(f, src, &out.helpers, &mut out.problems);
+            if let Some(f) = f
+                && let Some((name, _)) = function_parts(f, src)
+            {
+                let mut problems = Vec::new();
+                uses_in(f, src, &out.helpers, &mut problems);
+                out.problems.entry(name).or_default().extend(problems);
             }
         }
-        out.problems.sort();
-        out.problems.dedup();
+        for p in out.problems.values_mut() {
+            p.sort();
+            p.dedup();
+        }
         out
     }
 
@@ -288,7 +305,7 @@ fn own_storage(
     problems: &mut Vec<(usize, String)>,
 ) -> Option<HelperStorage> {
     let body = f.child_by_field_name("body")?;
-    let mut h = template_parts(item, src, problems);
+    let mut h = HelperStorage::default();
     let mut last = 0;
     for d in descendants(body) {
         if d.kind() != "declaration" || !is_shared(d, src) {
@@ -341,6 +358,8 @@ fn own_storage(
     if h.own.is_empty() {
         return None;
     }
+    let t = template_parts(item, src, problems);
+    (h.template_head, h.self_args) = (t.template_head, t.self_args);
     h.constexprs = needed_constexprs(body, src, last, &h.own);
     Some(h)
 }
