@@ -1,6 +1,7 @@
 // The shipped CUDA experts of gqa-paged-decode (tasks/gqa-paged-decode/seeds/mlx-cuda/expert: paged.cuh, its
 // split launch then its merge launch, as split.cu and merge.cu call them; with KSEARCH_CUDA_TARGET, the cuda
-// seed's __global__ functions, paged_decode_cuda.cpp) on the CPU emulation of
+// seed's __global__ functions, paged_decode_cuda.cpp; with KSEARCH_METAL_ROUND_TRIP, that seed carried to Metal
+// and back, paged_decode_metal.cpp) on the CPU emulation of
 // tests/back_translate_cpu/cuda_cpu.h (each CUDA thread a fiber, blocks in turn): o and the base-2 lse must
 // match attention over each sequence's pages computed here in double. The page lists are scattered over the
 // cache with sequences of one page, of fewer pages than a warp's tile, of exactly a chunk, of several chunks
@@ -35,6 +36,26 @@ inline int __shfl_up_sync(unsigned m, int v, int delta) {
 #include "merge.cu"
 #define SPLIT paged_decode_split<D, Hq, Hkv, CH, NW, KT, T>
 #define MERGE paged_decode_merge<D, Hq, CH, T>
+#elif defined(KSEARCH_METAL_ROUND_TRIP)
+// The cuda seed translated to mlx-metal and that Metal back-translated to mlx-cuda (paged_decode_metal.cpp):
+// each body run as MLX wraps one (the scalar B by pointer, template values as the function's parameters),
+// its header in a namespace of its own (round_trip.cuh; the two define the same constants).
+#include "round_trip.cuh"
+template <typename T, int D, int Hq, int Hkv, int CH, int NW, int KT>
+void round_trip_split(const T* q, const T* k_cache, const T* v_cache, const int* kv_indptr, const int* kv_indices,
+                      float* part, int nB) {
+  const int32_t* B = &nB;
+  using namespace bt_split;
+#include "paged_decode_split.cu"
+}
+template <typename T, int D, int Hq, int CH>
+void round_trip_merge(const float* part, const int* kv_indptr, T* o, float* lse, int nB) {
+  const int32_t* B = &nB;
+  using namespace bt_merge;
+#include "paged_decode_merge.cu"
+}
+#define SPLIT round_trip_split<T, D, Hq, Hkv, CH, NW, KT>
+#define MERGE round_trip_merge<T, D, Hq, CH>
 #else
 #include "paged.cuh"
 #define SPLIT kspaged::split<T, D, Hq, Hkv, CH, NW, KT>

@@ -526,3 +526,66 @@ fn a_cuda_seed_translated_to_mlx_cuda_still_matches_its_reference() {
     assert!(out.contains("mla naive seeds agree"), "{out}");
     assert_eq!(out.matches("worst error").count(), 4, "{out}");
 }
+
+/// A kernel found on NVIDIA starts a search on Apple silicon: the gqa-paged-decode cuda expert translated to
+/// mlx-metal is a complete candidate (`check` finds nothing), and what that Metal means, back-translated to
+/// CUDA over the Metal prelude, still matches attention over the page lists on the CPU emulation.
+#[test]
+fn the_gqa_cuda_expert_carried_to_metal_still_matches_its_reference() {
+    use ksearch::target::Target;
+    let task_dir = repo().join("tasks/gqa-paged-decode");
+    let task = ksearch::task::Task::load(&task_dir).unwrap();
+    let seed = task_dir.join("seeds/cuda/expert");
+    let t = ksearch::translate::translate_and_check(&seed, Target::MlxMetal, &[]).unwrap();
+    let errors: Vec<_> = t
+        .diagnostics
+        .iter()
+        .filter(|d| d.severity == ksearch::translate::Severity::Error)
+        .collect();
+    assert!(errors.is_empty(), "{errors:?}");
+    let metal = t.candidate.expect("a translation");
+    metal.check_against(&task).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let metal_dir = tmp.path().join("mlx-metal");
+    metal.write_dir(&metal_dir).unwrap();
+    let back = ksearch::back_translate::back_translate_dir(&metal_dir)
+        .unwrap()
+        .candidate;
+    let cuda_dir = tmp.path().join("mlx-cuda");
+    back.write_dir(&cuda_dir).unwrap();
+    // Both headers start with the same prelude: it once, then each kernel's part in its own namespace.
+    let part = |header: &str, marker: &str| -> (String, String) {
+        let text = std::fs::read_to_string(cuda_dir.join(header)).unwrap();
+        let at = text
+            .find(marker)
+            .unwrap_or_else(|| panic!("{header}: no `{marker}`"));
+        (text[..at].to_string(), text[at..].to_string())
+    };
+    let (prelude, split) = part(
+        "split_header.cuh",
+        "// ---- split_header.metal, back-translated ----",
+    );
+    let (prelude2, merge) = part(
+        "merge_header.cuh",
+        "// ---- merge_header.metal, back-translated ----",
+    );
+    assert_eq!(prelude, prelude2);
+    std::fs::write(
+        cuda_dir.join("round_trip.cuh"),
+        format!(
+            "{prelude}\nnamespace bt_split {{\n{split}\n}}\nnamespace bt_merge {{\n{merge}\n}}\n"
+        ),
+    )
+    .unwrap();
+    let out = common::run_cuda_cpu_driver(
+        &repo().join("tests/cuda_seeds_cpu/paged_decode_metal.cpp"),
+        &cuda_dir,
+        tmp.path(),
+    );
+    println!("{out}");
+    assert!(
+        out.contains("paged decode agrees with the reference"),
+        "{out}"
+    );
+    assert_eq!(out.matches("worst error").count(), 8, "{out}");
+}

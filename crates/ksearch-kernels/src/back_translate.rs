@@ -1080,6 +1080,11 @@ fn rewrite(
                     } else if name == "device" || name == "thread" {
                         out[i] = String::new();
                         bump(counts, "address space");
+                    } else if name == "constant" && prev == "static" && next == "constexpr" {
+                        // `static constant constexpr int N = 4;`: a compile-time constant (MLX's own
+                        // struct members are written so); CUDA allows no `__constant__` on a member.
+                        out[i] = String::new();
+                        bump(counts, "address space");
                     } else if name == "constant" || name == "threadgroup" {
                         // `static` may come first (`static constant float table[] = ...` in a header)
                         let k = if prev == "static" { j - 1 } else { j };
@@ -1178,6 +1183,14 @@ fn declares_pointer(sig: &[usize], toks: &[Tok], mut j: usize) -> bool {
             "<" => angle += 1,
             ">" => angle -= 1,
             "*" | "&" if angle == 0 => return true,
+            // `threadgroup float (&rows)[4][8] = s.rows;`: a reference (or pointer) to an array.
+            "(" if angle == 0
+                && sig
+                    .get(j + 1)
+                    .is_some_and(|&n| matches!(toks[n].text.as_str(), "*" | "&")) =>
+            {
+                return true;
+            }
             ";" | "=" | "[" | "," | "(" | "{" | ")" => return false,
             _ => {}
         }
