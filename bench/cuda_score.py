@@ -1,7 +1,8 @@
 """K-Search's score of cuda-target evaluations: per candidate, the mean over the task's feedback workloads (the
 held-out ones reported apart) of baseline time / candidate time, the baseline FlashInfer's where it ran, else
 the task's PyTorch baseline (named in the result, with why FlashInfer was not timed). A workload the candidate
-did not pass scores 0, as K-Search counts a failed workload.
+did not pass scores 0, as K-Search counts a failed workload; a passed workload whose baseline was not timed is
+left out of the mean (and counted apart); with no baseline timed at all there is no score (`not_scored`).
 
     python3 bench/cuda_score.py RESULTS.jsonl > SCORES.json
 
@@ -29,17 +30,28 @@ def score(result: dict[str, Any]) -> dict[str, Any]:
     unavailable = {b: why for r in rows for b, why in (r.get("baselines_unavailable") or {}).items()}
     if unavailable:
         out["baselines_not_timed"] = unavailable
+    if baseline is None:
+        # No baseline ran anywhere: there is nothing to score against (not a score of 0).
+        out["not_scored"] = "no baseline was timed on any workload" + (f": {unavailable}" if unavailable else "")
     for part in ("feedback", "held_out"):
         ratios = []
         for r in rows:
             if bool(r.get("held_out")) != (part == "held_out"):
                 continue
             t, base = r.get("median_s"), (r.get("baselines") or {}).get(baseline or "")
-            ratio = base / t if r.get("status") == "passed" and t and base else 0.0
+            ratio: float | None
+            if r.get("status") != "passed":
+                ratio = 0.0  # K-Search counts a failed workload as 0
+            elif t and base:
+                ratio = base / t
+            else:
+                ratio = None  # passed, but the baseline was not timed here: left out of the mean, said so
             out["workloads"][r["workload"]] = {"status": r.get("status"), "median_s": t, "baseline_s": base,
-                                               "baseline_over_candidate": round(ratio, 4)}
-            ratios.append(ratio)
-        out[f"score_{part}"] = round(sum(ratios) / len(ratios), 4) if ratios else None
+                                               "baseline_over_candidate": None if ratio is None else round(ratio, 4)}
+            if ratio is not None:
+                ratios.append(ratio)
+        out[f"score_{part}"] = round(sum(ratios) / len(ratios), 4) if ratios and baseline else None
+        out[f"scored_{part}_workloads"] = len(ratios) if baseline else 0
     published = PUBLISHED.get(str(result.get("task")))
     if published is not None and baseline and baseline.startswith("flashinfer"):
         out["k_search_published"] = published
