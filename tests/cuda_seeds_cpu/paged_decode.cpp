@@ -1,7 +1,8 @@
 // The shipped CUDA experts of gqa-paged-decode (tasks/gqa-paged-decode/seeds/mlx-cuda/expert: paged.cuh, its
 // split launch then its merge launch, as split.cu and merge.cu call them; with KSEARCH_CUDA_TARGET, the cuda
 // seed's __global__ functions, paged_decode_cuda.cpp; with KSEARCH_METAL_ROUND_TRIP, that seed carried to Metal
-// and back, paged_decode_metal.cpp) on the CPU emulation of
+// and back, paged_decode_metal.cpp; the mlx-metal seeds back-translated, paged_decode_metal_seed*.cpp) on the CPU
+// emulation of
 // tests/back_translate_cpu/cuda_cpu.h (each CUDA thread a fiber, blocks in turn): o and the base-2 lse must
 // match attention over each sequence's pages computed here in double. The page lists are scattered over the
 // cache with sequences of one page, of fewer pages than a warp's tile, of exactly a chunk, of several chunks
@@ -25,7 +26,18 @@ inline int __shfl_up_sync(unsigned m, int v, int delta) {
   return __shfl_sync(m, v, lane >= delta ? lane - delta : lane);
 }
 
-#if defined(KSEARCH_CUDA_NAIVE)
+#if defined(KSEARCH_METAL_NAIVE)
+// The mlx-metal naive seed back-translated (paged_decode_metal_seed_naive.cpp): its body as MLX wraps one, the
+// scalars by pointer; launched as the cuda naive seed is (one simdgroup per row, blocks of TG = 32 NW threads).
+#define KSEARCH_CUDA_NAIVE
+#include "metal_prelude.cuh"
+template <typename T>
+void paged_decode_naive(const T* q, const T* k_cache, const T* v_cache, const int* kv_indptr, const int* kv_indices,
+                        T* o, float* lse, int b_, int hq_, int hkv_, int d_) {
+  const int32_t *B = &b_, *Hq = &hq_, *Hkv = &hkv_, *D = &d_;
+#include "paged_decode_naive.cu"
+}
+#elif defined(KSEARCH_CUDA_NAIVE)
 // The cuda target's naive seed (tasks/gqa-paged-decode/seeds/cuda/naive/paged_decode.cu), blocks of 32 NW threads.
 #include "paged_decode.cu"
 #elif defined(KSEARCH_CUDA_TARGET)
@@ -36,6 +48,22 @@ inline int __shfl_up_sync(unsigned m, int v, int delta) {
 #include "merge.cu"
 #define SPLIT paged_decode_split<D, Hq, Hkv, CH, NW, KT, T>
 #define MERGE paged_decode_merge<D, Hq, CH, T>
+#elif defined(KSEARCH_METAL_SEED)
+// The mlx-metal expert seed back-translated (paged_decode_metal_seed.cpp): its two bodies as MLX wraps them.
+#include "metal_prelude.cuh"
+template <typename T, int D, int Hq, int Hkv, int CH, int NW, int KT>
+void metal_split(const T* q, const T* k_cache, const T* v_cache, const int* kv_indptr, const int* kv_indices,
+                 float* part, int b_) {
+  const int32_t* B = &b_;
+#include "paged_decode_split.cu"
+}
+template <typename T, int D, int Hq, int CH>
+void metal_merge(const float* part, const int* kv_indptr, T* o, float* lse, int b_) {
+  const int32_t* B = &b_;
+#include "paged_decode_merge.cu"
+}
+#define SPLIT metal_split<T, D, Hq, Hkv, CH, NW, KT>
+#define MERGE metal_merge<T, D, Hq, CH>
 #elif defined(KSEARCH_METAL_ROUND_TRIP)
 // The cuda seed translated to mlx-metal and that Metal back-translated to mlx-cuda (paged_decode_metal.cpp):
 // each body run as MLX wraps one (the scalar B by pointer, template values as the function's parameters),

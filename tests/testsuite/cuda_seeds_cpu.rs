@@ -589,3 +589,37 @@ fn the_gqa_cuda_expert_carried_to_metal_still_matches_its_reference() {
     );
     assert_eq!(out.matches("worst error").count(), 8, "{out}");
 }
+
+/// Paged attention for MLX, the Metal side: the gqa-paged-decode mlx-metal seeds (naive, expert), back-translated
+/// to CUDA over the Metal prelude, match attention over the page lists on the CPU emulation (no Apple GPU here:
+/// this is what their Metal means, with the simdgroup functions and threadgroup memory emulated).
+#[test]
+fn paged_decode_metal_seeds_match_attention_over_the_page_lists() {
+    let task = ksearch::task::Task::load(&repo().join("tasks/gqa-paged-decode")).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    for (seed, driver) in [
+        ("naive", "paged_decode_metal_seed_naive.cpp"),
+        ("expert", "paged_decode_metal_seed.cpp"),
+    ] {
+        let dir = repo()
+            .join("tasks/gqa-paged-decode/seeds/mlx-metal")
+            .join(seed);
+        Candidate::load(&dir).unwrap().check_against(&task).unwrap();
+        let back = ksearch::back_translate::back_translate_dir(&dir)
+            .unwrap()
+            .candidate;
+        let out_dir = tmp.path().join(seed);
+        back.write_dir(&out_dir).unwrap();
+        let out = common::run_cuda_cpu_driver(
+            &repo().join("tests/cuda_seeds_cpu").join(driver),
+            &out_dir,
+            tmp.path(),
+        );
+        println!("{seed}:\n{out}");
+        assert!(
+            out.contains("paged decode agrees with the reference"),
+            "{out}"
+        );
+        assert_eq!(out.matches("worst error").count(), 8, "{out}");
+    }
+}
