@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The cuda target on the H200, in one call on the device machine: the ksearch binary as bench/device_bin.sh
-# finds it; CuPy, PyTorch and nvcc are the machine's own; FlashInfer is installed from wheels staged in
-# .device/flashinfer (bench/stage_flashinfer.sh; they may not fit a call's carry: then its baselines are
+# finds it; CuPy, PyTorch and nvcc are the machine's own; FlashInfer is installed by the calls that
+# bench/stage_flashinfer.sh prints, made just before this one on the same machine (without it its baselines are
 # reported as not timed, with why, and the PyTorch baselines stand in). Sections (SECTIONS picks some; each
 # step time-boxed):
 #   seeds   `ksearch eval --target cuda` of every cuda seed of every task (TASKS picks some) on every workload,
@@ -25,9 +25,12 @@ results="$out/h200-cuda.jsonl"
 : > "$results"
 export PYTHONPATH="$PYTHONPATH:$PWD/python"
 has() { [[ " $sections " == *" $1 "* ]]; }
-if ls .device/flashinfer/* > /dev/null 2>&1; then  # bench/stage_flashinfer.sh: a source release and ninja
-  python3 -m pip install --no-index --no-deps --no-build-isolation --quiet .device/flashinfer/* >> "$log" 2>&1 \
-    || echo "== flashinfer did not install" >> "$log"
+# FlashInfer (bench/stage_flashinfer.sh): installed by the staging calls before this one; else by this call when it
+# carries the last staged folder (its install.sh, which also JIT-compiles and checks the baselines' kernels).
+if ! python3 -c "import flashinfer" > /dev/null 2>&1; then
+  for f in .device/flashinfer-*/install.sh; do
+    [ -f "$f" ] && { bash "$f" >> "$log" 2>&1 || echo "== flashinfer did not install or check ($f)" >> "$log"; }
+  done
 fi
 {
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv

@@ -87,6 +87,7 @@ def flashinfer_decode(inputs: dict[str, Any], dims: dict[str, int]) -> dict[str,
     wrapper, fresh = _flashinfer_wrapper((inputs["kv_indptr"], inputs["kv_indices"]), q.device)
     B = dims["B"]
     if fresh:
+        # The options after page_size by name: 0.6.18 and 0.7.4 deprecate them by position (0.2.14 takes both).
         wrapper.plan(inputs["kv_indptr"], inputs["kv_indices"], torch.ones(B, dtype=torch.int32, device=q.device),
                      dims["Hq"], dims["Hkv"], dims["D"], 1, q_data_type=q.dtype,
                      kv_data_type=inputs["k_cache"].dtype)

@@ -41,8 +41,9 @@ _kept: dict[Any, Any] = {}  # the tensors each key was made from (alive while pl
 def _flashinfer_wrapper(tensors: tuple[Any, Any], device: torch.device) -> tuple[Any, dict[str, str], bool]:
     """The wrapper of one input set (`tensors`: its page lists), and whether it is new (then to be planned): made, with its 128 MiB
     workspace, at the set's first call, since allocating and planning are no part of attention (a serving
-    engine plans once per step for all its layers). With it, what `plan` must be told besides the shapes: FlashInfer releases that
-    take `lse_mode` want the base-2 log-sum-exp asked for there (older ones give it whenever `run` is asked)."""
+    engine plans once per step for all its layers). With it, what `plan` must be told besides the shapes: newer
+    FlashInfer (0.7.4) fixes the log-sum-exp's form at `plan` (`lse_mode`; left out, a deprecated fallback) and base 2
+    is asked for there; older releases (0.2.14, 0.6.18) take no `lse_mode` and give base 2 whenever `run` asks."""
     try:
         import flashinfer
     except ImportError as e:
@@ -92,7 +93,9 @@ def flashinfer_mla(inputs: dict[str, torch.Tensor], dims: dict[str, int]) -> dic
             kv_data_type=inputs["ckv_cache"].dtype,
             **extra,
         )
-    output, lse = wrapper.run(q_nope, q_pe, inputs["ckv_cache"], inputs["kpe_cache"], return_lse=True)
+    # By name: 0.7.4 deprecates positional tensors here; the names are those of 0.2.14 to 0.7.4.
+    output, lse = wrapper.run(q_nope=q_nope, q_pe=q_pe, ckv_cache=inputs["ckv_cache"], kpe_cache=inputs["kpe_cache"],
+                              return_lse=True)
     return {"output": output, "lse": lse}
 
 
