@@ -24,7 +24,7 @@ from .check import compare
 from .errors import WorkerError
 from .log import say
 from .pool import Layout, Pool, ReferenceSet
-from .targets import CandidateFailure, CheckRun, Target, TimedPlan, TimedRunWrong
+from .targets import BaselineUnavailable, CandidateFailure, CheckRun, Target, TimedPlan, TimedRunWrong
 from .task import Task, tail
 from .timing import TimingConfig
 from .timing import account as timing_account
@@ -451,8 +451,11 @@ def prepare(req: Mapping[str, Any], task: Task | None, target: Target, state: Ru
             _warmup_sets(state, task, layout, supply, timing)
             if names:
                 with split.phase("baselines_s"):
+                    vouch = state.pool.reference(task, layout, fingerprint, min(int(s) for s in seeds)) \
+                        if seeds else None
                     got, result["baselines_timed_now"] = _baselines(
-                        task, target, state, layout, dims, supply, names, timing, bool(req.get("retime_baselines")))
+                        task, target, state, layout, dims, supply, names, timing, bool(req.get("retime_baselines")),
+                        vouch)
                     # A baseline whose library this machine lacks (FlashInfer) is named with why; the rest count.
                     result["baselines"] = {n: st for n, st in got.items() if UNAVAILABLE not in st}
                     result["baselines_unavailable"] = {n: str(st[UNAVAILABLE]) for n, st in got.items()
@@ -466,10 +469,45 @@ def prepare(req: Mapping[str, Any], task: Task | None, target: Target, state: Ru
     return result
 
 
+def _vouched(task: Task, target: Target, layout: Layout, dims: dict[str, int], fns: dict[str, Any],
+             vouch: ReferenceSet | None) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """The baselines that compute the task's outputs on a reference set (each output they give, within the
+    task's tolerances), and the rest with why: a baseline computing something else (another layout, scale or
+    mask) would be a time of another problem, and a score against it meaningless. Those that cannot run here
+    (BaselineUnavailable) are named with why too."""
+    if vouch is None:
+        return fns, {}
+    ok: dict[str, Any] = {}
+    refused: dict[str, dict[str, Any]] = {}
+    for name, fn in fns.items():
+        try:
+            got = target.baseline_outputs(fn, vouch.inputs, dict(dims), layout)
+        except BaselineUnavailable as exc:
+            refused[name] = {UNAVAILABLE: f"it cannot run here: {exc}"}
+            continue
+        except WorkerError as exc:
+            raise WorkerError(exc.kind, f"baseline {name}: {exc.message}") from None
+        problems = []
+        for out, _, dtype in layout.outputs:
+            if out in got:
+                atol, rtol = task.tolerances[dtype]
+                problem = compare(out, np.asarray(got[out]), vouch.expected[out], atol, rtol).problem
+                if problem:
+                    problems.append(problem)
+        if problems:
+            refused[name] = {UNAVAILABLE: "its outputs differ from the task's reference on a checked input set, so "
+                                          f"it times another computation: {'; '.join(problems)}"}
+        else:
+            ok[name] = fn
+    return ok, refused
+
+
 def _baselines(task: Task, target: Target, state: RunState, layout: Layout, dims: dict[str, int], supply: int,
-               names: list[str], timing: TimingConfig, retime: bool) -> tuple[dict[str, Any], bool]:
+               names: list[str], timing: TimingConfig, retime: bool,
+               vouch: ReferenceSet | None) -> tuple[dict[str, Any], bool]:
     """The baselines' times: reused within a run unless older than BASELINE_MAX_AGE_S or asked to be timed
-    again (beside the final best). Timed with no candidate code alive, on supply sets of their own."""
+    again (beside the final best). Timed with no candidate code alive, on supply sets of their own, each once
+    it has computed the task's outputs on a reference set (`vouch`)."""
     now = time.monotonic()
     cached = {n: state.baselines.get((layout.key(), n)) for n in names}
     if not retime and all(c is not None and now - c[0] < BASELINE_MAX_AGE_S for c in cached.values()):
@@ -477,7 +515,8 @@ def _baselines(task: Task, target: Target, state: RunState, layout: Layout, dims
     # The baselines' own inputs: another supply stream, never handed to a candidate.
     seed = (supply ^ 0x5A5A5A5A5A5A5A5A) & ((1 << 63) - 1)
     sets = state.pool.supply(task, layout, seed, target.baseline_sets(layout), timing.supply_bytes)
-    timed = target.time_baselines({n: task.baselines[n] for n in names}, sets, dict(dims), layout, timing)
+    fns, refused = _vouched(task, target, layout, dims, {n: task.baselines[n] for n in names}, vouch)
+    timed = {**(target.time_baselines(fns, sets, dict(dims), layout, timing) if fns else {}), **refused}
     for n, st in timed.items():
         state.baselines[(layout.key(), n)] = (now, st)
     return {n: {**st, "cached": False} for n, st in timed.items()}, True

@@ -28,6 +28,9 @@ def reference(inputs, dims):
 ADD_BASELINES = """
 def numpy_add(inputs, dims):
     return {"C": 2 * inputs["A"] + inputs["B"]}
+
+def numpy_add_other(inputs, dims):  # another computation (B weighed 1.01): not a baseline of this task
+    return {"C": 2 * inputs["A"] + 1.01 * inputs["B"]}
 """
 ADD_PROTO = "#include <stdint.h>\nvoid add(const float* A, const float* B, float* C, int64_t M, int64_t N);\n"
 M, N = 48, 40

@@ -178,6 +178,21 @@ def test_timing_is_sane_and_baseline_timed(worker: Worker, add_dir: Path) -> Non
     assert split["total_s"] >= split["kernel_s"] > 0 and split["overhead_s"] >= 0
 
 
+def test_a_baseline_computing_something_else_is_named_not_timed(worker: Worker, add_dir: Path) -> None:
+    """Before a baseline is timed it computes the task's outputs on a reference set: one that computes something
+    else (here 1% off on one input) would be a time of another problem, so it is named with why instead."""
+    worker.load(add_dir, add_task(baselines=[{"name": "numpy", "function": "numpy_add"},
+                                             {"name": "other", "function": "numpy_add_other"}]))
+    key = worker.compiled(CORRECT)
+    timing = {"enabled": True, "warmup_s": 0.01, "min_samples": 4, "max_samples": 6, "budget_s": 0.05,
+              "min_sample_s": 0.0002}
+    r = worker.run(add_run(key, timing=timing, baselines=["numpy", "other"]))
+    assert r["status"] == "passed", r["message"]
+    assert set(r["baselines"]) == {"numpy"}, r["baselines"]
+    why = worker.last_prepare["baselines_unavailable"]["other"]
+    assert "differ from the task's reference" in why and "output C" in why and "atol=1e-05" in why, why
+
+
 def test_distributions_reach_the_kernel_without_zeros(worker: Worker, add_dir: Path) -> None:
     # randint(-1, 2) draws -1, 0, 1: the zeros must have been replaced before the kernel sees A.
     worker.load(add_dir, add_task(init_a="randint(-1, 2)"))

@@ -196,14 +196,14 @@ pub fn workloads_table(results: &[WorkloadResult]) -> String {
     for (names, m) in messages {
         out.push_str(&format!("\n{}: {}", names.join(", "), first_lines(m, 12)));
     }
-    // A baseline this machine could not run (its library missing) is said once, with why.
+    // A baseline not timed (its library missing here, or outputs that are not the task's) is said once, with why.
     let unavailable: std::collections::BTreeMap<&String, &String> = results
         .iter()
         .flat_map(|r| r.baselines_unavailable.iter())
         .collect();
     for (name, why) in unavailable {
         out.push_str(&format!(
-            "\nbaseline {name} not timed: it cannot run here ({})",
+            "\nbaseline {name} not timed: {}",
             first_lines(why, 2)
         ));
     }

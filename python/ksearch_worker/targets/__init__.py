@@ -75,6 +75,10 @@ class TimedPlan:
         return index in self.checked and call in self.checked_calls
 
 
+class BaselineUnavailable(Exception):
+    """A baseline that cannot run on this machine (its library, or the torch it takes, is missing here)."""
+
+
 class TimedRunWrong(Exception):
     """A timed call left outputs that differ from the reference, unwritten, or past their end."""
 
@@ -164,6 +168,13 @@ class Target(Protocol):
 
     def baseline_sets(self, layout: Layout) -> int:
         """How many supply sets `time_baselines` uses (`prepare` draws no more)."""
+        ...
+
+    def baseline_outputs(self, fn: Callable[..., Any], inputs: Arrays, dims: dict[str, int],
+                         layout: Layout) -> Arrays:
+        """One call of baseline `fn` on `inputs` (uploaded afresh), its outputs on the host (bfloat16 widened
+        to float32), for comparing with the reference before the baseline is timed. Raises BaselineUnavailable
+        where the baseline cannot run here."""
         ...
 
     def warm(self, layout: Layout) -> None:

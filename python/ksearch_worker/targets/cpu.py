@@ -683,6 +683,15 @@ class CpuTarget:
     def warm(self, layout: Any) -> None:
         """Nothing to compile ahead: the kernel host is built with the candidate."""
 
+    def baseline_outputs(self, fn: Callable[..., Any], inputs: Mapping[str, np.ndarray], dims: dict[str, int],
+                         layout: Any) -> dict[str, np.ndarray]:
+        views = {n: np.array(a, copy=True) for n, a in inputs.items()}
+        try:
+            got = fn(views, dict(dims))
+        except Exception as exc:
+            raise WorkerError("bad_task", f"baseline raised: {exc}") from None
+        return {n: np.asarray(a) for n, a in dict(got).items()}
+
     def time_baselines(self, fns: Mapping[str, Callable[..., Any]], sets: Sequence[Mapping[str, np.ndarray]],
                        dims: dict[str, int], layout: Any, cfg: TimingConfig) -> dict[str, dict[str, Any]]:
         """Baselines run in the worker (no candidate host is alive by now), each on the rotated sets."""

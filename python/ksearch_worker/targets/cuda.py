@@ -54,7 +54,7 @@ from ..errors import WorkerError
 from ..log import say
 from ..pool import round_bf16
 from ..timing import Batches, Measurement, TimingConfig, measure
-from . import RECHECK_SETS, CandidateFailure, CheckRun, TimedRunWrong, sets_beyond_cache
+from . import RECHECK_SETS, BaselineUnavailable, CandidateFailure, CheckRun, TimedRunWrong, sets_beyond_cache
 
 # CuPy is imported lazily: a worker for another target must not need it.
 _cupy: Any = None
@@ -642,6 +642,28 @@ class CudaTarget:
         """Input sets the baselines are timed on: enough to hold twice the L2 cache, at most 16."""
         return sets_beyond_cache(self.cache_bytes(), layout.input_bytes(), 16)
 
+    def baseline_outputs(self, fn: Callable[..., Any], inputs: Mapping[str, np.ndarray], dims: dict[str, int],
+                         layout: Any) -> dict[str, np.ndarray]:
+        try:
+            import torch
+        except ImportError as exc:
+            raise BaselineUnavailable(f"the cuda target's baselines take torch tensors; torch is missing: {exc}") \
+                from None
+        dtypes = {n: d for n, _, d in layout.inputs}
+        tensors = {n: as_torch(torch, a, dtypes[n]) for n, a in self.upload(inputs, dtypes).items()}
+        try:
+            with torch.cuda.stream(torch.cuda.ExternalStream(self.stream().ptr)):
+                got = dict(fn(tensors, dict(dims)))
+            self.stream().synchronize()
+        except Exception as exc:
+            # A library this machine lacks (FlashInfer's wheels, or the nvcc its JIT needs): named with why; one
+            # that broke the device ends this worker.
+            if sticky(exc) or self.device_failure() is not None:
+                raise WorkerError("device_lost", f"a baseline left the device unusable: {exc}") from None
+            raise BaselineUnavailable(f"{type(exc).__name__}: {exc}") from None
+        # Floating point widened to float32 on the device (exact from bfloat16 and float16), then copied.
+        return {n: (t.float() if t.is_floating_point() else t).cpu().numpy() for n, t in got.items()}
+
     def time_baselines(self, fns: Mapping[str, Callable[..., Any]], sets: Sequence[Mapping[str, np.ndarray]],
                        dims: dict[str, int], layout: Any, cfg: TimingConfig) -> dict[str, dict[str, Any]]:
         """Baselines (PyTorch or FlashInfer, on torch tensors) timed like the candidate, on sets of their own."""
@@ -649,8 +671,8 @@ class CudaTarget:
             import torch
         except ImportError as exc:
             # Every baseline takes torch tensors: none can run here, and each says why.
-            return {name: {"unavailable": f"the cuda target's baselines take torch tensors; torch is missing: {exc}"}
-                    for name in fns}
+            return {name: {"unavailable": f"it cannot run here: the cuda target's baselines take torch tensors; torch "
+                                          f"is missing: {exc}"} for name in fns}
         dtypes = {n: d for n, _, d in layout.inputs}
         count = min(len(sets), self.baseline_sets(layout))
         dev = [self.upload(s, dtypes) for s in sets[:count]]
@@ -671,7 +693,7 @@ class CudaTarget:
                 # named with why, not timed; one that broke the device ends this worker.
                 if sticky(exc) or self.device_failure() is not None:
                     raise WorkerError("device_lost", f"baseline {name} left the device unusable: {exc}") from None
-                out[name] = {"unavailable": f"{type(exc).__name__}: {exc}"}
+                out[name] = {"unavailable": f"it cannot run here: {type(exc).__name__}: {exc}"}
                 continue
             # A baseline's launches per call are unknown (a library's): its samples run ungated.
             entry = Batches(self.clocked(calls, GATE_MAX_LAUNCHES + 1), len(tensors), clocked=True)

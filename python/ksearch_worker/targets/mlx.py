@@ -684,6 +684,17 @@ class MlxTarget:
             m.eval(link(x, prev))
             m.synchronize()
 
+    def baseline_outputs(self, fn: Callable[..., Any], inputs: Mapping[str, np.ndarray], dims: dict[str, int],
+                         layout: Any) -> dict[str, np.ndarray]:
+        m = _mlx()
+        dtypes = {n: d for n, _, d in layout.inputs}
+        try:
+            got = dict(fn(upload(inputs, dtypes), dict(dims)))
+            m.eval(list(got.values()))
+        except Exception as exc:
+            raise WorkerError("bad_task", f"baseline raised: {exc}") from None
+        return {n: _host(m, a, "bfloat16" if a.dtype == m.bfloat16 else "") for n, a in got.items()}
+
     def time_baselines(self, fns: Mapping[str, Callable[..., Any]], sets: Sequence[Mapping[str, np.ndarray]],
                        dims: dict[str, int], layout: Any, cfg: TimingConfig) -> dict[str, dict[str, Any]]:
         """Baselines timed as chains like the candidate, on sets uploaded afresh (no candidate ever held them)."""
