@@ -1,6 +1,7 @@
 """K-Search's score of cuda-target evaluations: per candidate, the mean over the task's feedback workloads (the
 held-out ones reported apart) of baseline time / candidate time, the baseline FlashInfer's where it ran, else
-the task's PyTorch baseline (named in the result, with why FlashInfer was not timed). A workload the candidate
+the task's PyTorch baseline (each workload against the preferred one timed there; named in the result, with
+why FlashInfer was not timed). A workload the candidate
 did not pass scores 0, as K-Search counts a failed workload; a passed workload whose baseline was not timed is
 left out of the mean (and counted apart); with no baseline timed at all there is no score (`not_scored`).
 
@@ -20,40 +21,52 @@ from typing import Any
 PUBLISHED = {"gqa-paged-decode": 0.760, "mla-paged-decode": 0.471, "mla-paged-prefill": 0.574}
 
 
+def _choice(names: list[str]) -> list[str]:
+    """Baselines in the order they are preferred: FlashInfer's, then PyTorch's, then any other."""
+    return sorted(names, key=lambda b: (not b.startswith("flashinfer"), not b.startswith("torch"), b))
+
+
 def score(result: dict[str, Any]) -> dict[str, Any]:
     rows = result.get("workloads") or []
-    names = sorted({b for r in rows for b in (r.get("baselines") or {})})
-    preferred = [b for b in names if b.startswith("flashinfer")] or [b for b in names if b.startswith("torch")] or names
-    baseline = preferred[0] if preferred else None
+    names = _choice(sorted({b for r in rows for b in (r.get("baselines") or {})}))
     out: dict[str, Any] = {"task": result.get("task"), "candidate": result.get("name"), "hash": result.get("candidate"),
-                           "baseline": baseline, "workloads": {}}
+                           "baseline": names[0] if names else None, "workloads": {}}
     unavailable = {b: why for r in rows for b, why in (r.get("baselines_unavailable") or {}).items()}
     if unavailable:
         out["baselines_not_timed"] = unavailable
-    if baseline is None:
+    if not names:
         # No baseline ran anywhere: there is nothing to score against (not a score of 0).
         out["not_scored"] = "no baseline was timed on any workload" + (f": {unavailable}" if unavailable else "")
+    used: set[str] = set()
     for part in ("feedback", "held_out"):
         ratios = []
         for r in rows:
             if bool(r.get("held_out")) != (part == "held_out"):
                 continue
-            t, base = r.get("median_s"), (r.get("baselines") or {}).get(baseline or "")
+            timed = r.get("baselines") or {}
+            # Each workload against the preferred baseline timed there (FlashInfer may be refused on some).
+            baseline = next((b for b in names if timed.get(b)), None)
+            t, base = r.get("median_s"), timed.get(baseline or "")
             ratio: float | None
             if r.get("status") != "passed":
                 ratio = 0.0  # K-Search counts a failed workload as 0
             elif t and base:
                 ratio = base / t
             else:
-                ratio = None  # passed, but the baseline was not timed here: left out of the mean, said so
-            out["workloads"][r["workload"]] = {"status": r.get("status"), "median_s": t, "baseline_s": base,
+                ratio = None  # passed, but no baseline was timed here: left out of the mean, said so
+            if ratio is not None and baseline and part == "feedback":
+                used.add(baseline)
+            out["workloads"][r["workload"]] = {"status": r.get("status"), "median_s": t, "baseline": baseline,
+                                               "baseline_s": base,
                                                "baseline_over_candidate": None if ratio is None else round(ratio, 4)}
             if ratio is not None:
                 ratios.append(ratio)
-        out[f"score_{part}"] = round(sum(ratios) / len(ratios), 4) if ratios and baseline else None
-        out[f"scored_{part}_workloads"] = len(ratios) if baseline else 0
+        out[f"score_{part}"] = round(sum(ratios) / len(ratios), 4) if ratios and names else None
+        out[f"scored_{part}_workloads"] = len(ratios) if names else 0
+    out["baselines_used"] = sorted(used)
     published = PUBLISHED.get(str(result.get("task")))
-    if published is not None and baseline and baseline.startswith("flashinfer"):
+    # K-Search's fractions are of FlashInfer's speed: compared only when FlashInfer is what every workload used.
+    if published is not None and used and all(b.startswith("flashinfer") for b in used):
         out["k_search_published"] = published
         out["reaches_published"] = (out["score_feedback"] or 0.0) >= published
     return out

@@ -487,19 +487,38 @@ def _vouched(task: Task, target: Target, layout: Layout, dims: dict[str, int], f
             continue
         except WorkerError as exc:
             raise WorkerError(exc.kind, f"baseline {name}: {exc.message}") from None
-        problems = []
-        for out, _, dtype in layout.outputs:
-            if out in got:
-                atol, rtol = task.tolerances[dtype]
-                problem = compare(out, np.asarray(got[out]), vouch.expected[out], atol, rtol).problem
-                if problem:
-                    problems.append(problem)
+        problems = _differences(task, layout, got, vouch)
         if problems:
             refused[name] = {UNAVAILABLE: "its outputs differ from the task's reference on a checked input set, so "
                                           f"it times another computation: {'; '.join(problems)}"}
         else:
             ok[name] = fn
     return ok, refused
+
+
+def _differences(task: Task, layout: Layout, got: Any, vouch: ReferenceSet) -> list[str]:
+    """How a baseline's outputs differ from the reference: none of the task's outputs, another shape, values
+    outside the tolerances (each output it gives is compared; one it leaves out is not its work)."""
+    if not isinstance(got, Mapping) or not any(out in got for out, _, _ in layout.outputs):
+        names = sorted(got) if isinstance(got, Mapping) else type(got).__name__
+        return [f"it returned none of the task's outputs {[o for o, _, _ in layout.outputs]} (got {names})"]
+    problems = []
+    for out, shape, dtype in layout.outputs:
+        if out not in got:
+            continue
+        try:
+            value = np.asarray(got[out])
+        except Exception as exc:  # a value that is no array
+            problems.append(f"output {out}: {type(got[out]).__name__} is not an array ({exc})")
+            continue
+        if tuple(value.shape) != tuple(shape):
+            problems.append(f"output {out} has shape {list(value.shape)}, the task's is {list(shape)}")
+            continue
+        atol, rtol = task.tolerances[dtype]
+        problem = compare(out, value, vouch.expected[out], atol, rtol).problem
+        if problem:
+            problems.append(problem)
+    return problems
 
 
 def _baselines(task: Task, target: Target, state: RunState, layout: Layout, dims: dict[str, int], supply: int,

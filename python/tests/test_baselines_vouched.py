@@ -93,3 +93,36 @@ def test_every_baseline_computes_the_tasks_outputs(task: str, target: str) -> No
     ok, refused = _vouched(loaded, _target(target), layout, dict(workload["dims"]), loaded.baselines, ref)
     assert not refused, f"{task} ({workload['name']}): {refused}"
     assert sorted(ok) == sorted(loaded.baselines)
+
+
+def test_a_baseline_of_another_shape_or_none_of_the_outputs_is_refused_with_why() -> None:
+    """A transposed output, one of another length (which numpy would broadcast) or a reply without the task's
+    outputs is named with why, not compared element by element (nor taken for a pass)."""
+    from ksearch_worker.targets.cpu import CpuTarget
+
+    layout = Layout.of({"M": 4, "N": 8}, {"A": (4, 8), "C": (4, 8)}, {"A": "float32", "C": "float32"}, ["A"], ["C"])
+
+    def reference(inputs: dict[str, np.ndarray], dims: dict[str, int]) -> dict[str, np.ndarray]:
+        return {"C": 2 * inputs["A"]}
+
+    from ksearch_worker.task import Task
+    task = Task(dir=TASKS, inputs=[("A", "uniform(-1, 1)")], outputs=["C"], tolerances={"float32": (1e-5, 1e-5)},
+                reference=reference, make_inputs=None, baselines={})
+    ref = Pool().reference(task, layout, "shapes", 3)
+    fns = {
+        "right": lambda i, d: {"C": 2 * i["A"]},
+        "transposed": lambda i, d: {"C": (2 * i["A"]).T.copy()},
+        "column": lambda i, d: {"C": (2 * i["A"]).reshape(-1, 1)},
+        "misnamed": lambda i, d: {"out": 2 * i["A"]},
+        "not_a_dict": lambda i, d: 2 * i["A"],
+    }
+    ok, refused = _vouched(task, CpuTarget(), layout, {"M": 4, "N": 8}, {n: fns[n] for n in fns if n != "not_a_dict"},
+                           ref)
+    assert sorted(ok) == ["right"], refused
+    why = {n: v["unavailable"] for n, v in refused.items()}
+    assert "shape [8, 4]" in why["transposed"] and "[4, 8]" in why["transposed"], why
+    assert "shape [32, 1]" in why["column"], why
+    assert "none of the task's outputs" in why["misnamed"] and "out" in why["misnamed"], why
+    # A reply that is no dict at all is the task's own code failing: the whole task is refused, with its name.
+    with pytest.raises(Exception, match="baseline not_a_dict"):
+        _vouched(task, CpuTarget(), layout, {"M": 4, "N": 8}, {"not_a_dict": fns["not_a_dict"]}, ref)

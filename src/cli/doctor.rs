@@ -330,9 +330,12 @@ impl Findings {
             print_json(&v);
         } else {
             for c in &checks {
+                // A target this machine has no device for is a fact (·, and what using it takes), not a
+                // failure (✗, and its fix): only the CPU target is needed everywhere.
+                let optional = c["ok"].is_null() && c["available"] == json!(false);
                 let mark = match (c["ok"].as_bool(), c["available"].as_bool()) {
                     (Some(true), _) | (None, Some(true)) => "✓",
-                    (Some(false), _) | (None, Some(false)) => "✗",
+                    (Some(false), _) => "✗",
                     _ => "·",
                 };
                 let mark = report::paint(mark, report::Tone::of(mark));
@@ -342,7 +345,7 @@ impl Findings {
                     c["detail"].as_str().unwrap_or("")
                 );
                 if let Some(fix) = c["fix"].as_str() {
-                    println!("    fix: {fix}");
+                    println!("    {}: {fix}", if optional { "to use it" } else { "fix" });
                 }
             }
             println!(

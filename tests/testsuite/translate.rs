@@ -1569,3 +1569,101 @@ fn shared_memory_in_a_helper_called_with_deduced_template_arguments_is_an_error(
             .all(|d| d.code != "T037")
     );
 }
+
+/// What the hoisting cannot name is reported (T037), each where it is, never translated into a struct that
+/// names what is not in scope: partly deduced template arguments, a local of the kernel in them, a helper
+/// defined after its caller, one defined twice, a shared pointer in a helper.
+#[test]
+fn shared_memory_in_helpers_that_cannot_be_hoisted_is_reported_where_it_is() {
+    let launch = "void launch(const float* x, float* y, int n, cudaStream_t s) { k<<<(n + 255) / 256, 256, 0, s>>>(x, y, n); }\n";
+    let cases = [
+        (
+            "partly deduced",
+            "template <int B, typename T> __device__ T bsum(T v) { __shared__ T p[B]; p[threadIdx.x % B] = v; __syncthreads(); return p[0]; }\n\
+             __global__ void k(const float* x, float* y, int n) { const int i = blockIdx.x * 256 + threadIdx.x; float t = bsum<32>(i < n ? x[i] : 0.0f); if (i < n) y[i] = t; }\n",
+            "deduced template arguments",
+        ),
+        (
+            "a local of the kernel",
+            "template <typename T, int W> __device__ T red(T v) { __shared__ T p[W]; p[threadIdx.x % W] = v; __syncthreads(); return p[0]; }\n\
+             __global__ void k(const float* x, float* y, int n) { constexpr int NW = 8; const int i = blockIdx.x * 256 + threadIdx.x; float t = red<float, NW>(i < n ? x[i] : 0.0f); if (i < n) y[i] = t; }\n",
+            "name `NW`, a local of `k`",
+        ),
+        (
+            "defined after its caller",
+            "__device__ float bsum(float v);\n__device__ float twice(float v) { return bsum(v) + bsum(v); }\n\
+             __device__ float bsum(float v) { __shared__ float p[32]; p[threadIdx.x % 32] = v; __syncthreads(); return p[0]; }\n\
+             __global__ void k(const float* x, float* y, int n) { const int i = blockIdx.x * 256 + threadIdx.x; float t = twice(i < n ? x[i] : 0.0f); if (i < n) y[i] = t; }\n",
+            "`bsum` is defined after `twice`",
+        ),
+        (
+            "a shared pointer",
+            "__device__ float pick(const float* x) { __shared__ const float* row; if (threadIdx.x == 0) row = x; __syncthreads(); return row[threadIdx.x]; }\n\
+             __global__ void k(const float* x, float* y, int n) { const int i = blockIdx.x * 256 + threadIdx.x; float t = pick(x + blockIdx.x * 256); if (i < n) y[i] = t; }\n",
+            "a __shared__ pointer",
+        ),
+    ];
+    for (what, body, says) in cases {
+        let src = format!("#include <cuda_runtime.h>\n{body}{launch}");
+        let t = translate::translate(&src, "k", Target::MlxMetal);
+        let found: Vec<&str> = t
+            .diagnostics
+            .iter()
+            .filter(|d| d.code == "T037")
+            .map(|d| d.message.as_str())
+            .collect();
+        assert!(
+            found.iter().any(|m| m.contains(says)),
+            "{what}: {found:?}\n{:?}",
+            t.diagnostics
+        );
+        // CUDA keeps shared memory in helpers: nothing to report there.
+        let cuda = translate::translate(&src, "k", Target::MlxCuda);
+        assert!(cuda.diagnostics.iter().all(|d| d.code != "T037"), "{what}");
+    }
+}
+
+/// A helper's pointer parameter takes the memory its arguments point into, whatever the expression: an
+/// offset added to a device pointer (`off + x`), an `auto` pointer, a field of a struct of device pointers
+/// are device memory; a local array and the address of a local are thread memory.
+#[test]
+fn helper_pointer_parameters_take_the_memory_their_arguments_point_into() {
+    let src = "#include <cuda_runtime.h>\n\
+        struct Rows { const float* a; };\n\
+        __device__ float load2(const float* p, int j) { return p[j] + p[j + 1]; }\n\
+        __device__ float first(const float* p) { return p[0]; }\n\
+        __device__ void fill(float* out, float v) { out[0] = v; out[1] = v; }\n\
+        __device__ void set(float* out, float v) { *out = v; }\n\
+        __global__ void k(const float* x, float* y, int n) {\n\
+          const int i = blockIdx.x * blockDim.x + threadIdx.x;\n\
+          if (i >= n) return;\n\
+          auto row = x + 2 * i;\n\
+          int off = 2 * i;\n\
+          Rows r; r.a = x + i;\n\
+          float pair[2]; float one;\n\
+          fill(pair, 1.0f); set(&one, 2.0f);\n\
+          y[i] = load2(row, 0) + load2(off + x, 0) + first(r.a) + pair[1] + one;\n\
+        }\n\
+        void launch(const float* x, float* y, int n, cudaStream_t s) { k<<<(n + 255) / 256, 256, 0, s>>>(x, y, n); }\n";
+    let t = translate::translate(src, "k", Target::MlxMetal);
+    let errors: Vec<_> = t
+        .diagnostics
+        .iter()
+        .filter(|d| d.severity == Severity::Error || d.code == "T023")
+        .collect();
+    assert!(errors.is_empty(), "{errors:?}");
+    let header = &t.candidate.as_ref().unwrap().files["header.metal"];
+    for want in [
+        "float load2(const device float* p, int j)",
+        "float first(const device float* p)",
+        "void fill(thread float* out, float v)",
+        "void set(thread float* out, float v)",
+    ] {
+        assert!(header.contains(want), "{want}\n---\n{header}");
+    }
+    assert!(
+        metal_check_errors(&t).is_empty(),
+        "{:?}",
+        metal_check_errors(&t)
+    );
+}

@@ -1080,9 +1080,13 @@ fn rewrite(
                     } else if name == "device" || name == "thread" {
                         out[i] = String::new();
                         bump(counts, "address space");
-                    } else if name == "constant" && prev == "static" && next == "constexpr" {
-                        // `static constant constexpr int N = 4;`: a compile-time constant (MLX's own
-                        // struct members are written so); CUDA allows no `__constant__` on a member.
+                    } else if name == "constant"
+                        && prev == "static"
+                        && next == "constexpr"
+                        && in_struct_body(&sig, &toks, j)
+                    {
+                        // `static constant constexpr int N = 4;` in a struct: a compile-time member (as MLX's
+                        // own structs write them); CUDA allows no `__constant__` on a member.
                         out[i] = String::new();
                         bump(counts, "address space");
                     } else if name == "constant" || name == "threadgroup" {
@@ -1195,6 +1199,27 @@ fn declares_pointer(sig: &[usize], toks: &[Tok], mut j: usize) -> bool {
             _ => {}
         }
         j += 1;
+    }
+    false
+}
+
+/// Whether significant position `j` is directly inside a `struct` or `class` body.
+fn in_struct_body(sig: &[usize], toks: &[Tok], j: usize) -> bool {
+    let mut depth = 0;
+    for k in (0..j).rev() {
+        match toks[sig[k]].text.as_str() {
+            "}" => depth += 1,
+            "{" if depth > 0 => depth -= 1,
+            "{" => {
+                // The head of the innermost open brace: back to the statement before it.
+                return (0..k)
+                    .rev()
+                    .map(|m| toks[sig[m]].text.as_str())
+                    .take_while(|t| !matches!(*t, ";" | "{" | "}"))
+                    .any(|t| t == "struct" || t == "class");
+            }
+            _ => {}
+        }
     }
     false
 }
@@ -1402,6 +1427,36 @@ mod tests {
         assert_eq!(
             out,
             "__constant__ float w[2] = {1, 2};\nstatic __constant__ int n[1] = {3};\ninline float f(const float* p) { return p[0]; }\n"
+        );
+    }
+
+    #[test]
+    fn constant_members_and_references_to_threadgroup_arrays() {
+        let fns = BTreeSet::new();
+        let c = Ctx {
+            scalars: &[],
+            user_fns: &fns,
+            is_body: false,
+        };
+        // A struct's compile-time member loses `constant` (CUDA has no __constant__ member); a program-scope
+        // table keeps it (read at run time by device code); a reference binds, it declares nothing.
+        let out = rewrite(
+            "struct S { static constant constexpr int N = 4; float a[N]; };
+static constant constexpr float lut[2] = {1, 2};
+inline void f(threadgroup S& s) { threadgroup float (&a)[4] = s.a; a[0] = lut[1]; }
+",
+            "h.metal",
+            &c,
+            &mut BTreeMap::new(),
+            &mut BTreeSet::new(),
+        )
+        .unwrap();
+        assert_eq!(
+            out,
+            "struct S { static  constexpr int N = 4; float a[N]; };
+static __constant__ constexpr float lut[2] = {1, 2};
+inline void f( S& s) {  float (&a)[4] = s.a; a[0] = lut[1]; }
+"
         );
     }
 

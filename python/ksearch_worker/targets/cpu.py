@@ -687,10 +687,9 @@ class CpuTarget:
                          layout: Any) -> dict[str, np.ndarray]:
         views = {n: np.array(a, copy=True) for n, a in inputs.items()}
         try:
-            got = fn(views, dict(dims))
+            return {n: np.asarray(a) for n, a in dict(fn(views, dict(dims))).items()}
         except Exception as exc:
             raise WorkerError("bad_task", f"baseline raised: {exc}") from None
-        return {n: np.asarray(a) for n, a in dict(got).items()}
 
     def time_baselines(self, fns: Mapping[str, Callable[..., Any]], sets: Sequence[Mapping[str, np.ndarray]],
                        dims: dict[str, int], layout: Any, cfg: TimingConfig) -> dict[str, dict[str, Any]]:

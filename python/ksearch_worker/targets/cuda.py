@@ -655,14 +655,15 @@ class CudaTarget:
             with torch.cuda.stream(torch.cuda.ExternalStream(self.stream().ptr)):
                 got = dict(fn(tensors, dict(dims)))
             self.stream().synchronize()
+            # Floating point widened to float32 on the device (exact from bfloat16 and float16), then copied.
+            return {n: (t.float() if t.is_floating_point() else t).cpu().numpy() if torch.is_tensor(t) else t
+                    for n, t in got.items()}
         except Exception as exc:
             # A library this machine lacks (FlashInfer's wheels, or the nvcc its JIT needs): named with why; one
             # that broke the device ends this worker.
             if sticky(exc) or self.device_failure() is not None:
                 raise WorkerError("device_lost", f"a baseline left the device unusable: {exc}") from None
             raise BaselineUnavailable(f"{type(exc).__name__}: {exc}") from None
-        # Floating point widened to float32 on the device (exact from bfloat16 and float16), then copied.
-        return {n: (t.float() if t.is_floating_point() else t).cpu().numpy() for n, t in got.items()}
 
     def time_baselines(self, fns: Mapping[str, Callable[..., Any]], sets: Sequence[Mapping[str, np.ndarray]],
                        dims: dict[str, int], layout: Any, cfg: TimingConfig) -> dict[str, dict[str, Any]]:

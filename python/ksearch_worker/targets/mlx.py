@@ -691,9 +691,9 @@ class MlxTarget:
         try:
             got = dict(fn(upload(inputs, dtypes), dict(dims)))
             m.eval(list(got.values()))
+            return {n: _host(m, a, "bfloat16" if a.dtype == m.bfloat16 else "") for n, a in got.items()}
         except Exception as exc:
             raise WorkerError("bad_task", f"baseline raised: {exc}") from None
-        return {n: _host(m, a, "bfloat16" if a.dtype == m.bfloat16 else "") for n, a in got.items()}
 
     def time_baselines(self, fns: Mapping[str, Callable[..., Any]], sets: Sequence[Mapping[str, np.ndarray]],
                        dims: dict[str, int], layout: Any, cfg: TimingConfig) -> dict[str, dict[str, Any]]:

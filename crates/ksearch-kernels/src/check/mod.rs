@@ -230,8 +230,10 @@ pub fn check_body_with(
     let (guarded, varying) = body_flow(
         spec, body_file, body, &toks, &params, helpers, constants, &mut out,
     );
-    // A body that is one call of a helper holding the kernel (a translation) guards inside it.
+    // A body that is one call of a helper holding the kernel (a translation) guards inside it; looked for
+    // only where a guard is needed.
     let guarded = guarded
+        || launch.overshoot.is_none()
         || helper_code
             .is_some_and(|(htoks, fns)| rules::guards_in_helpers(&toks, &varying, &htoks, &fns));
     launch_rules(spec, launch, &params, guarded, body_file, &mut out);

@@ -662,6 +662,9 @@ pub struct Flow<'a> {
     pub findings: Vec<Finding>,
     /// Whether a comparison involves a thread-dependent value (a bounds guard).
     pub guarded: bool,
+    /// A guard must compare with something other than thread indices, counts and literals (a size): how a
+    /// helper's comparisons are read, where `lane < 16` or `tid < blockDim / 32` picks threads, not data.
+    pub sizes_only: bool,
     final_pass: bool,
     divergent_return: Div,
     /// Threadgroup elements written at thread-dependent indices since the last barrier: name -> (index,
@@ -671,6 +674,8 @@ pub struct Flow<'a> {
     below: HashMap<String, String>,
     /// Names declared as pointers (their address space is in `spaces`).
     pointers: BTreeSet<String>,
+    /// Names declared as plain values (not pointers, not arrays): in `off + p`, an offset, not the memory.
+    scalars: BTreeSet<String>,
     /// The declaration being read is `auto` (its address space is not written down).
     decl_auto: bool,
 }
@@ -689,11 +694,13 @@ impl<'a> Flow<'a> {
             helpers: HashMap::new(),
             findings: Vec::new(),
             guarded: false,
+            sizes_only: false,
             final_pass: false,
             divergent_return: None,
             tg_written: HashMap::new(),
             below: HashMap::new(),
             pointers: BTreeSet::new(),
+            scalars: BTreeSet::new(),
             decl_auto: false,
         }
     }
@@ -747,6 +754,13 @@ impl<'a> Flow<'a> {
                 matches!(t.text.as_str(), "<" | ">" | "<=" | ">=")
                     && !(k > 0 && (r[k - 1].text.ends_with("_cast") || r[k - 1].is("template")))
             })
+            && (!self.sizes_only
+                || names(r).any(|t| {
+                    t.is_ident()
+                        && !self.varying.contains(&t.text)
+                        && !super::signature::ATTRIBUTES.iter().any(|(a, _)| t.is(a))
+                        && !is_keyword_or_type(&t.text)
+                }))
     }
 
     fn block(&mut self, mut i: usize, end: usize, div: Div) {
@@ -1342,6 +1356,11 @@ impl<'a> Flow<'a> {
             // A plain local lives in the thread address space.
             self.spaces.insert(name.text.clone(), "thread".into());
         }
+        if !pointer && !self.decl_auto && !rest.first().is_some_and(|t| t.is("[")) {
+            self.scalars.insert(name.text.clone());
+        } else {
+            self.scalars.remove(&name.text);
+        }
         if !pointer {
             return;
         }
@@ -1417,6 +1436,11 @@ impl<'a> Flow<'a> {
             || (k > 0 && e[k - 1].is("*"))
         {
             return None;
+        }
+        if self.scalars.contains(&t.text) && !(k > 0 && e[k - 1].is("&")) {
+            // A value, not memory (`off + p`): the sum's other operand says where it points.
+            let next = top_level(&e[k..], |x| x.is("+") || x.is("-"))?;
+            return self.expr_space(&e[k + next + 1..]);
         }
         let sp = self.spaces.get(&t.text)?;
         Some((sp.clone(), t.text.clone(), t.line))
@@ -1568,6 +1592,40 @@ fn call_open(toks: &[Tok], k: usize) -> Option<usize> {
     None
 }
 
+fn is_keyword_or_type(w: &str) -> bool {
+    matches!(
+        w,
+        "int"
+            | "uint"
+            | "short"
+            | "ushort"
+            | "char"
+            | "uchar"
+            | "long"
+            | "ulong"
+            | "float"
+            | "half"
+            | "bool"
+            | "size_t"
+            | "int32_t"
+            | "uint32_t"
+            | "int64_t"
+            | "uint64_t"
+            | "const"
+            | "constexpr"
+            | "auto"
+            | "for"
+            | "if"
+            | "while"
+            | "static_cast"
+            | "true"
+            | "false"
+            | "min"
+            | "max"
+            | "metal"
+    )
+}
+
 /// Tokens split at top-level commas.
 fn split_top(r: &[Tok]) -> Vec<&[Tok]> {
     let mut out = Vec::new();
@@ -1590,7 +1648,8 @@ fn split_top(r: &[Tok]) -> Vec<&[Tok]> {
 }
 
 /// Whether helper `f` guards when its parameters `seeded` hold thread-dependent values (its parameters
-/// named after thread attributes do anyway).
+/// named after thread attributes do anyway): compares such a value with a size (a name that is neither
+/// thread-dependent nor a thread attribute), not only with thread counts or literals.
 fn helper_guards(
     f: &Function,
     seeded: &[usize],
@@ -1599,6 +1658,7 @@ fn helper_guards(
     depth: usize,
 ) -> bool {
     let mut flow = Flow::new("", htoks);
+    flow.sizes_only = true;
     for (k, p) in f.params.iter().enumerate() {
         let Some(name) = p
             .iter()

@@ -130,9 +130,10 @@ struct Rw<'a> {
     /// Cooperative groups the Metal translation maps (`groups.rs`): name → what the group is.
     groups: BTreeMap<String, super::groups::Group>,
     /// Metal: the threadgroup storage of the helpers this function calls (`storage.rs`), passed as a last
-    /// argument; `in_helper` when the function is a helper (it passes members of its own storage).
+    /// argument.
     storage_uses: Vec<Use>,
-    in_helper: bool,
+    /// In a helper with storage: the parameter holding it (its members are what it passes on).
+    storage_param: Option<String>,
 }
 
 impl<'a> Rw<'a> {
@@ -836,7 +837,7 @@ impl<'a> Rw<'a> {
                     &self.storage_uses,
                     &c,
                     &targs,
-                    self.in_helper,
+                    self.storage_param.as_deref(),
                 ));
                 format!("{}({})", self.render(f), rendered.join(", "))
             }
@@ -1677,6 +1678,7 @@ impl<'s> Emitter<'s> {
                 }
             }
             rw.storage_uses = h.uses.clone();
+            rw.storage_param = Some(self.storage.param.clone());
         }
         if self.metal
             && let Some((_, plist)) = function_parts(f, src)
@@ -1882,7 +1884,7 @@ impl<'s> Emitter<'s> {
             self.dynamic_shared(k, host, &mut rw, &mut parts.tunables);
         let rendered = rw.splice(body);
         let mut prologue = self.parameter_notes(k);
-        prologue.push_str(&Storage::kernel_decls(&rw.storage_uses, &metal_text));
+        prologue.push_str(&self.storage.kernel_decls(&rw.storage_uses, &metal_text));
         self.absorb(rw);
         for (name, def) in &self.body_macros {
             if contains_word(&rendered, name) {
@@ -2273,7 +2275,7 @@ fn rewriter<'a>(
         dead: BTreeMap::new(),
         groups: groups.clone(),
         storage_uses: Vec::new(),
-        in_helper: k.is_none(),
+        storage_param: None,
     };
     if let Some(k) = k {
         for s in &k.shared {
@@ -2475,10 +2477,21 @@ fn call_site_spaces(a: &Analysis, top: &[Node], root: Node, src: &str) -> Spaces
     out
 }
 
-/// What the names of function `f` point to, for the arguments it passes helpers: its shared arrays are
-/// threadgroup memory, its local arrays and variables thread memory, its pointer parameters device memory
-/// (a kernel's) or where its callers' arguments point (`known`, a helper's), a local pointer where its
-/// initialiser points.
+/// What a name of a function holds, for the memory an argument built from it points to.
+#[derive(Clone, Copy, PartialEq)]
+enum Held {
+    /// Memory in this address space: an array (shared: threadgroup, local: thread), a pointer known to point there.
+    Memory(&'static str),
+    /// A pointer (or `auto`, or an array of pointers) whose memory is not known.
+    Unknown,
+    /// A scalar or a struct: memory only when its address is taken (`&x`: thread).
+    Value,
+}
+
+/// The arguments function `f` (a kernel or helper) passes the file's helpers, by the memory each points to:
+/// its shared arrays are threadgroup memory, its local arrays and the addresses of its locals thread memory,
+/// its pointer parameters device memory (a kernel's) or where its callers' arguments point (`known`, a
+/// helper's), a local pointer (or `auto`) where its initialiser points.
 fn caller_spaces(
     f: Node,
     helper: Option<&str>,
@@ -2490,23 +2503,28 @@ fn caller_spaces(
     let Some(body) = f.child_by_field_name("body") else {
         return;
     };
-    let mut names: BTreeMap<String, Option<&'static str>> = BTreeMap::new();
+    let mut names: BTreeMap<String, Held> = BTreeMap::new();
     if let Some((_, plist)) = function_parts(f, src) {
         for (i, p) in children(plist)
             .into_iter()
             .filter(|p| p.kind() == "parameter_declaration")
             .enumerate()
         {
-            if let Some((name, _, true, _)) = analyze::param_info(p, src) {
-                let space = match helper {
-                    None => Some("device"),
-                    Some(h) => known.get(&(h.to_string(), i)).copied().flatten(),
-                };
-                names.insert(name, space);
-            }
+            let Some((name, _, pointer, _)) = analyze::param_info(p, src) else {
+                continue;
+            };
+            let held = match (pointer, helper) {
+                (false, _) => Held::Value,
+                (true, None) => Held::Memory("device"),
+                (true, Some(h)) => match known.get(&(h.to_string(), i)) {
+                    Some(Some(space)) => Held::Memory(space),
+                    _ => Held::Unknown,
+                },
+            };
+            names.insert(name, held);
         }
     }
-    let mut pointers: BTreeMap<String, Node> = BTreeMap::new();
+    let mut aliases: BTreeMap<String, Node> = BTreeMap::new();
     for d in descendants(body)
         .into_iter()
         .filter(|d| d.kind() == "declaration")
@@ -2514,6 +2532,9 @@ fn caller_spaces(
         let shared = children(d)
             .iter()
             .any(|c| c.kind() == "type_qualifier" && text(*c, src) == "__shared__");
+        let auto = d
+            .child_by_field_name("type")
+            .is_some_and(|t| text(t, src) == "auto");
         for decl in children(d) {
             let Some(name) = declared_name(decl, src) else {
                 continue;
@@ -2523,24 +2544,31 @@ fn caller_spaces(
             } else {
                 decl
             };
-            if shared {
-                names.insert(name, Some("threadgroup"));
-            } else if inner.kind() == "pointer_declarator" {
+            let holds_pointers = descendants(inner)
+                .iter()
+                .any(|x| x.kind() == "pointer_declarator");
+            let held = if shared && !holds_pointers {
+                Held::Memory("threadgroup")
+            } else if inner.kind() == "array_declarator" && !holds_pointers {
+                Held::Memory("thread")
+            } else if inner.kind() == "pointer_declarator" || auto {
                 if let Some(v) = decl.child_by_field_name("value") {
-                    pointers.insert(name, v);
+                    aliases.insert(name.clone(), v);
                 }
-            } else if matches!(inner.kind(), "identifier" | "array_declarator") {
-                names.insert(name, Some("thread"));
-            }
+                Held::Unknown
+            } else if holds_pointers {
+                Held::Unknown
+            } else {
+                Held::Value
+            };
+            names.insert(name, held);
         }
     }
     // A local pointer points where its initialiser does (pointers to pointers in order, a few deep).
     for _ in 0..4 {
-        for (name, v) in &pointers {
-            if let Some(space) = lvalue_base(*v, src, &BTreeMap::new())
-                .and_then(|b| names.get(&b).copied().flatten())
-            {
-                names.insert(name.clone(), Some(space));
+        for (name, v) in &aliases {
+            if let Some(space) = arg_space(*v, &names, src) {
+                names.insert(name.clone(), Held::Memory(space));
             }
         }
     }
@@ -2555,13 +2583,14 @@ fn caller_spaces(
             continue;
         }
         for (i, arg) in args(n).into_iter().enumerate() {
-            let Some(base) = lvalue_base(arg, src, &BTreeMap::new()) else {
-                continue;
-            };
-            let space = match names.get(&base) {
-                Some(Some(s)) => *s,
-                Some(None) => continue,
-                None if arg.kind() != "identifier" => "device",
+            let space = match arg_space(arg, &names, src) {
+                Some(s) => s,
+                // An expression whose memory is not known: device memory, as a parameter's would be.
+                None if arg.kind() != "identifier"
+                    && lvalue_base(arg, src, &BTreeMap::new()).is_some() =>
+                {
+                    "device"
+                }
                 None => continue,
             };
             out.entry((name.clone(), i))
@@ -2572,6 +2601,67 @@ fn caller_spaces(
                 })
                 .or_insert(Some(space));
         }
+    }
+}
+
+/// The address space the pointer expression `n` points into, when its names say: `a + i` and `&a[i]` where
+/// `a` is an array or a pointer, `&x` of a local, `rows[j]` of an array of arrays, casts.
+fn arg_space(n: Node, names: &BTreeMap<String, Held>, src: &str) -> Option<&'static str> {
+    match n.kind() {
+        "parenthesized_expression" => arg_space(n.named_child(0)?, names, src),
+        "identifier" => match names.get(text(n, src)) {
+            Some(Held::Memory(s)) => Some(*s),
+            _ => None,
+        },
+        "pointer_expression" if text(n, src).starts_with('&') => {
+            let inner = n.child_by_field_name("argument")?;
+            match inner.kind() {
+                "subscript_expression" => {
+                    arg_space(inner.child_by_field_name("argument")?, names, src)
+                }
+                "identifier" => match names.get(text(inner, src)) {
+                    Some(Held::Memory(s)) => Some(*s),
+                    Some(Held::Value) => Some("thread"),
+                    _ => None,
+                },
+                // `&r.f`: a field of a local struct (a struct reached through a pointer is not known).
+                "field_expression" if !text(inner, src).contains("->") => {
+                    let base = lvalue_base(inner, src, &BTreeMap::new())?;
+                    match names.get(&base) {
+                        Some(Held::Value) => Some("thread"),
+                        Some(Held::Memory(s)) => Some(*s),
+                        _ => None,
+                    }
+                }
+                _ => None,
+            }
+        }
+        "binary_expression" => arg_space(n.child_by_field_name("left")?, names, src)
+            .or_else(|| arg_space(n.child_by_field_name("right")?, names, src)),
+        // A row of an array of arrays decays to a pointer into the same memory.
+        "subscript_expression" => {
+            let inner = n.child_by_field_name("argument")?;
+            let base = lvalue_base(inner, src, &BTreeMap::new())?;
+            match names.get(&base) {
+                Some(Held::Memory(s))
+                    if matches!(inner.kind(), "identifier" | "subscript_expression") =>
+                {
+                    Some(*s)
+                }
+                _ => None,
+            }
+        }
+        "cast_expression" => arg_space(n.child_by_field_name("value")?, names, src),
+        "call_expression" => {
+            let f = n.child_by_field_name("function")?;
+            let f = f.child_by_field_name("name").unwrap_or(f);
+            if text(f, src).ends_with("_cast") {
+                arg_space(*args(n).first()?, names, src)
+            } else {
+                None
+            }
+        }
+        _ => None,
     }
 }
 

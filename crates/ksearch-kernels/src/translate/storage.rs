@@ -6,13 +6,17 @@
 //! binds the old names to the members, so its body is otherwise unchanged. A helper that calls one with
 //! storage holds that storage as a member of its own, so a kernel declares one struct per helper (and
 //! template arguments) it calls directly.
+//!
+//! One difference from CUDA: a helper reached along two call paths (directly and through another helper)
+//! gets one copy per path, where CUDA has one per block. Helpers that keep nothing in shared memory between
+//! calls (the usual ones) compute the same; the copies cost threadgroup memory, which the checker counts.
+//! What cannot be named this way is reported (T037): a call whose template arguments are deduced, a local
+//! of the kernel in the template arguments, `extern __shared__` or a shared pointer in a helper, a helper
+//! defined twice (overloads, namespaces) or after its caller.
 
 use super::analyze::{callee, children, descendants, function_parts, has_qualifier, line, text};
 use std::collections::{BTreeMap, BTreeSet};
 use tree_sitter::Node;
-
-/// The name of the parameter (and, in a helper, of the struct) through which storage travels.
-pub(crate) const PARAM: &str = "shared_storage";
 
 /// A `__shared__` variable of a helper: its name, element type, qualifiers and array extents (CUDA text,
 /// e.g. `[NW][G]`; empty for a scalar).
@@ -40,74 +44,121 @@ pub(crate) struct HelperStorage {
     pub template_head: String,
     /// The helper's template parameters as arguments, `<T, D>`, or empty.
     pub self_args: String,
-    /// The body's `constexpr` declarations the extents need (CUDA text), in source order.
+    /// Template parameters, and how many of them have no default.
+    total: usize,
+    required: usize,
+    /// The struct's name (`NAME_threadgroup`, unless the source uses that name).
+    pub struct_name: String,
+    /// The body's constant declarations the extents and the nested storage need (CUDA text), in order.
     pub constexprs: Vec<String>,
     pub own: Vec<SharedVar>,
     /// The `__shared__` declarations (node ids), replaced by bindings to the members.
     pub decls: BTreeMap<usize, Vec<SharedVar>>,
     /// The storage of the helpers it calls, held as members.
     pub uses: Vec<Use>,
+    /// Where its definition starts (a member's type must be defined before the struct holding it).
+    start: usize,
 }
 
 #[derive(Debug, Default)]
 pub(crate) struct Storage {
     pub helpers: BTreeMap<String, HelperStorage>,
-    /// By function: (line, detail) of what cannot be hoisted there: a call with deduced template
-    /// arguments, `extern` (dynamic) shared memory in a helper, a variadic template. Reported when the
-    /// function is translated (a header's helper no kernel uses is not).
+    /// By function: (line, detail) of what cannot be hoisted there. Reported when the function is
+    /// translated (a header's helper no kernel uses is not).
     pub problems: BTreeMap<String, Vec<(usize, String)>>,
+    /// The parameter (and helper-side prefix) storage travels by: `shared_storage`, unless the source uses it.
+    pub param: String,
+    /// Every identifier of the source: generated names avoid them.
+    taken: BTreeSet<String>,
+}
+
+/// A function of the file: its name, the file-scope item holding it, the definition, whether a kernel.
+struct Function<'t> {
+    name: String,
+    item: Node<'t>,
+    def: Node<'t>,
+    kernel: bool,
+}
+
+fn functions<'t>(top: &[Node<'t>], src: &str) -> Vec<Function<'t>> {
+    let mut out = Vec::new();
+    for c in top.iter().copied() {
+        let f = if c.kind() == "template_declaration" {
+            children(c)
+                .into_iter()
+                .find(|x| x.kind() == "function_definition")
+        } else {
+            Some(c).filter(|c| c.kind() == "function_definition")
+        };
+        let Some(f) = f else { continue };
+        let kernel = has_qualifier(f, src, "__global__");
+        if !kernel && !has_qualifier(f, src, "__device__") {
+            continue;
+        }
+        if let Some((name, _)) = function_parts(f, src) {
+            out.push(Function {
+                name,
+                item: c,
+                def: f,
+                kernel,
+            });
+        }
+    }
+    out
 }
 
 impl Storage {
     /// The storage of every `__device__` helper among `top` (file-scope items), helpers calling helpers
-    /// included.
+    /// included, and what cannot be hoisted.
     pub fn read(top: &[Node], src: &str) -> Self {
-        let mut out = Storage::default();
-        let mut fns: Vec<(String, Node, Node)> = Vec::new(); // (name, item, function)
-        for c in top.iter().copied() {
-            let f = if c.kind() == "template_declaration" {
-                children(c)
-                    .into_iter()
-                    .find(|x| x.kind() == "function_definition")
-            } else {
-                Some(c).filter(|c| c.kind() == "function_definition")
-            };
-            let Some(f) = f else { continue };
-            if !has_qualifier(f, src, "__device__") || has_qualifier(f, src, "__global__") {
-                continue;
-            }
-            let Some((name, _)) = function_parts(f, src) else {
-                continue;
-            };
+        let taken: BTreeSet<String> = words(src).map(str::to_string).collect();
+        let mut out = Storage {
+            param: fresh("shared_storage", &taken),
+            taken,
+            ..Default::default()
+        };
+        let fns = functions(top, src);
+        let mut defined: BTreeMap<&str, usize> = BTreeMap::new();
+        for f in fns.iter().filter(|f| !f.kernel) {
+            *defined.entry(f.name.as_str()).or_default() += 1;
+        }
+        for f in fns.iter().filter(|f| !f.kernel) {
             let mut problems = Vec::new();
-            if let Some(h) = own_storage(c, f, src, &mut problems) {
-                out.helpers.insert(name.clone(), h);
+            if let Some(mut h) = own_storage(f.item, f.def, src, &mut problems) {
+                if defined[f.name.as_str()] > 1 {
+                    problems.push((
+                        line(f.def),
+                        format!("`{}` is defined more than once (overloads or namespaces) and has __shared__ variables", f.name),
+                    ));
+                } else {
+                    h.struct_name = fresh(&format!("{}_threadgroup", f.name), &out.taken);
+                    out.helpers.insert(f.name.clone(), h);
+                }
             }
-            out.problems
-                .entry(name.clone())
-                .or_default()
-                .extend(problems);
-            fns.push((name, c, f));
+            out.problem(&f.name, problems);
         }
         // Helpers calling helpers with storage: until nothing changes (bounded by the number of helpers).
         for _ in 0..=fns.len() {
             let mut changed = false;
-            for (name, c, f) in &fns {
-                let uses = uses_in(*f, src, &out.helpers, &mut Vec::new());
+            for f in fns.iter().filter(|f| !f.kernel) {
+                if defined[f.name.as_str()] > 1 {
+                    continue;
+                }
+                let uses = out.uses_of(f.def, src, &mut Vec::new());
                 if uses.is_empty() {
                     continue;
                 }
-                let entry = out.helpers.entry(name.clone()).or_insert_with(|| {
+                if !out.helpers.contains_key(&f.name) {
                     let mut problems = Vec::new();
-                    let h = template_parts(*c, src, &mut problems);
-                    out.problems
-                        .entry(name.clone())
-                        .or_default()
-                        .extend(problems);
-                    h
-                });
-                if entry.uses != uses {
-                    entry.uses = uses;
+                    let mut h = template_parts(f.item, src, &mut problems);
+                    h.start = f.def.start_byte();
+                    h.struct_name = fresh(&format!("{}_threadgroup", f.name), &out.taken);
+                    out.helpers.insert(f.name.clone(), h);
+                    out.problem(&f.name, problems);
+                }
+                let h = out.helpers.get_mut(&f.name).expect("inserted above");
+                if h.uses != uses {
+                    h.uses = uses;
                     changed = true;
                 }
             }
@@ -115,22 +166,27 @@ impl Storage {
                 break;
             }
         }
-        // Each problem once (the loop above met the deduced calls on every round), kernels' calls included.
-        for c in top.iter().copied() {
-            let f = if c.kind() == "template_declaration" {
-                children(c)
-                    .into_iter()
-                    .find(|x| x.kind() == "function_definition")
-            } else {
-                Some(c).filter(|c| c.kind() == "function_definition")
-            };
-            if let Some(f) = f
-                && let Some((name, _)) = function_parts(f, src)
+        for f in &fns {
+            // The constants the struct needs, now that its members are known.
+            if let Some(h) = out.helpers.get_mut(&f.name)
+                && let Some(body) = f.def.child_by_field_name("body")
             {
-                let mut problems = Vec::new();
-                uses_in(f, src, &out.helpers, &mut problems);
-                out.problems.entry(name).or_default().extend(problems);
+                let mut wanted: BTreeSet<String> = h
+                    .own
+                    .iter()
+                    .flat_map(|v| words(&v.extents).map(str::to_string).collect::<Vec<_>>())
+                    .collect();
+                wanted.extend(
+                    h.uses
+                        .iter()
+                        .flat_map(|u| words(&u.targs).map(str::to_string).collect::<Vec<_>>()),
+                );
+                h.constexprs = needed_constants(body, src, wanted);
             }
+            let mut problems = Vec::new();
+            let uses = out.uses_of(f.def, src, &mut problems);
+            out.placement(f, &uses, src, &mut problems);
+            out.problem(&f.name, problems);
         }
         for p in out.problems.values_mut() {
             p.sort();
@@ -139,9 +195,130 @@ impl Storage {
         out
     }
 
+    fn problem(&mut self, name: &str, problems: Vec<(usize, String)>) {
+        if !problems.is_empty() {
+            self.problems
+                .entry(name.to_string())
+                .or_default()
+                .extend(problems);
+        }
+    }
+
+    /// Where `f`'s uses of storage cannot be placed: a kernel declares its storage first, so its template
+    /// arguments may name no local of the kernel; a helper's struct holds its callees' structs, so those
+    /// must be defined before it, and its template arguments may name only the helper's constants.
+    fn placement(
+        &self,
+        f: &Function,
+        uses: &[Use],
+        src: &str,
+        problems: &mut Vec<(usize, String)>,
+    ) {
+        let Some(body) = f.def.child_by_field_name("body") else {
+            return;
+        };
+        let locals = local_names(body, src);
+        let constants: BTreeSet<String> = self
+            .helpers
+            .get(&f.name)
+            .map(|h| {
+                h.constexprs
+                    .iter()
+                    .flat_map(|c| {
+                        unqualified(c)
+                            .split(',')
+                            .filter_map(|part| words(part.split('=').next()?).last())
+                            .map(str::to_string)
+                            .collect::<Vec<_>>()
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        for u in uses {
+            let named: Vec<&str> = words(&u.targs)
+                .filter(|w| locals.contains(*w) && (f.kernel || !constants.contains(*w)))
+                .collect();
+            if let Some(w) = named.first() {
+                problems.push((
+                    line(f.def),
+                    format!(
+                        "the template arguments `{}` of `{}` name `{w}`, a local of `{}` that the storage declared for it cannot see",
+                        u.targs, u.callee, f.name
+                    ),
+                ));
+            }
+            if !f.kernel
+                && let Some(callee) = self.helpers.get(&u.callee)
+                && callee.start > f.def.start_byte()
+            {
+                problems.push((
+                    line(f.def),
+                    format!("`{}` is defined after `{}`, which calls it (its storage must be defined first)", u.callee, f.name),
+                ));
+            }
+        }
+    }
+
     /// The storage `f` (a kernel or helper) needs for the helpers it calls, each with its name.
     pub fn uses(&self, f: Node, src: &str) -> Vec<Use> {
-        uses_in(f, src, &self.helpers, &mut Vec::new())
+        self.uses_of(f, src, &mut Vec::new())
+    }
+
+    /// The calls in `f` of helpers with storage, one `Use` per helper and template arguments, named in
+    /// order (`reduce_tg`, then `reduce_tg1` for other template arguments of the same helper); a call whose
+    /// template arguments are deduced, wholly or in part, cannot name the struct: a problem.
+    fn uses_of(&self, f: Node, src: &str, problems: &mut Vec<(usize, String)>) -> Vec<Use> {
+        let mut out: Vec<Use> = Vec::new();
+        let Some(body) = f.child_by_field_name("body") else {
+            return out;
+        };
+        let mut calls: Vec<Node> = descendants(body)
+            .into_iter()
+            .filter(|n| n.kind() == "call_expression")
+            .collect();
+        calls.sort_by_key(|n| n.start_byte());
+        for n in calls {
+            let Some((callee, _)) = callee(n, src) else {
+                continue;
+            };
+            let Some(h) = self.helpers.get(&callee) else {
+                continue;
+            };
+            let mut targs = call_targs(n, src);
+            if targs.is_empty() && h.total > 0 {
+                targs = "<>".into(); // every template parameter defaulted: the struct's type is `S<>`
+            }
+            let given = if targs.trim_matches(['<', '>', ' ']).is_empty() {
+                0
+            } else {
+                split_top(&targs).len()
+            };
+            if given < h.required && h.total > 0 {
+                problems.push((
+                    line(n),
+                    format!("`{callee}` (a template with __shared__ variables) is called with deduced template arguments"),
+                ));
+                continue;
+            }
+            if out
+                .iter()
+                .any(|u| u.callee == callee && key(&u.targs) == key(&targs))
+            {
+                continue;
+            }
+            let same = out.iter().filter(|u| u.callee == callee).count();
+            let base = if same == 0 {
+                format!("{callee}_tg")
+            } else {
+                format!("{callee}_tg{same}")
+            };
+            out.push(Use {
+                callee,
+                targs,
+                name: fresh(&base, &self.taken),
+            });
+        }
+        out
     }
 
     /// The struct holding helper `name`'s storage, placed before the helper; `metal` renders CUDA text
@@ -156,11 +333,13 @@ impl Storage {
             s.push_str(&metal(&h.template_head));
             s.push('\n');
         }
-        s.push_str(&format!("struct {} {{\n", struct_name(name)));
+        s.push_str(&format!("struct {} {{\n", h.struct_name));
         for c in &h.constexprs {
             // Metal's static members live in the constant address space (as MLX's own kernels write them).
-            let c = c.trim().trim_start_matches("static ").trim_start();
-            s.push_str(&format!("  static constant {}\n", metal(c)));
+            s.push_str(&format!(
+                "  static constant constexpr {}\n",
+                metal(&unqualified(c))
+            ));
         }
         for v in &h.own {
             s.push_str(&format!(
@@ -172,12 +351,8 @@ impl Storage {
             ));
         }
         for u in &h.uses {
-            s.push_str(&format!(
-                "  {}{} {};\n",
-                struct_name(&u.callee),
-                metal(&u.targs),
-                u.name
-            ));
+            let callee = &self.helpers.get(&u.callee)?.struct_name;
+            s.push_str(&format!("  {callee}{} {};\n", metal(&u.targs), u.name));
         }
         s.push_str("};\n\n");
         Some(s)
@@ -187,9 +362,8 @@ impl Storage {
     pub fn param(&self, name: &str) -> Option<String> {
         let h = self.helpers.get(name)?;
         Some(format!(
-            "threadgroup {}{}& {PARAM}",
-            struct_name(name),
-            h.self_args
+            "threadgroup {}{}& {}",
+            h.struct_name, h.self_args, self.param
         ))
     }
 
@@ -207,12 +381,13 @@ impl Storage {
             .map(|v| {
                 let ty = format!("threadgroup {}{}", v.qualifiers, metal(&v.elem));
                 if v.extents.is_empty() {
-                    format!("{ty}& {n} = {PARAM}.{n};", n = v.name)
+                    format!("{ty}& {n} = {p}.{n};", n = v.name, p = self.param)
                 } else {
                     format!(
-                        "{ty} (&{n}){} = {PARAM}.{n};",
+                        "{ty} (&{n}){} = {p}.{n};",
                         metal(&v.extents),
-                        n = v.name
+                        n = v.name,
+                        p = self.param
                     )
                 }
             })
@@ -221,31 +396,35 @@ impl Storage {
     }
 
     /// A kernel's declarations of the storage of the helpers it calls.
-    pub fn kernel_decls(uses: &[Use], metal: &dyn Fn(&str) -> String) -> String {
+    pub fn kernel_decls(&self, uses: &[Use], metal: &dyn Fn(&str) -> String) -> String {
         uses.iter()
-            .map(|u| {
-                format!(
+            .filter_map(|u| {
+                Some(format!(
                     "threadgroup {}{} {}; // the __shared__ variables of `{}` (and of the helpers it calls)\n",
-                    struct_name(&u.callee),
+                    self.helpers.get(&u.callee)?.struct_name,
                     metal(&u.targs),
                     u.name,
                     u.callee
-                )
+                ))
             })
             .collect()
     }
 }
 
 /// The argument a call passes for the storage of `callee` with template arguments `targs`: the kernel's
-/// variable, or the member of the calling helper's storage.
-pub(crate) fn argument(uses: &[Use], callee: &str, targs: &str, in_helper: bool) -> Option<String> {
+/// variable, or (`param`: in a helper) the member of the calling helper's storage.
+pub(crate) fn argument(
+    uses: &[Use],
+    callee: &str,
+    targs: &str,
+    param: Option<&str>,
+) -> Option<String> {
     let u = uses
         .iter()
         .find(|u| u.callee == callee && key(&u.targs) == key(targs))?;
-    Some(if in_helper {
-        format!("{PARAM}.{}", u.name)
-    } else {
-        u.name.clone()
+    Some(match param {
+        Some(p) => format!("{p}.{}", u.name),
+        None => u.name.clone(),
     })
 }
 
@@ -257,15 +436,42 @@ pub(crate) fn call_targs(call: Node, src: &str) -> String {
         .unwrap_or_default()
 }
 
-fn struct_name(helper: &str) -> String {
-    format!("{helper}_threadgroup")
+/// `base`, or `base_`, `base__`, ...: the first the source does not use.
+fn fresh(base: &str, taken: &BTreeSet<String>) -> String {
+    let mut name = base.to_string();
+    while taken.contains(&name) {
+        name.push('_');
+    }
+    name
 }
 
+/// Template arguments compared without spaces; `<>` (every parameter defaulted) as none written.
 fn key(targs: &str) -> String {
-    targs.chars().filter(|c| !c.is_whitespace()).collect()
+    let k: String = targs.chars().filter(|c| !c.is_whitespace()).collect();
+    if k == "<>" { String::new() } else { k }
 }
 
-/// The helper's template head and its parameters as arguments.
+/// `<a, b<c, d>, e>` → its three arguments.
+fn split_top(targs: &str) -> Vec<&str> {
+    let inner = targs.trim().trim_start_matches('<');
+    let inner = inner.strip_suffix('>').unwrap_or(inner);
+    let (mut depth, mut start, mut out) = (0i32, 0, Vec::new());
+    for (i, c) in inner.char_indices() {
+        match c {
+            '<' | '(' | '[' => depth += 1,
+            '>' | ')' | ']' => depth -= 1,
+            ',' if depth == 0 => {
+                out.push(&inner[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    out.push(&inner[start..]);
+    out
+}
+
+/// The helper's template head, its parameters as arguments, and how many have no default.
 fn template_parts(item: Node, src: &str, problems: &mut Vec<(usize, String)>) -> HelperStorage {
     let mut h = HelperStorage::default();
     if item.kind() != "template_declaration" {
@@ -278,6 +484,10 @@ fn template_parts(item: Node, src: &str, problems: &mut Vec<(usize, String)>) ->
     for p in children(params).into_iter().filter(|p| p.is_named()) {
         if p.kind().starts_with("variadic") {
             problems.push((line(p), "a variadic template".into()));
+        }
+        h.total += 1;
+        if !p.kind().starts_with("optional") {
+            h.required += 1;
         }
         let name = p
             .child_by_field_name("name")
@@ -306,7 +516,6 @@ fn own_storage(
 ) -> Option<HelperStorage> {
     let body = f.child_by_field_name("body")?;
     let mut h = HelperStorage::default();
-    let mut last = 0;
     for d in descendants(body) {
         if d.kind() != "declaration" || !is_shared(d, src) {
             continue;
@@ -342,25 +551,33 @@ fn own_storage(
             else {
                 continue;
             };
-            let name_text = text(name, src).to_string();
-            let extents = src[name.end_byte()..decl.end_byte()].trim().to_string();
+            if src[decl.start_byte()..name.start_byte()].contains(['*', '&']) {
+                problems.push((
+                    line(d),
+                    format!(
+                        "a __shared__ pointer or reference (`{}`) in a helper",
+                        text(decl, src)
+                    ),
+                ));
+                continue;
+            }
             vars.push(SharedVar {
-                name: name_text,
+                name: text(name, src).to_string(),
                 elem: text(ty, src).to_string(),
                 qualifiers: qualifiers.clone(),
-                extents,
+                extents: src[name.end_byte()..decl.end_byte()].trim().to_string(),
             });
         }
         h.own.extend(vars.iter().cloned());
         h.decls.insert(d.id(), vars);
-        last = last.max(d.start_byte());
     }
     if h.own.is_empty() {
         return None;
     }
     let t = template_parts(item, src, problems);
-    (h.template_head, h.self_args) = (t.template_head, t.self_args);
-    h.constexprs = needed_constexprs(body, src, last, &h.own);
+    (h.template_head, h.self_args, h.total, h.required) =
+        (t.template_head, t.self_args, t.total, t.required);
+    h.start = f.start_byte();
     Some(h)
 }
 
@@ -370,27 +587,17 @@ fn is_shared(d: Node, src: &str) -> bool {
         .any(|c| c.kind() == "type_qualifier" && text(*c, src) == "__shared__")
 }
 
-/// The body-level `constexpr` declarations before byte `before` that the extents use, directly or through
-/// one another.
-fn needed_constexprs(body: Node, src: &str, before: usize, own: &[SharedVar]) -> Vec<String> {
+/// The body-level constant declarations (`constexpr`, or `const` of a value) that `wanted` names use,
+/// directly or through one another, in source order.
+fn needed_constants(body: Node, src: &str, mut wanted: BTreeSet<String>) -> Vec<String> {
     let decls: Vec<(BTreeSet<String>, String)> = children(body)
         .into_iter()
-        .filter(|d| d.kind() == "declaration" && d.start_byte() < before)
-        .map(|d| text(d, src))
-        .filter(|t| words(t).any(|w| w == "constexpr"))
-        .map(|t| {
-            let declared = t
-                .split(',')
-                .filter_map(|part| part.split('=').next())
-                .filter_map(|lhs| words(lhs).last())
-                .map(str::to_string)
-                .collect();
-            (declared, t.to_string())
+        .filter(|d| d.kind() == "declaration" && !is_shared(*d, src))
+        .filter(|d| {
+            let t = text(*d, src);
+            words(t).any(|w| w == "constexpr" || w == "const") && !t.contains('*')
         })
-        .collect();
-    let mut wanted: BTreeSet<String> = own
-        .iter()
-        .flat_map(|v| words(&v.extents).map(str::to_string).collect::<Vec<_>>())
+        .map(|d| (declared_names(d, src), text(d, src).to_string()))
         .collect();
     let mut keep = vec![false; decls.len()];
     // Backwards: a declaration kept makes the names its initialisers use wanted too.
@@ -408,61 +615,52 @@ fn needed_constexprs(body: Node, src: &str, before: usize, own: &[SharedVar]) ->
         .collect()
 }
 
+/// The names a declaration declares: `int a = 1, b[N] = {}, *c;` → a, b, c.
+fn declared_names(d: Node, src: &str) -> BTreeSet<String> {
+    children(d)
+        .into_iter()
+        .filter_map(|c| declarator_name(c, src))
+        .collect()
+}
+
+fn declarator_name(n: Node, src: &str) -> Option<String> {
+    match n.kind() {
+        "identifier" => Some(text(n, src).to_string()),
+        "init_declarator" | "array_declarator" | "pointer_declarator" | "reference_declarator" => {
+            declarator_name(
+                n.child_by_field_name("declarator")
+                    .or_else(|| n.named_child(0))?,
+                src,
+            )
+        }
+        _ => None,
+    }
+}
+
+/// A constant declaration without its leading `static`, `constexpr` and `const`: `int N = 4;`.
+fn unqualified(c: &str) -> String {
+    let mut rest = c.trim();
+    loop {
+        let next = ["static ", "constexpr ", "const "]
+            .iter()
+            .find_map(|q| rest.strip_prefix(q));
+        match next {
+            Some(r) => rest = r.trim_start(),
+            None => return rest.to_string(),
+        }
+    }
+}
+
+/// The names the body of a function declares anywhere (its locals).
+fn local_names(body: Node, src: &str) -> BTreeSet<String> {
+    descendants(body)
+        .into_iter()
+        .filter(|d| d.kind() == "declaration")
+        .flat_map(|d| declared_names(d, src))
+        .collect()
+}
+
 fn words(t: &str) -> impl Iterator<Item = &str> {
     t.split(|c: char| !(c.is_alphanumeric() || c == '_'))
         .filter(|w| !w.is_empty())
-}
-
-/// The calls in `f` of helpers with storage, one `Use` per helper and template arguments, named in
-/// order (`reduce_tg`, then `reduce_tg1` for other template arguments of the same helper); a call whose
-/// template arguments are deduced cannot name the struct: a problem.
-fn uses_in(
-    f: Node,
-    src: &str,
-    helpers: &BTreeMap<String, HelperStorage>,
-    problems: &mut Vec<(usize, String)>,
-) -> Vec<Use> {
-    let mut out: Vec<Use> = Vec::new();
-    let Some(body) = f.child_by_field_name("body") else {
-        return out;
-    };
-    let mut calls: Vec<Node> = descendants(body)
-        .into_iter()
-        .filter(|n| n.kind() == "call_expression")
-        .collect();
-    calls.sort_by_key(|n| n.start_byte());
-    for n in calls {
-        let Some((callee, _)) = callee(n, src) else {
-            continue;
-        };
-        let Some(h) = helpers.get(&callee) else {
-            continue;
-        };
-        let targs = call_targs(n, src);
-        if targs.is_empty() && !h.template_head.is_empty() {
-            problems.push((
-                line(n),
-                format!("`{callee}` (a template with __shared__ variables) is called with deduced template arguments"),
-            ));
-            continue;
-        }
-        if out
-            .iter()
-            .any(|u| u.callee == callee && key(&u.targs) == key(&targs))
-        {
-            continue;
-        }
-        let same = out.iter().filter(|u| u.callee == callee).count();
-        let name = if same == 0 {
-            format!("{callee}_tg")
-        } else {
-            format!("{callee}_tg{same}")
-        };
-        out.push(Use {
-            callee,
-            targs,
-            name,
-        });
-    }
-    out
 }
