@@ -34,9 +34,20 @@ export PYTHONPATH="$PYTHONPATH:$PWD/python"
   python3 -c "import mlx.core as mx; print('mlx', mx.__version__, 'cuda', mx.cuda.is_available())"
 } >> "$log" 2>&1
 has() { [[ " $sections " == *" $1 "* ]]; }
+# The call's own deadline (a device call ends at 600 s): each step gets what is left of CALL_S less a margin for
+# the copy back, and a step that would start with under 20 s left is recorded as skipped.
+call_end=$(( $(date +%s) + ${CALL_S:-560} ))
 record() {  # record NAME LIMIT_S CMD...: runs ksearch (time-boxed), appends {name, command, wall_s, result}
   local name=$1 limit=$2; shift 2
-  local t0 t1 line
+  local t0 t1 line left
+  left=$(( call_end - $(date +%s) - 15 ))
+  if (( left < 20 )); then
+    python3 -c 'import json, sys; print(json.dumps({"name": sys.argv[1], "command": "ksearch " + sys.argv[2] + " --json", "skipped": "the call deadline (CALL_S) was near"}))' \
+      "$name" "$*" >> "$results"
+    echo "== $name: skipped, the call deadline is near (run it in another call: SECTIONS)" >> "$log"
+    return
+  fi
+  (( limit > left )) && limit=$left
   t0=$(date +%s.%N)
   line=$(timeout "$limit" "$bin" --python python3 --store "$store" "$@" --json 2>>"$log" | tail -n 1)
   t1=$(date +%s.%N)

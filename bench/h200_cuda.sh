@@ -14,6 +14,8 @@
 #           there and searched from (a tune search): a kernel found on NVIDIA carried to MLX (MLX staged as for
 #           bench/h200.sh)
 # Results land in $OUT: h200-cuda.jsonl (every command and its JSON result), h200-cuda-scores.json, the log.
+# One call is 10 minutes at most: CALL_S (560) bounds the whole script; what does not fit is recorded as skipped,
+# for another call (e.g. SECTIONS="seeds score" TASKS="gqa-paged-decode mla-paged-decode", then the rest).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source bench/device_bin.sh  # PYTHONPATH, out, bin
@@ -37,9 +39,20 @@ fi
   python3 -c "import cupy, torch; print('cupy', cupy.__version__, 'torch', torch.__version__, 'cuda', torch.version.cuda)"
   python3 -c "import flashinfer; print('flashinfer', flashinfer.__version__)" 2>&1 | tail -n 1
 } >> "$log" 2>&1
+# The call's own deadline (a device call ends at 600 s): each step gets what is left of CALL_S less a margin for
+# the score and the copy back, and a step that would start with under 20 s left is recorded as skipped.
+call_end=$(( $(date +%s) + ${CALL_S:-560} ))
 record() {  # record NAME LIMIT_S CMD...: runs ksearch (time-boxed), appends {name, command, wall_s, result}
   local name=$1 limit=$2; shift 2
-  local t0 t1 line
+  local t0 t1 line left
+  left=$(( call_end - $(date +%s) - 15 ))
+  if (( left < 20 )); then
+    python3 -c 'import json, sys; print(json.dumps({"name": sys.argv[1], "command": "ksearch " + sys.argv[2] + " --json", "skipped": "the call deadline (CALL_S) was near"}))' \
+      "$name" "$*" >> "$results"
+    echo "== $name: skipped, the call deadline is near (run it in another call: SECTIONS, TASKS)" >> "$log"
+    return
+  fi
+  (( limit > left )) && limit=$left
   t0=$(date +%s.%N)
   line=$(timeout "$limit" "$bin" --python python3 --store "$store" "$@" --json 2>>"$log" | tail -n 1)
   t1=$(date +%s.%N)
