@@ -23,6 +23,14 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source bench/device_bin.sh  # PYTHONPATH, out, bin
+# The call's own deadline (a device call ends at 600 s): each step gets what is left of CALL_S less a margin for
+# the copy back, and a step that would start with under 20 s left is recorded as skipped.
+call_end=$(( $(date +%s) + ${CALL_S:-560} ))
+upto() {  # upto SECONDS: SECONDS, or what is left of the call less a margin when that is less (at least 1)
+  local left=$(( call_end - $(date +%s) - 15 ))
+  (( left < 1 )) && left=1
+  (( $1 < left )) && echo "$1" || echo "$left"
+}
 sections=${SECTIONS:-chain clock cost adversarial}
 store=$(mktemp -d)
 log="$out/h200.log"
@@ -34,9 +42,6 @@ export PYTHONPATH="$PYTHONPATH:$PWD/python"
   python3 -c "import mlx.core as mx; print('mlx', mx.__version__, 'cuda', mx.cuda.is_available())"
 } >> "$log" 2>&1
 has() { [[ " $sections " == *" $1 "* ]]; }
-# The call's own deadline (a device call ends at 600 s): each step gets what is left of CALL_S less a margin for
-# the copy back, and a step that would start with under 20 s left is recorded as skipped.
-call_end=$(( $(date +%s) + ${CALL_S:-560} ))
 record() {  # record NAME LIMIT_S CMD...: runs ksearch (time-boxed), appends {name, command, wall_s, result}
   local name=$1 limit=$2; shift 2
   local t0 t1 line left
@@ -65,7 +70,7 @@ PY
 }
 seeds=tasks/attention/seeds/mlx-cuda
 if has chain; then
-  timeout 120 python3 bench/mlx_chain_check.py > "$out/chain-check.json" 2>>"$log"
+  timeout "$(upto 120)" python3 bench/mlx_chain_check.py > "$out/chain-check.json" 2>>"$log"
   echo "== chain: $(cat "$out/chain-check.json")" >> "$log"
 fi
 if has clock; then
@@ -94,7 +99,7 @@ if has cost; then
     # Attention's cluster decode (NC > 0) is refused under CUDA graphs in milliseconds: pinned off, so the
     # tuner's draws are candidates that run.
     pins=(); [ "$task" = attention ] && pins=(--pin NC=0)
-    timeout $((${COST_LIMIT:-420} + 60)) python3 bench/eval_cost.py "$task" --target mlx-cuda --seed expert \
+    timeout "$(upto $((${COST_LIMIT:-420} + 60)))" python3 bench/eval_cost.py "$task" --target mlx-cuda --seed expert \
       --budget "${COST_BUDGET:-4}" --limit "${COST_LIMIT:-420}" --checks 1 --python python3 --bin "$bin" \
       "${pins[@]}" --out "$out/eval-cost-$task.json" >> "$log" 2>&1
     grep -h "precompile\|compile inside the worker" "$out/eval-cost-$task.log" >> "$log"
@@ -104,7 +109,7 @@ if has cost; then
   done
 fi
 if has adversarial; then
-  KSEARCH_BIN=$bin OUT=$out timeout "${ADV_LIMIT:-540}" bash bench/adversarial_mlx.sh >> "$log" 2>&1
+  KSEARCH_BIN=$bin OUT=$out timeout "$(upto "${ADV_LIMIT:-540}")" bash bench/adversarial_mlx.sh >> "$log" 2>&1
 fi
 if has devices; then
   for n in ${DEVICES_COUNTS:-2 1}; do
@@ -125,7 +130,7 @@ if has export; then
     exp=$(mktemp -d)
     if "$bin" export "$seed" --task "tasks/$task" --out "$exp" >> "$log" 2>&1; then
       f=$(ls "$exp" | grep -v _test.py | head -1)
-      line=$(cd "$exp" && timeout 300 python3 "${f%.py}_test.py" 2>&1 | tail -n 1)
+      line=$(cd "$exp" && timeout "$(upto 300)" python3 "${f%.py}_test.py" 2>&1 | tail -n 1)
     else
       line="export failed"
     fi

@@ -19,6 +19,14 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source bench/device_bin.sh  # PYTHONPATH, out, bin
+# The call's own deadline (a device call ends at 600 s): each step gets what is left of CALL_S less a margin for
+# the score and the copy back, and a step that would start with under 20 s left is recorded as skipped.
+call_end=$(( $(date +%s) + ${CALL_S:-560} ))
+upto() {  # upto SECONDS: SECONDS, or what is left of the call less a margin when that is less (at least 1)
+  local left=$(( call_end - $(date +%s) - 15 ))
+  (( left < 1 )) && left=1
+  (( $1 < left )) && echo "$1" || echo "$left"
+}
 sections=${SECTIONS:-seeds score tune adversarial carry}
 tasks=${TASKS:-gqa-paged-decode mla-paged-decode mla-paged-prefill trimul}
 store=$(mktemp -d)
@@ -31,7 +39,7 @@ has() { [[ " $sections " == *" $1 "* ]]; }
 # carries the last staged folder (its install.sh, which also JIT-compiles and checks the baselines' kernels).
 if ! python3 -c "import flashinfer" > /dev/null 2>&1; then
   for f in .device/flashinfer-*/install.sh; do
-    [ -f "$f" ] && { bash "$f" >> "$log" 2>&1 || echo "== flashinfer did not install or check ($f)" >> "$log"; }
+    [ -f "$f" ] && { timeout "$(upto 400)" bash "$f" >> "$log" 2>&1 || echo "== flashinfer did not install or check ($f)" >> "$log"; }
   done
 fi
 {
@@ -39,9 +47,6 @@ fi
   python3 -c "import cupy, torch; print('cupy', cupy.__version__, 'torch', torch.__version__, 'cuda', torch.version.cuda)"
   python3 -c "import flashinfer; print('flashinfer', flashinfer.__version__)" 2>&1 | tail -n 1
 } >> "$log" 2>&1
-# The call's own deadline (a device call ends at 600 s): each step gets what is left of CALL_S less a margin for
-# the score and the copy back, and a step that would start with under 20 s left is recorded as skipped.
-call_end=$(( $(date +%s) + ${CALL_S:-560} ))
 record() {  # record NAME LIMIT_S CMD...: runs ksearch (time-boxed), appends {name, command, wall_s, result}
   local name=$1 limit=$2; shift 2
   local t0 t1 line left
@@ -84,7 +89,7 @@ if has tune; then
     --seed expert --budget "${TUNE_BUDGET:-8}"
 fi
 if has adversarial; then
-  SUITE=cuda timeout "${ADV_LIMIT:-400}" bash bench/adversarial_mlx.sh >> "$log" 2>&1
+  SUITE=cuda timeout "$(upto "${ADV_LIMIT:-400}")" bash bench/adversarial_mlx.sh >> "$log" 2>&1
   echo "== adversarial: $(head -c 400 "$out/adversarial-cuda.json" 2>/dev/null)" >> "$log"
 fi
 if has carry; then

@@ -511,6 +511,9 @@ def _differences(task: Task, layout: Layout, got: Any, vouch: ReferenceSet) -> l
         except Exception as exc:  # a value that is no array
             problems.append(f"output {out}: {type(got[out]).__name__} is not an array ({exc})")
             continue
+        if value.dtype.kind not in "biuf":
+            problems.append(f"output {out} holds {value.dtype} values, not numbers")
+            continue
         if tuple(value.shape) != tuple(shape):
             problems.append(f"output {out} has shape {list(value.shape)}, the task's is {list(shape)}")
             continue

@@ -114,6 +114,7 @@ def test_a_baseline_of_another_shape_or_none_of_the_outputs_is_refused_with_why(
         "transposed": lambda i, d: {"C": (2 * i["A"]).T.copy()},
         "column": lambda i, d: {"C": (2 * i["A"]).reshape(-1, 1)},
         "misnamed": lambda i, d: {"out": 2 * i["A"]},
+        "words": lambda i, d: {"C": np.full((4, 8), "x")},
         "not_a_dict": lambda i, d: 2 * i["A"],
     }
     ok, refused = _vouched(task, CpuTarget(), layout, {"M": 4, "N": 8}, {n: fns[n] for n in fns if n != "not_a_dict"},
@@ -123,6 +124,7 @@ def test_a_baseline_of_another_shape_or_none_of_the_outputs_is_refused_with_why(
     assert "shape [8, 4]" in why["transposed"] and "[4, 8]" in why["transposed"], why
     assert "shape [32, 1]" in why["column"], why
     assert "none of the task's outputs" in why["misnamed"] and "out" in why["misnamed"], why
+    assert "not numbers" in why["words"], why
     # A reply that is no dict at all is the task's own code failing: the whole task is refused, with its name.
     with pytest.raises(Exception, match="baseline not_a_dict"):
         _vouched(task, CpuTarget(), layout, {"M": 4, "N": 8}, {"not_a_dict": fns["not_a_dict"]}, ref)

@@ -1514,10 +1514,10 @@ fn shared_memory_declared_in_helpers_becomes_storage_the_kernel_passes() {
     for want in [
         "struct block_sum_threadgroup {\n  float partial[32];\n};",
         "struct row_mean_threadgroup {\n  float total;\n  block_sum_threadgroup block_sum_tg;\n};",
-        "template <int TILE>\nstruct tile_max_threadgroup {\n  static constant constexpr int HALF = TILE / 2;\n  float tile[2][HALF];\n};",
+        "template <int TILE>\nstruct tile_max_threadgroup {\n  static constant constexpr int HALF = TILE / 2, SIDES = TILE / HALF * 1;\n  float tile[SIDES][HALF];\n};",
         "threadgroup float (&partial)[32] = shared_storage.partial;",
         "threadgroup float& total = shared_storage.total;",
-        "threadgroup float (&tile)[2][HALF] = shared_storage.tile;",
+        "threadgroup float (&tile)[SIDES][HALF] = shared_storage.tile;",
         "threadgroup row_mean_threadgroup& shared_storage)",
         "threadgroup tile_max_threadgroup<TILE>& shared_storage)",
         "simdgroup_index_in_threadgroup, shared_storage.block_sum_tg);",
@@ -1597,6 +1597,13 @@ fn shared_memory_in_helpers_that_cannot_be_hoisted_is_reported_where_it_is() {
             "`bsum` is defined after `twice`",
         ),
         (
+            "overloads calling a helper with storage",
+            "__device__ float bsum(float v) { __shared__ float p[32]; p[threadIdx.x % 32] = v; __syncthreads(); return p[0]; }\n\
+             __device__ float total(float v) { return bsum(v); }\n__device__ float total(float v, float w) { return bsum(v + w); }\n\
+             __global__ void k(const float* x, float* y, int n) { const int i = blockIdx.x * 256 + threadIdx.x; float t = total(i < n ? x[i] : 0.0f); if (i < n) y[i] = t; }\n",
+            "`total` is defined more than once",
+        ),
+        (
             "a shared pointer",
             "__device__ float pick(const float* x) { __shared__ const float* row; if (threadIdx.x == 0) row = x; __syncthreads(); return row[threadIdx.x]; }\n\
              __global__ void k(const float* x, float* y, int n) { const int i = blockIdx.x * 256 + threadIdx.x; float t = pick(x + blockIdx.x * 256); if (i < n) y[i] = t; }\n",
@@ -1630,7 +1637,10 @@ fn shared_memory_in_helpers_that_cannot_be_hoisted_is_reported_where_it_is() {
 fn helper_pointer_parameters_take_the_memory_their_arguments_point_into() {
     let src = "#include <cuda_runtime.h>\n\
         struct Rows { const float* a; };\n\
+        struct Acc { float buf[2]; };\n\
         __device__ float load2(const float* p, int j) { return p[j] + p[j + 1]; }\n\
+        __device__ void bump(float* p) { *p += 1.0f; }\n\
+        __device__ void zero2(float* p) { p[0] = 0.0f; p[1] = 0.0f; }\n\
         __device__ float first(const float* p) { return p[0]; }\n\
         __device__ void fill(float* out, float v) { out[0] = v; out[1] = v; }\n\
         __device__ void set(float* out, float v) { *out = v; }\n\
@@ -1642,7 +1652,9 @@ fn helper_pointer_parameters_take_the_memory_their_arguments_point_into() {
           Rows r; r.a = x + i;\n\
           float pair[2]; float one;\n\
           fill(pair, 1.0f); set(&one, 2.0f);\n\
-          y[i] = load2(row, 0) + load2(off + x, 0) + first(r.a) + pair[1] + one;\n\
+          auto v = x[i]; bump(&v);\n\
+          Acc acc; zero2(acc.buf);\n\
+          y[i] = load2(row, 0) + load2(off + x, 0) + first(r.a) + pair[1] + one + v + acc.buf[1];\n\
         }\n\
         void launch(const float* x, float* y, int n, cudaStream_t s) { k<<<(n + 255) / 256, 256, 0, s>>>(x, y, n); }\n";
     let t = translate::translate(src, "k", Target::MlxMetal);
@@ -1658,6 +1670,10 @@ fn helper_pointer_parameters_take_the_memory_their_arguments_point_into() {
         "float first(const device float* p)",
         "void fill(thread float* out, float v)",
         "void set(thread float* out, float v)",
+        // An `auto` value read through a pointer is a value: its address is thread memory.
+        "void bump(thread float* p)",
+        // An array field of a local struct is thread memory.
+        "void zero2(thread float* p)",
     ] {
         assert!(header.contains(want), "{want}\n---\n{header}");
     }

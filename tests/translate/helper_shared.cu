@@ -32,8 +32,8 @@ __device__ float row_mean(const float* row, int n) {
 
 template <int TILE>
 __device__ float tile_max(const float* src, int n) {
-  constexpr int HALF = TILE / 2;
-  __shared__ float tile[2][HALF];
+  constexpr int HALF = TILE / 2, SIDES = TILE / HALF * 1;
+  __shared__ float tile[SIDES][HALF];
   float m = -INFINITY;
   for (int base = 0; base < n; base += TILE) {
     const int i = base + threadIdx.x;

@@ -676,6 +676,8 @@ pub struct Flow<'a> {
     pointers: BTreeSet<String>,
     /// Names declared as plain values (not pointers, not arrays): in `off + p`, an offset, not the memory.
     scalars: BTreeSet<String>,
+    /// Names holding thread counts (made of attributes and literals only): no size of the data (`sizes_only`).
+    counts: BTreeSet<String>,
     /// The declaration being read is `auto` (its address space is not written down).
     decl_auto: bool,
 }
@@ -701,6 +703,7 @@ impl<'a> Flow<'a> {
             below: HashMap::new(),
             pointers: BTreeSet::new(),
             scalars: BTreeSet::new(),
+            counts: BTreeSet::new(),
             decl_auto: false,
         }
     }
@@ -758,6 +761,7 @@ impl<'a> Flow<'a> {
                 || names(r).any(|t| {
                     t.is_ident()
                         && !self.varying.contains(&t.text)
+                        && !self.counts.contains(&t.text)
                         && !super::signature::ATTRIBUTES.iter().any(|(a, _)| t.is(a))
                         && !is_keyword_or_type(&t.text)
                 }))
@@ -1109,6 +1113,21 @@ impl<'a> Flow<'a> {
                 Some(b) if b > 0 => Some(&lhs[b - 1]),
                 _ => lhs.iter().rev().find(|t| t.is_ident()),
             };
+            // Names whose value is made of thread attributes, literals and such names only (a tree
+            // reduction's stride `s = threads_per_threadgroup.x / 2`, `WARPS = 8`): thread counts, not sizes.
+            if let Some(target) = target {
+                let counted = names(&p[eq + 1..]).filter(|t| t.is_ident()).all(|t| {
+                    self.counts.contains(&t.text)
+                        || super::signature::ATTRIBUTES.iter().any(|(a, _)| t.is(a))
+                        || is_keyword_or_type(&t.text)
+                });
+                let fresh = p[eq].is("=");
+                if counted && (fresh || self.counts.contains(&target.text)) {
+                    self.counts.insert(target.text.clone());
+                } else {
+                    self.counts.remove(&target.text);
+                }
+            }
             if let Some(target) = target
                 && self.varies(&p[eq + 1..])
             {
@@ -1437,8 +1456,10 @@ impl<'a> Flow<'a> {
         {
             return None;
         }
-        if self.scalars.contains(&t.text) && !(k > 0 && e[k - 1].is("&")) {
-            // A value, not memory (`off + p`): the sum's other operand says where it points.
+        if (self.scalars.contains(&t.text) || t.text.starts_with(|c: char| c.is_ascii_digit()))
+            && !(k > 0 && e[k - 1].is("&"))
+        {
+            // A value, not memory (`off + p`, `i - 1 + p`): the sum's other operand says where it points.
             let next = top_level(&e[k..], |x| x.is("+") || x.is("-"))?;
             return self.expr_space(&e[k + next + 1..]);
         }

@@ -1562,7 +1562,8 @@ impl<'s> Emitter<'s> {
         if !self.metal {
             return;
         }
-        for (l, detail) in self.storage.problems.get(name).cloned().unwrap_or_default() {
+        // Taken, not read: overloads of one name are translated one by one, their problems said once.
+        for (l, detail) in self.storage.problems.remove(name).unwrap_or_default() {
             self.diags
                 .push(diag(self.target, "T037", l, kernel, detail));
         }
@@ -2480,18 +2481,20 @@ fn call_site_spaces(a: &Analysis, top: &[Node], root: Node, src: &str) -> Spaces
 /// What a name of a function holds, for the memory an argument built from it points to.
 #[derive(Clone, Copy, PartialEq)]
 enum Held {
-    /// Memory in this address space: an array (shared: threadgroup, local: thread), a pointer known to point there.
-    Memory(&'static str),
-    /// A pointer (or `auto`, or an array of pointers) whose memory is not known.
+    /// An object in this address space: an array (decaying to a pointer into it), or a shared scalar.
+    Object(&'static str),
+    /// A pointer into this address space.
+    Pointer(&'static str),
+    /// A pointer (or an array of pointers) whose memory is not known.
     Unknown,
-    /// A scalar or a struct: memory only when its address is taken (`&x`: thread).
+    /// A scalar or a struct in thread memory: memory only when its address is taken (`&x`).
     Value,
 }
 
 /// The arguments function `f` (a kernel or helper) passes the file's helpers, by the memory each points to:
-/// its shared arrays are threadgroup memory, its local arrays and the addresses of its locals thread memory,
-/// its pointer parameters device memory (a kernel's) or where its callers' arguments point (`known`, a
-/// helper's), a local pointer (or `auto`) where its initialiser points.
+/// its shared variables are threadgroup memory, its local arrays and the addresses of its locals thread memory,
+/// its pointer parameters point to device memory (a kernel's) or where its callers' arguments point (`known`,
+/// a helper's), a local pointer (or an `auto` one) where its initialiser points.
 fn caller_spaces(
     f: Node,
     helper: Option<&str>,
@@ -2515,9 +2518,9 @@ fn caller_spaces(
             };
             let held = match (pointer, helper) {
                 (false, _) => Held::Value,
-                (true, None) => Held::Memory("device"),
+                (true, None) => Held::Pointer("device"),
                 (true, Some(h)) => match known.get(&(h.to_string(), i)) {
-                    Some(Some(space)) => Held::Memory(space),
+                    Some(Some(space)) => Held::Pointer(space),
                     _ => Held::Unknown,
                 },
             };
@@ -2547,16 +2550,19 @@ fn caller_spaces(
             let holds_pointers = descendants(inner)
                 .iter()
                 .any(|x| x.kind() == "pointer_declarator");
-            let held = if shared && !holds_pointers {
-                Held::Memory("threadgroup")
-            } else if inner.kind() == "array_declarator" && !holds_pointers {
-                Held::Memory("thread")
-            } else if inner.kind() == "pointer_declarator" || auto {
-                if let Some(v) = decl.child_by_field_name("value") {
+            let value = decl.child_by_field_name("value");
+            let held = if holds_pointers && inner.kind() != "pointer_declarator" {
+                Held::Unknown // an array of pointers
+            } else if shared && inner.kind() != "pointer_declarator" {
+                Held::Object("threadgroup")
+            } else if inner.kind() == "array_declarator" {
+                Held::Object("thread")
+            } else if inner.kind() == "pointer_declarator"
+                || auto && value.is_some_and(|v| pointer_form(v, &names, src))
+            {
+                if let Some(v) = value {
                     aliases.insert(name.clone(), v);
                 }
-                Held::Unknown
-            } else if holds_pointers {
                 Held::Unknown
             } else {
                 Held::Value
@@ -2568,7 +2574,7 @@ fn caller_spaces(
     for _ in 0..4 {
         for (name, v) in &aliases {
             if let Some(space) = arg_space(*v, &names, src) {
-                names.insert(name.clone(), Held::Memory(space));
+                names.insert(name.clone(), Held::Pointer(space));
             }
         }
     }
@@ -2604,32 +2610,59 @@ fn caller_spaces(
     }
 }
 
+/// Whether an `auto` initialiser is a pointer (its name decays or points, an address, pointer arithmetic, a
+/// cast) rather than a value read through one (`in[i]`).
+fn pointer_form(v: Node, names: &BTreeMap<String, Held>, src: &str) -> bool {
+    match v.kind() {
+        "parenthesized_expression" => v
+            .named_child(0)
+            .is_some_and(|x| pointer_form(x, names, src)),
+        "identifier" => matches!(
+            names.get(text(v, src)),
+            Some(Held::Object(_) | Held::Pointer(_) | Held::Unknown)
+        ),
+        "pointer_expression" => text(v, src).starts_with('&'),
+        "binary_expression" => ["left", "right"].iter().any(|f| {
+            v.child_by_field_name(f)
+                .is_some_and(|x| pointer_form(x, names, src))
+        }),
+        "cast_expression" => true,
+        "call_expression" => v
+            .child_by_field_name("function")
+            .is_some_and(|f| text(f, src).contains("_cast")),
+        _ => false,
+    }
+}
+
 /// The address space the pointer expression `n` points into, when its names say: `a + i` and `&a[i]` where
-/// `a` is an array or a pointer, `&x` of a local, `rows[j]` of an array of arrays, casts.
+/// `a` is an array or a pointer, `&x` of a local, a row `rows[j]` of an array of arrays, an array field of a
+/// local struct, casts.
 fn arg_space(n: Node, names: &BTreeMap<String, Held>, src: &str) -> Option<&'static str> {
     match n.kind() {
         "parenthesized_expression" => arg_space(n.named_child(0)?, names, src),
         "identifier" => match names.get(text(n, src)) {
-            Some(Held::Memory(s)) => Some(*s),
+            Some(Held::Object(s) | Held::Pointer(s)) => Some(*s),
             _ => None,
         },
         "pointer_expression" if text(n, src).starts_with('&') => {
             let inner = n.child_by_field_name("argument")?;
             match inner.kind() {
+                // An element: in the array's memory, or where the pointer points.
                 "subscript_expression" => {
                     arg_space(inner.child_by_field_name("argument")?, names, src)
                 }
                 "identifier" => match names.get(text(inner, src)) {
-                    Some(Held::Memory(s)) => Some(*s),
-                    Some(Held::Value) => Some("thread"),
-                    _ => None,
+                    Some(Held::Object(s)) => Some(*s),
+                    // The address of a local value, or of a pointer variable itself: thread memory.
+                    Some(_) => Some("thread"),
+                    None => None,
                 },
                 // `&r.f`: a field of a local struct (a struct reached through a pointer is not known).
                 "field_expression" if !text(inner, src).contains("->") => {
                     let base = lvalue_base(inner, src, &BTreeMap::new())?;
                     match names.get(&base) {
                         Some(Held::Value) => Some("thread"),
-                        Some(Held::Memory(s)) => Some(*s),
+                        Some(Held::Object(s)) => Some(*s),
                         _ => None,
                     }
                 }
@@ -2638,18 +2671,22 @@ fn arg_space(n: Node, names: &BTreeMap<String, Held>, src: &str) -> Option<&'sta
         }
         "binary_expression" => arg_space(n.child_by_field_name("left")?, names, src)
             .or_else(|| arg_space(n.child_by_field_name("right")?, names, src)),
-        // A row of an array of arrays decays to a pointer into the same memory.
+        // A row of an array of arrays decays to a pointer into the same memory (an element read through a
+        // pointer is a value).
         "subscript_expression" => {
             let inner = n.child_by_field_name("argument")?;
             let base = lvalue_base(inner, src, &BTreeMap::new())?;
             match names.get(&base) {
-                Some(Held::Memory(s))
-                    if matches!(inner.kind(), "identifier" | "subscript_expression") =>
-                {
-                    Some(*s)
-                }
+                Some(Held::Object(s)) => Some(*s),
                 _ => None,
             }
+        }
+        // `r.buf` of a local struct whose field is an array: thread memory (a pointer field is not known).
+        "field_expression" if !text(n, src).contains("->") => {
+            let base = lvalue_base(n, src, &BTreeMap::new())?;
+            let field = text(n.child_by_field_name("field")?, src);
+            (names.get(&base) == Some(&Held::Value) && field_is_array(n, field, src))
+                .then_some("thread")
         }
         "cast_expression" => arg_space(n.child_by_field_name("value")?, names, src),
         "call_expression" => {
@@ -2663,6 +2700,23 @@ fn arg_space(n: Node, names: &BTreeMap<String, Held>, src: &str) -> Option<&'sta
         }
         _ => None,
     }
+}
+
+/// Whether a struct of the file declares a field `field` as an array (`float buf[8];`).
+fn field_is_array(n: Node, field: &str, src: &str) -> bool {
+    let mut root = n;
+    while let Some(p) = root.parent() {
+        root = p;
+    }
+    descendants(root)
+        .into_iter()
+        .filter(|d| d.kind() == "field_declaration")
+        .flat_map(children)
+        .any(|d| {
+            d.kind() == "array_declarator"
+                && d.child_by_field_name("declarator")
+                    .is_some_and(|x| text(x, src) == field)
+        })
 }
 
 /// The attributes each helper uses once translated, including through the helpers it calls.

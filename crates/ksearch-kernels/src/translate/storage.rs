@@ -141,10 +141,19 @@ impl Storage {
         for _ in 0..=fns.len() {
             let mut changed = false;
             for f in fns.iter().filter(|f| !f.kernel) {
+                let uses = out.uses_of(f.def, src, &mut Vec::new());
                 if defined[f.name.as_str()] > 1 {
+                    if !uses.is_empty() {
+                        out.problem(
+                            &f.name,
+                            vec![(
+                                line(f.def),
+                                format!("`{}` is defined more than once (overloads or namespaces) and calls helpers with __shared__ variables", f.name),
+                            )],
+                        );
+                    }
                     continue;
                 }
-                let uses = out.uses_of(f.def, src, &mut Vec::new());
                 if uses.is_empty() {
                     continue;
                 }
@@ -288,11 +297,10 @@ impl Storage {
             if targs.is_empty() && h.total > 0 {
                 targs = "<>".into(); // every template parameter defaulted: the struct's type is `S<>`
             }
-            let given = if targs.trim_matches(['<', '>', ' ']).is_empty() {
-                0
-            } else {
-                split_top(&targs).len()
-            };
+            // The template arguments written, counted on the syntax tree (`f<(N < 4), T>` is two).
+            let given = super::analyze::callee(n, src)
+                .and_then(|(_, a)| a)
+                .map_or(0, |a| children(a).iter().filter(|c| c.is_named()).count());
             if given < h.required && h.total > 0 {
                 problems.push((
                     line(n),
@@ -451,26 +459,6 @@ fn key(targs: &str) -> String {
     if k == "<>" { String::new() } else { k }
 }
 
-/// `<a, b<c, d>, e>` → its three arguments.
-fn split_top(targs: &str) -> Vec<&str> {
-    let inner = targs.trim().trim_start_matches('<');
-    let inner = inner.strip_suffix('>').unwrap_or(inner);
-    let (mut depth, mut start, mut out) = (0i32, 0, Vec::new());
-    for (i, c) in inner.char_indices() {
-        match c {
-            '<' | '(' | '[' => depth += 1,
-            '>' | ')' | ']' => depth -= 1,
-            ',' if depth == 0 => {
-                out.push(&inner[start..i]);
-                start = i + 1;
-            }
-            _ => {}
-        }
-    }
-    out.push(&inner[start..]);
-    out
-}
-
 /// The helper's template head, its parameters as arguments, and how many have no default.
 fn template_parts(item: Node, src: &str, problems: &mut Vec<(usize, String)>) -> HelperStorage {
     let mut h = HelperStorage::default();
@@ -594,8 +582,10 @@ fn needed_constants(body: Node, src: &str, mut wanted: BTreeSet<String>) -> Vec<
         .into_iter()
         .filter(|d| d.kind() == "declaration" && !is_shared(*d, src))
         .filter(|d| {
-            let t = text(*d, src);
-            words(t).any(|w| w == "constexpr" || w == "const") && !t.contains('*')
+            words(text(*d, src)).any(|w| w == "constexpr" || w == "const")
+                && !descendants(*d)
+                    .iter()
+                    .any(|x| x.kind() == "pointer_declarator")
         })
         .map(|d| (declared_names(d, src), text(d, src).to_string()))
         .collect();
