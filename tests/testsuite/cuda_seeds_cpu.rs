@@ -623,3 +623,62 @@ fn paged_decode_metal_seeds_match_attention_over_the_page_lists() {
         assert_eq!(out.matches("worst error").count(), 8, "{out}");
     }
 }
+
+/// Inline PTX carried to Metal: a tensor-core GEMM written as hand-written CUDA is (cp.async with zero fill,
+/// mma.sync m16n8k16 on f16, and on bf16 in a variant) translated to mlx-metal with the PTX emulated
+/// (translate/ptx.metal: the product by simd shuffles, the copies synchronous), checked, and that Metal,
+/// back-translated, run on the CPU emulation against a double product (edges included: M 37, N 21, K 40).
+#[test]
+fn inline_ptx_tensor_core_code_carried_to_metal_computes_the_product() {
+    use ksearch::target::Target;
+    let fixture = std::fs::read_to_string(repo().join("tests/translate/mma_gemm.cu")).unwrap();
+    let bf16 = fixture
+        .replace(".f32.f16.f16.f32", ".f32.bf16.bf16.f32")
+        .replace("__half", "__nv_bfloat16")
+        .replace("<cuda_fp16.h>", "<cuda_bf16.h>");
+    let tmp = tempfile::tempdir().unwrap();
+    for (what, src, driver) in [
+        ("f16", fixture.as_str(), "mma_gemm_metal.cpp"),
+        ("bf16", bf16.as_str(), "mma_gemm_metal_bf16.cpp"),
+    ] {
+        let t = ksearch::translate::translate(src, "mma_gemm", Target::MlxMetal);
+        let errors: Vec<_> = t
+            .diagnostics
+            .iter()
+            .filter(|d| d.severity == ksearch::translate::Severity::Error)
+            .collect();
+        assert!(errors.is_empty(), "{what}: {errors:?}");
+        let metal = t.candidate.expect("a translation");
+        let header = &metal.files["header.metal"];
+        assert!(
+            header.contains(&format!("ksearch_mma_m16n8k16<{}>", what == "bf16"))
+                && header.contains("ksearch_cp_async(")
+                && !header.contains("asm"),
+            "{what}: {header}"
+        );
+        let metal_dir = tmp.path().join(format!("metal-{what}"));
+        metal.write_dir(&metal_dir).unwrap();
+        let findings = ksearch::check::check_candidate(&metal_dir, None).unwrap();
+        let check_errors: Vec<_> = findings
+            .iter()
+            .filter(|f| f.severity == ksearch::check::Severity::Error)
+            .collect();
+        assert!(check_errors.is_empty(), "{what}: {check_errors:?}");
+        let back = ksearch::back_translate::back_translate_dir(&metal_dir)
+            .unwrap()
+            .candidate;
+        let cuda_dir = tmp.path().join(format!("cuda-{what}"));
+        back.write_dir(&cuda_dir).unwrap();
+        let out = common::run_cuda_cpu_driver(
+            &repo().join("tests/cuda_seeds_cpu").join(driver),
+            &cuda_dir,
+            tmp.path(),
+        );
+        println!("{what}:\n{out}");
+        assert!(
+            out.contains("tensor-core gemm agrees with the reference"),
+            "{what}: {out}"
+        );
+        assert_eq!(out.matches("worst error").count(), 3, "{out}");
+    }
+}

@@ -1090,8 +1090,15 @@ fn rewrite(
                         out[i] = String::new();
                         bump(counts, "address space");
                     } else if name == "constant" || name == "threadgroup" {
-                        // `static` may come first (`static constant float table[] = ...` in a header)
-                        let k = if prev == "static" { j - 1 } else { j };
+                        // `static` may come first (`static constant float table[] = ...` in a header), and
+                        // an alignment (`alignas(16) threadgroup half tile[...]`)
+                        let mut k = if prev == "static" { j - 1 } else { j };
+                        if k >= 4 && text(k - 1) == ")" {
+                            let open = (0..k - 1).rev().find(|&m| text(m) == "(");
+                            if let Some(o) = open.filter(|&o| o > 0 && text(o - 1) == "alignas") {
+                                k = o - 1;
+                            }
+                        }
                         let before = if k > 0 { text(k - 1) } else { "" };
                         let stmt_start = matches!(before, "" | ";" | "{" | "}")
                             || (k > 0 && toks[sig[k - 1]].kind == Kind::Preproc);

@@ -102,6 +102,23 @@ pub fn translate_candidate(dir: &Path, target: Target) -> Result<Translation, Tr
         TranslateError::Candidate(format!("{}: no kernel", dir.join("plan.toml").display()))
     })?;
     t.diagnostics.extend(diags);
+    if target == Target::MlxMetal {
+        // Dynamic shared memory is a CUDA launch's byte count; a Metal plan has none to carry it.
+        for l in cand
+            .plan
+            .launch
+            .iter()
+            .filter(|l| l.shared_memory.is_some())
+        {
+            t.diagnostics.push(diag(
+                target,
+                "T038",
+                0,
+                Some(&l.kernel),
+                format!("launch of `{}`", l.kernel),
+            ));
+        }
+    }
     if kernels.len() != cand.plan.kernel.len() || t.errors() > 0 {
         // A kernel the translation could not make, or a parameter that names nothing: no candidate.
         t.candidate = None;

@@ -134,6 +134,8 @@ struct Rw<'a> {
     storage_uses: Vec<Use>,
     /// In a helper with storage: the parameter holding it (its members are what it passes on).
     storage_param: Option<String>,
+    /// Metal: inline PTX was emulated (ptx.rs): the header needs ptx.metal.
+    ptx_used: bool,
 }
 
 impl<'a> Rw<'a> {
@@ -163,6 +165,14 @@ impl<'a> Rw<'a> {
     fn blocker(&self, n: Node) -> Option<(&'static str, &'static str, String)> {
         let src = self.src;
         let t = text(n, src);
+        if self.metal()
+            && super::ptx::parse(n, src)
+                .as_ref()
+                .and_then(super::ptx::recognise)
+                .is_some()
+        {
+            return None; // PTX the translation emulates (ptx.rs)
+        }
         let found = match n.kind() {
             "identifier" if self.dead.contains_key(t) && !is_decl_name(n) => {
                 let code = self.dead[t];
@@ -319,6 +329,7 @@ impl<'a> Rw<'a> {
                                 | "__syncwarp"
                                 | "__threadfence"
                                 | "__threadfence_block"
+                                | "__cvta_generic_to_shared"
                         )
                         && !super::groups::is_cache_hint(&name)
                 {
@@ -474,6 +485,13 @@ impl<'a> Rw<'a> {
             && n.kind() == "identifier"
         {
             return Some(r.clone());
+        }
+        if self.metal()
+            && let Some(asm) = super::ptx::parse(n, src)
+            && let Some(ptx) = super::ptx::recognise(&asm)
+        {
+            self.ptx_used = true;
+            return Some(super::ptx::metal(&ptx, &asm, &mut |x| self.render(x)));
         }
         match n.kind() {
             "identifier" => {
@@ -748,6 +766,8 @@ impl<'a> Rw<'a> {
             });
         }
         let out = match name.as_str() {
+            // A shared address as cp.async takes it: on Metal, a threadgroup pointer (ptx.rs).
+            "__cvta_generic_to_shared" => format!("((threadgroup uchar*)({}))", r(self, 0)),
             "__syncthreads" => "threadgroup_barrier(mem_flags::mem_threadgroup)".to_string(),
             "__syncwarp" => "simdgroup_barrier(mem_flags::mem_threadgroup)".to_string(),
             "__threadfence" | "__threadfence_block" => {
@@ -860,6 +880,17 @@ impl<'a> Rw<'a> {
 
     fn metal_declaration(&mut self, n: Node) -> Option<String> {
         let src = self.src;
+        // `unsigned d = __cvta_generic_to_shared(p);` (a shared address for cp.async): a threadgroup pointer.
+        if let Some(call) = descendants(n).into_iter().find(|c| {
+            c.kind() == "call_expression"
+                && call_name(*c, src).as_deref() == Some("__cvta_generic_to_shared")
+        }) && let Some(name) = children(n).into_iter().find_map(|d| declared_name(d, src))
+        {
+            let arg = self.render(*args(call).first()?);
+            return Some(format!(
+                "threadgroup uchar* {name} = (threadgroup uchar*)({arg});"
+            ));
+        }
         let is_shared = children(n)
             .iter()
             .any(|c| c.kind() == "type_qualifier" && text(*c, src) == "__shared__");
@@ -889,17 +920,19 @@ impl<'a> Rw<'a> {
                 .filter(|c| c.kind().ends_with("declarator") || c.kind() == "identifier")
                 .map(|c| self.render(c))
                 .collect();
-            let qualifiers: Vec<String> = children(n)
+            let (aligned, qualifiers): (Vec<String>, Vec<String>) = children(n)
                 .into_iter()
                 .filter(|c| c.kind() == "type_qualifier" && !matches!(text(*c, src), "__shared__"))
                 .map(|c| text(c, src).to_string())
-                .collect();
+                .partition(|q| q.starts_with("alignas"));
             let q = if qualifiers.is_empty() {
                 String::new()
             } else {
                 format!("{} ", qualifiers.join(" "))
             };
-            return Some(format!("threadgroup {q}{elem} {};", decls.join(", ")));
+            // `alignas(16)` (CUDA's `__align__`) leads the declaration, where every C++ compiler takes it.
+            let a: String = aligned.iter().map(|x| format!("{x} ")).collect();
+            return Some(format!("{a}threadgroup {q}{elem} {};", decls.join(", ")));
         }
         // Local pointers need an address space.
         let pointer_decl = children(n).into_iter().find(|c| {
@@ -1524,6 +1557,8 @@ struct Emitter<'s> {
     groups: Groups,
     /// Metal: the `__shared__` variables of helpers, hoisted into structs the kernels declare (`storage.rs`).
     storage: Storage,
+    /// Metal: inline PTX was emulated: the header starts with ptx.metal (`ptx.rs`).
+    ptx_used: bool,
 }
 
 /// Cooperative-group names and their kinds.
@@ -1553,6 +1588,7 @@ impl<'s> Emitter<'s> {
             helper_attrs: BTreeMap::new(),
             groups: declared_groups(src, target),
             storage: Storage::default(),
+            ptx_used: false,
         }
     }
 
@@ -1577,6 +1613,7 @@ impl<'s> Emitter<'s> {
 
     /// What a rewriter left: its diagnostics, and the constructs it could not translate.
     fn absorb(&mut self, rw: Rw) {
+        self.ptx_used |= rw.ptx_used;
         for (k, v) in rw.blocked {
             *self.blocked.entry(k).or_default() += v;
         }
@@ -2163,6 +2200,10 @@ impl<'s> Emitter<'s> {
     /// files, and the plan; none when no kernel got a launch.
     fn finish(&mut self, stem: &str, scope: &FileScope, mut parts: PlanParts) -> Option<Candidate> {
         let (src, metal) = (self.src, self.metal);
+        if metal && self.ptx_used {
+            self.header
+                .insert_str(0, &format!("{}\n", super::ptx::METAL));
+        }
         let header = &mut self.header;
         if !metal && src.contains("FLT_MAX") && !header.contains("define FLT_MAX") {
             // NVRTC has no <float.h>.
@@ -2277,6 +2318,7 @@ fn rewriter<'a>(
         groups: groups.clone(),
         storage_uses: Vec::new(),
         storage_param: None,
+        ptx_used: false,
     };
     if let Some(k) = k {
         for s in &k.shared {

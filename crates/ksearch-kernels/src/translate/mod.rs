@@ -12,6 +12,7 @@ mod groups;
 pub mod includes;
 mod launch;
 mod macros;
+mod ptx;
 mod storage;
 
 pub use analyze::{Analysis, KernelAnalysis, Param, ParamRole, SharedArray, analyze};
