@@ -6,6 +6,28 @@
 use crate::common;
 use crate::common::repo;
 use ksearch::candidate::Candidate;
+use std::path::Path;
+
+/// Runs `driver` (a file of tests/cuda_seeds_cpu) with the sources of `dir` on its include path and asserts it
+/// said `says` after `cases` lines of worst errors; returns its output for further checks.
+fn agrees(driver: &str, dir: &Path, tmp: &Path, says: &str, cases: usize) -> String {
+    let out =
+        common::run_cuda_cpu_driver(&repo().join("tests/cuda_seeds_cpu").join(driver), dir, tmp);
+    println!("{driver}:\n{out}");
+    assert!(out.contains(says), "{driver}: {out}");
+    assert_eq!(out.matches("worst error").count(), cases, "{driver}: {out}");
+    out
+}
+
+/// The mlx-metal candidate in `metal` back-translated to mlx-cuda (the Metal prelude in its headers), written
+/// into `out`.
+fn back_translated(metal: &Path, out: &Path) {
+    ksearch::back_translate::back_translate_dir(metal)
+        .unwrap()
+        .candidate
+        .write_dir(out)
+        .unwrap();
+}
 
 #[test]
 fn attention_expert_decode_matches_softmax() {
@@ -132,11 +154,14 @@ fn attention_expert_decode_matches_softmax() {
         "update the launches in tests/cuda_seeds_cpu/attention_decode.cpp"
     );
     let tmp = tempfile::tempdir().unwrap();
-    let driver = repo().join("tests/cuda_seeds_cpu/attention_decode.cpp");
-    let out = common::run_cuda_cpu_driver(&driver, &seed, tmp.path());
-    println!("{out}");
-    assert!(out.contains("decode agrees with the reference"), "{out}");
-    assert_eq!(out.matches("worst error").count(), 35, "{out}");
+    let driver = "attention_decode.cpp";
+    let out = agrees(
+        driver,
+        &seed,
+        tmp.path(),
+        "decode agrees with the reference",
+        35,
+    );
     assert_eq!(out.matches("(a cluster").count(), 11, "{out}");
     assert_eq!(out.matches("(one launch, signed)").count(), 10, "{out}");
     assert_eq!(out.matches(", PF").count(), 4, "{out}");
@@ -181,14 +206,14 @@ fn attention_expert_float32_prefill_matches_softmax() {
         "update the launch in tests/cuda_seeds_cpu/attention_prefill_f32.cpp"
     );
     let tmp = tempfile::tempdir().unwrap();
-    let driver = repo().join("tests/cuda_seeds_cpu/attention_prefill_f32.cpp");
-    let out = common::run_cuda_cpu_driver(&driver, &seed, tmp.path());
-    println!("{out}");
-    assert!(
-        out.contains("prefill (float32) agrees with the reference"),
-        "{out}"
+    let driver = "attention_prefill_f32.cpp";
+    agrees(
+        driver,
+        &seed,
+        tmp.path(),
+        "prefill (float32) agrees with the reference",
+        8,
     );
-    assert_eq!(out.matches("worst error").count(), 8, "{out}");
 }
 
 #[test]
@@ -234,14 +259,14 @@ fn paged_decode_expert_matches_attention_over_the_page_lists() {
         "update the launches in tests/cuda_seeds_cpu/paged_decode.cpp"
     );
     let tmp = tempfile::tempdir().unwrap();
-    let driver = repo().join("tests/cuda_seeds_cpu/paged_decode.cpp");
-    let out = common::run_cuda_cpu_driver(&driver, &seed, tmp.path());
-    println!("{out}");
-    assert!(
-        out.contains("paged decode agrees with the reference"),
-        "{out}"
+    let driver = "paged_decode.cpp";
+    agrees(
+        driver,
+        &seed,
+        tmp.path(),
+        "paged decode agrees with the reference",
+        8,
     );
-    assert_eq!(out.matches("worst error").count(), 8, "{out}");
 }
 
 /// The cuda target's gqa-paged-decode seeds: whole `__global__` functions, run on the CPU emulation as the
@@ -293,17 +318,13 @@ fn paged_decode_cuda_seeds_match_attention_over_the_page_lists() {
         ("paged_decode_cuda_naive.cpp", &naive),
     ] {
         Candidate::load(seed).unwrap().check_against(&task).unwrap();
-        let out = common::run_cuda_cpu_driver(
-            &repo().join("tests/cuda_seeds_cpu").join(driver),
+        agrees(
+            driver,
             seed,
             tmp.path(),
+            "paged decode agrees with the reference",
+            8,
         );
-        println!("{driver}:\n{out}");
-        assert!(
-            out.contains("paged decode agrees with the reference"),
-            "{out}"
-        );
-        assert_eq!(out.matches("worst error").count(), 8, "{out}");
     }
 }
 
@@ -327,14 +348,13 @@ fn mla_and_trimul_naive_cuda_seeds_match_their_references() {
             .unwrap()
             .check_against(&t)
             .unwrap();
-        let out = common::run_cuda_cpu_driver(
-            &repo().join("tests/cuda_seeds_cpu").join(driver),
+        agrees(
+            driver,
             &task_dir.join("seeds/cuda/naive"),
             tmp.path(),
+            says,
+            cases,
         );
-        println!("{driver}:\n{out}");
-        assert!(out.contains(says), "{out}");
-        assert_eq!(out.matches("worst error").count(), cases, "{out}");
     }
     let prefill = repo().join("tasks/mla-paged-prefill");
     Candidate::load(&prefill.join("seeds/cuda/naive"))
@@ -390,14 +410,13 @@ fn mla_decode_expert_cuda_seed_matches_attention_over_the_page_lists() {
         "the plan's shared_memory (60160) follows mla.cuh's layout: update both"
     );
     let tmp = tempfile::tempdir().unwrap();
-    let out = common::run_cuda_cpu_driver(
-        &repo().join("tests/cuda_seeds_cpu/mla_decode_expert.cpp"),
+    agrees(
+        "mla_decode_expert.cpp",
         &seed,
         tmp.path(),
+        "mla decode expert agrees",
+        5,
     );
-    println!("{out}");
-    assert!(out.contains("mla decode expert agrees"), "{out}");
-    assert_eq!(out.matches("worst error").count(), 5, "{out}");
 }
 
 /// The cuda target's mla-paged-prefill expert: its tiles of query tokens for prefill steps, the decode expert's
@@ -449,14 +468,13 @@ fn mla_prefill_expert_cuda_seed_matches_causal_attention() {
         "the plan's shared_memory (120320) follows prefill.cuh's layout: update both"
     );
     let tmp = tempfile::tempdir().unwrap();
-    let out = common::run_cuda_cpu_driver(
-        &repo().join("tests/cuda_seeds_cpu/mla_prefill_expert.cpp"),
+    agrees(
+        "mla_prefill_expert.cpp",
         &seed,
         tmp.path(),
+        "mla prefill expert agrees",
+        5,
     );
-    println!("{out}");
-    assert!(out.contains("mla prefill expert agrees"), "{out}");
-    assert_eq!(out.matches("worst error").count(), 5, "{out}");
 }
 
 /// The cuda target's trimul expert (its three products on the tensor cores in fp16: mma.sync and cp.async
@@ -494,14 +512,13 @@ fn trimul_expert_cuda_seed_matches_the_update() {
         "update tests/cuda_seeds_cpu/trimul_expert.cpp"
     );
     let tmp = tempfile::tempdir().unwrap();
-    let out = common::run_cuda_cpu_driver(
-        &repo().join("tests/cuda_seeds_cpu/trimul_expert.cpp"),
+    agrees(
+        "trimul_expert.cpp",
         &seed,
         tmp.path(),
+        "trimul expert agrees",
+        2,
     );
-    println!("{out}");
-    assert!(out.contains("trimul expert agrees"), "{out}");
-    assert_eq!(out.matches("worst error").count(), 2, "{out}");
 }
 
 /// A kernel found on NVIDIA carried to MLX computes the same: the naive mla-paged-decode cuda seed translated
@@ -517,14 +534,13 @@ fn a_cuda_seed_translated_to_mlx_cuda_still_matches_its_reference() {
     let out_dir = tmp.path().join("mlx-cuda");
     c.write_dir(&out_dir).unwrap();
     assert!(out_dir.join("mla_decode_naive.cu").is_file());
-    let out = common::run_cuda_cpu_driver(
-        &repo().join("tests/cuda_seeds_cpu/mla_naive_mlx.cpp"),
+    agrees(
+        "mla_naive_mlx.cpp",
         &out_dir,
         tmp.path(),
+        "mla naive seeds agree",
+        4,
     );
-    println!("{out}");
-    assert!(out.contains("mla naive seeds agree"), "{out}");
-    assert_eq!(out.matches("worst error").count(), 4, "{out}");
 }
 
 /// A kernel found on NVIDIA starts a search on Apple silicon: the gqa-paged-decode cuda expert translated to
@@ -548,11 +564,8 @@ fn the_gqa_cuda_expert_carried_to_metal_still_matches_its_reference() {
     let tmp = tempfile::tempdir().unwrap();
     let metal_dir = tmp.path().join("mlx-metal");
     metal.write_dir(&metal_dir).unwrap();
-    let back = ksearch::back_translate::back_translate_dir(&metal_dir)
-        .unwrap()
-        .candidate;
     let cuda_dir = tmp.path().join("mlx-cuda");
-    back.write_dir(&cuda_dir).unwrap();
+    back_translated(&metal_dir, &cuda_dir);
     // Both headers start with the same prelude: it once, then each kernel's part in its own namespace.
     let part = |header: &str, marker: &str| -> (String, String) {
         let text = std::fs::read_to_string(cuda_dir.join(header)).unwrap();
@@ -577,17 +590,13 @@ fn the_gqa_cuda_expert_carried_to_metal_still_matches_its_reference() {
         ),
     )
     .unwrap();
-    let out = common::run_cuda_cpu_driver(
-        &repo().join("tests/cuda_seeds_cpu/paged_decode_metal.cpp"),
+    agrees(
+        "paged_decode_metal.cpp",
         &cuda_dir,
         tmp.path(),
+        "paged decode agrees with the reference",
+        8,
     );
-    println!("{out}");
-    assert!(
-        out.contains("paged decode agrees with the reference"),
-        "{out}"
-    );
-    assert_eq!(out.matches("worst error").count(), 8, "{out}");
 }
 
 /// Paged attention for MLX, the Metal side: the gqa-paged-decode mlx-metal seeds (naive, expert), back-translated
@@ -605,22 +614,15 @@ fn paged_decode_metal_seeds_match_attention_over_the_page_lists() {
             .join("tasks/gqa-paged-decode/seeds/mlx-metal")
             .join(seed);
         Candidate::load(&dir).unwrap().check_against(&task).unwrap();
-        let back = ksearch::back_translate::back_translate_dir(&dir)
-            .unwrap()
-            .candidate;
         let out_dir = tmp.path().join(seed);
-        back.write_dir(&out_dir).unwrap();
-        let out = common::run_cuda_cpu_driver(
-            &repo().join("tests/cuda_seeds_cpu").join(driver),
+        back_translated(&dir, &out_dir);
+        agrees(
+            driver,
             &out_dir,
             tmp.path(),
+            "paged decode agrees with the reference",
+            8,
         );
-        println!("{seed}:\n{out}");
-        assert!(
-            out.contains("paged decode agrees with the reference"),
-            "{out}"
-        );
-        assert_eq!(out.matches("worst error").count(), 8, "{out}");
     }
 }
 
@@ -664,21 +666,14 @@ fn inline_ptx_tensor_core_code_carried_to_metal_computes_the_product() {
             .filter(|f| f.severity == ksearch::check::Severity::Error)
             .collect();
         assert!(check_errors.is_empty(), "{what}: {check_errors:?}");
-        let back = ksearch::back_translate::back_translate_dir(&metal_dir)
-            .unwrap()
-            .candidate;
         let cuda_dir = tmp.path().join(format!("cuda-{what}"));
-        back.write_dir(&cuda_dir).unwrap();
-        let out = common::run_cuda_cpu_driver(
-            &repo().join("tests/cuda_seeds_cpu").join(driver),
+        back_translated(&metal_dir, &cuda_dir);
+        agrees(
+            driver,
             &cuda_dir,
             tmp.path(),
+            "tensor-core gemm agrees with the reference",
+            3,
         );
-        println!("{what}:\n{out}");
-        assert!(
-            out.contains("tensor-core gemm agrees with the reference"),
-            "{what}: {out}"
-        );
-        assert_eq!(out.matches("worst error").count(), 3, "{out}");
     }
 }

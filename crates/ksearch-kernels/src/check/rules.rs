@@ -1486,22 +1486,7 @@ impl<'a> Flow<'a> {
                 continue;
             }
             let close = matching(r, k + 1);
-            let mut args: Vec<&[Tok]> = Vec::new();
-            let (mut depth, mut s) = (0i32, k + 2);
-            for j in k + 2..close {
-                match r[j].text.as_str() {
-                    "(" | "[" => depth += 1,
-                    ")" | "]" => depth -= 1,
-                    "," if depth == 0 => {
-                        args.push(&r[s..j]);
-                        s = j + 1;
-                    }
-                    _ => {}
-                }
-            }
-            if s < close {
-                args.push(&r[s..close]);
-            }
+            let args = split_top(&r[k + 2..close]);
             for (a, p) in args.iter().zip(&params) {
                 let Some(p) = p else { continue };
                 if let Some((src, root, line)) = self.expr_space(a)

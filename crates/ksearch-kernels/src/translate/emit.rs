@@ -875,7 +875,7 @@ impl<'a> Rw<'a> {
     }
 
     fn metal_type(&self, t: &str) -> String {
-        ksearch_model::dialect::metal_text(t).replace("__restrict__", "")
+        metal_text(t)
     }
 
     fn metal_declaration(&mut self, n: Node) -> Option<String> {
@@ -1055,7 +1055,7 @@ fn file_scope_type(t: &str, metal: bool) -> String {
 }
 
 /// The function a file-scope item defines (itself, or the one a template declares).
-fn item_function(c: Node) -> Option<Node> {
+pub(super) fn item_function(c: Node) -> Option<Node> {
     match c.kind() {
         "function_definition" => Some(c),
         "template_declaration" => children(c)
@@ -1257,7 +1257,7 @@ fn is_prototype(c: Node) -> bool {
 }
 
 /// The words of a piece of code that could name something (identifiers, macro names).
-fn words(t: &str) -> impl Iterator<Item = &str> {
+pub(super) fn words(t: &str) -> impl Iterator<Item = &str> {
     t.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
         .filter(|w| w.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_'))
 }
@@ -1915,7 +1915,7 @@ impl<'s> Emitter<'s> {
         let mut rw = rewriter(self.src, self.target, Some(k), &k.name, &self.groups);
         rw.helper_attrs = self.helper_attrs.clone();
         if self.metal {
-            rw.storage_uses = self.storage.uses(def, self.src);
+            rw.storage_uses = self.storage.kernel_uses(&k.name);
             self.storage_problems(&k.name, Some(&k.name));
         }
         let (shared_memory, smem_templates) =
@@ -2491,13 +2491,7 @@ fn call_site_spaces(a: &Analysis, top: &[Node], root: Node, src: &str) -> Spaces
         .map(|d| (d, None))
         .collect();
     for c in top {
-        let f = if c.kind() == "template_declaration" {
-            children(*c)
-                .into_iter()
-                .find(|x| x.kind() == "function_definition")
-        } else {
-            Some(*c).filter(|c| c.kind() == "function_definition")
-        };
+        let f = item_function(*c);
         if let Some(f) = f
             && has_qualifier(f, src, "__device__")
             && !has_qualifier(f, src, "__global__")
@@ -2506,11 +2500,12 @@ fn call_site_spaces(a: &Analysis, top: &[Node], root: Node, src: &str) -> Spaces
             callers.push((f, Some(name)));
         }
     }
+    let fields = array_fields(root, src);
     let mut out = Spaces::new();
     for _ in 0..=callers.len().min(8) {
         let mut next = Spaces::new();
         for (f, helper) in &callers {
-            caller_spaces(*f, helper.as_deref(), a, src, &out, &mut next);
+            caller_spaces(*f, helper.as_deref(), a, src, &fields, &out, &mut next);
         }
         if next == out {
             break;
@@ -2542,6 +2537,7 @@ fn caller_spaces(
     helper: Option<&str>,
     a: &Analysis,
     src: &str,
+    fields: &BTreeSet<String>,
     known: &Spaces,
     out: &mut Spaces,
 ) {
@@ -2615,7 +2611,7 @@ fn caller_spaces(
     // A local pointer points where its initialiser does (pointers to pointers in order, a few deep).
     for _ in 0..4 {
         for (name, v) in &aliases {
-            if let Some(space) = arg_space(*v, &names, src) {
+            if let Some(space) = arg_space(*v, &names, fields, src) {
                 names.insert(name.clone(), Held::Pointer(space));
             }
         }
@@ -2631,7 +2627,7 @@ fn caller_spaces(
             continue;
         }
         for (i, arg) in args(n).into_iter().enumerate() {
-            let space = match arg_space(arg, &names, src) {
+            let space = match arg_space(arg, &names, fields, src) {
                 Some(s) => s,
                 // An expression whose memory is not known: device memory, as a parameter's would be.
                 None if arg.kind() != "identifier"
@@ -2679,9 +2675,14 @@ fn pointer_form(v: Node, names: &BTreeMap<String, Held>, src: &str) -> bool {
 /// The address space the pointer expression `n` points into, when its names say: `a + i` and `&a[i]` where
 /// `a` is an array or a pointer, `&x` of a local, a row `rows[j]` of an array of arrays, an array field of a
 /// local struct, casts.
-fn arg_space(n: Node, names: &BTreeMap<String, Held>, src: &str) -> Option<&'static str> {
+fn arg_space(
+    n: Node,
+    names: &BTreeMap<String, Held>,
+    fields: &BTreeSet<String>,
+    src: &str,
+) -> Option<&'static str> {
     match n.kind() {
-        "parenthesized_expression" => arg_space(n.named_child(0)?, names, src),
+        "parenthesized_expression" => arg_space(n.named_child(0)?, names, fields, src),
         "identifier" => match names.get(text(n, src)) {
             Some(Held::Object(s) | Held::Pointer(s)) => Some(*s),
             _ => None,
@@ -2691,7 +2692,7 @@ fn arg_space(n: Node, names: &BTreeMap<String, Held>, src: &str) -> Option<&'sta
             match inner.kind() {
                 // An element: in the array's memory, or where the pointer points.
                 "subscript_expression" => {
-                    arg_space(inner.child_by_field_name("argument")?, names, src)
+                    arg_space(inner.child_by_field_name("argument")?, names, fields, src)
                 }
                 "identifier" => match names.get(text(inner, src)) {
                     Some(Held::Object(s)) => Some(*s),
@@ -2711,8 +2712,8 @@ fn arg_space(n: Node, names: &BTreeMap<String, Held>, src: &str) -> Option<&'sta
                 _ => None,
             }
         }
-        "binary_expression" => arg_space(n.child_by_field_name("left")?, names, src)
-            .or_else(|| arg_space(n.child_by_field_name("right")?, names, src)),
+        "binary_expression" => arg_space(n.child_by_field_name("left")?, names, fields, src)
+            .or_else(|| arg_space(n.child_by_field_name("right")?, names, fields, src)),
         // A row of an array of arrays decays to a pointer into the same memory (an element read through a
         // pointer is a value).
         "subscript_expression" => {
@@ -2727,15 +2728,14 @@ fn arg_space(n: Node, names: &BTreeMap<String, Held>, src: &str) -> Option<&'sta
         "field_expression" if !text(n, src).contains("->") => {
             let base = lvalue_base(n, src, &BTreeMap::new())?;
             let field = text(n.child_by_field_name("field")?, src);
-            (names.get(&base) == Some(&Held::Value) && field_is_array(n, field, src))
-                .then_some("thread")
+            (names.get(&base) == Some(&Held::Value) && fields.contains(field)).then_some("thread")
         }
-        "cast_expression" => arg_space(n.child_by_field_name("value")?, names, src),
+        "cast_expression" => arg_space(n.child_by_field_name("value")?, names, fields, src),
         "call_expression" => {
             let f = n.child_by_field_name("function")?;
             let f = f.child_by_field_name("name").unwrap_or(f);
             if text(f, src).ends_with("_cast") {
-                arg_space(*args(n).first()?, names, src)
+                arg_space(*args(n).first()?, names, fields, src)
             } else {
                 None
             }
@@ -2744,21 +2744,17 @@ fn arg_space(n: Node, names: &BTreeMap<String, Held>, src: &str) -> Option<&'sta
     }
 }
 
-/// Whether a struct of the file declares a field `field` as an array (`float buf[8];`).
-fn field_is_array(n: Node, field: &str, src: &str) -> bool {
-    let mut root = n;
-    while let Some(p) = root.parent() {
-        root = p;
-    }
+/// The fields the file's structs declare as arrays (`float buf[8];`): a local struct's such field is thread
+/// memory.
+fn array_fields(root: Node, src: &str) -> BTreeSet<String> {
     descendants(root)
         .into_iter()
         .filter(|d| d.kind() == "field_declaration")
         .flat_map(children)
-        .any(|d| {
-            d.kind() == "array_declarator"
-                && d.child_by_field_name("declarator")
-                    .is_some_and(|x| text(x, src) == field)
-        })
+        .filter(|d| d.kind() == "array_declarator")
+        .filter_map(|d| d.child_by_field_name("declarator"))
+        .map(|x| text(x, src).to_string())
+        .collect()
 }
 
 /// The attributes each helper uses once translated, including through the helpers it calls.
@@ -2773,13 +2769,7 @@ fn helper_attributes(
     for _ in 0..=top.len().min(8) {
         let mut next = BTreeMap::new();
         for c in top {
-            let f = if c.kind() == "template_declaration" {
-                children(*c)
-                    .into_iter()
-                    .find(|x| x.kind() == "function_definition")
-            } else {
-                Some(*c).filter(|c| c.kind() == "function_definition")
-            };
+            let f = item_function(*c);
             let Some(f) = f else { continue };
             if !has_qualifier(f, src, "__device__") || has_qualifier(f, src, "__global__") {
                 continue;
@@ -2875,7 +2865,7 @@ fn helper_params(
 }
 
 /// The name a declarator declares (`x`, `*p`, `a[4]`, `x = ...`).
-fn declared_name(d: Node, src: &str) -> Option<String> {
+pub(super) fn declared_name(d: Node, src: &str) -> Option<String> {
     match d.kind() {
         "identifier" => Some(text(d, src).to_string()),
         "init_declarator" | "pointer_declarator" | "array_declarator" | "reference_declarator" => {

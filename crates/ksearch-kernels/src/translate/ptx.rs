@@ -4,7 +4,7 @@
 //! call of `ptx.metal` (prepended to the header when used): the same results, not the speed (the product by
 //! simd shuffles, the copies synchronous). Other PTX stays an error (T101, T103).
 
-use super::analyze::{children, text};
+use super::analyze::{children, descendants, text};
 use regex::Regex;
 use std::sync::OnceLock;
 use tree_sitter::Node;
@@ -50,9 +50,10 @@ pub(crate) fn parse<'t>(n: Node<'t>, src: &str) -> Option<Asm<'t>> {
         return None;
     }
     let code = n.child_by_field_name("assembly_code")?;
-    let template = descendants_of(code, "string_content")
-        .iter()
-        .map(|s| text(*s, src))
+    let template = descendants(code)
+        .into_iter()
+        .filter(|s| s.kind() == "string_content")
+        .map(|s| text(s, src))
         .collect::<String>()
         .replace("\\n", " ")
         .replace("\\t", " ");
@@ -67,18 +68,6 @@ pub(crate) fn parse<'t>(n: Node<'t>, src: &str) -> Option<Asm<'t>> {
         }
     }
     Some(Asm { template, operands })
-}
-
-fn descendants_of<'t>(n: Node<'t>, kind: &str) -> Vec<Node<'t>> {
-    let mut out = Vec::new();
-    let mut stack = vec![n];
-    while let Some(x) = stack.pop() {
-        if x.kind() == kind {
-            out.push(x);
-        }
-        stack.extend(children(x).into_iter().rev());
-    }
-    out
 }
 
 fn operand_list(s: &str) -> Option<Vec<usize>> {

@@ -15,6 +15,7 @@
 //! defined twice (overloads, namespaces) or after its caller.
 
 use super::analyze::{callee, children, descendants, function_parts, has_qualifier, line, text};
+use super::emit::{declared_name, item_function, words};
 use std::collections::{BTreeMap, BTreeSet};
 use tree_sitter::Node;
 
@@ -70,6 +71,8 @@ pub(crate) struct Storage {
     pub param: String,
     /// Every identifier of the source: generated names avoid them.
     taken: BTreeSet<String>,
+    /// What each kernel calls, as `read` found it (for its declarations and arguments).
+    kernel_uses: BTreeMap<String, Vec<Use>>,
 }
 
 /// A function of the file: its name, the file-scope item holding it, the definition, whether a kernel.
@@ -83,14 +86,7 @@ struct Function<'t> {
 fn functions<'t>(top: &[Node<'t>], src: &str) -> Vec<Function<'t>> {
     let mut out = Vec::new();
     for c in top.iter().copied() {
-        let f = if c.kind() == "template_declaration" {
-            children(c)
-                .into_iter()
-                .find(|x| x.kind() == "function_definition")
-        } else {
-            Some(c).filter(|c| c.kind() == "function_definition")
-        };
-        let Some(f) = f else { continue };
+        let Some(f) = item_function(c) else { continue };
         let kernel = has_qualifier(f, src, "__global__");
         if !kernel && !has_qualifier(f, src, "__device__") {
             continue;
@@ -196,6 +192,9 @@ impl Storage {
             let uses = out.uses_of(f.def, src, &mut problems);
             out.placement(f, &uses, src, &mut problems);
             out.problem(&f.name, problems);
+            if f.kernel {
+                out.kernel_uses.insert(f.name.clone(), uses);
+            }
         }
         for p in out.problems.values_mut() {
             p.sort();
@@ -268,9 +267,9 @@ impl Storage {
         }
     }
 
-    /// The storage `f` (a kernel or helper) needs for the helpers it calls, each with its name.
-    pub fn uses(&self, f: Node, src: &str) -> Vec<Use> {
-        self.uses_of(f, src, &mut Vec::new())
+    /// The storage kernel `name` needs for the helpers it calls, each with its name.
+    pub fn kernel_uses(&self, name: &str) -> Vec<Use> {
+        self.kernel_uses.get(name).cloned().unwrap_or_default()
     }
 
     /// The calls in `f` of helpers with storage, one `Use` per helper and template arguments, named in
@@ -609,22 +608,8 @@ fn needed_constants(body: Node, src: &str, mut wanted: BTreeSet<String>) -> Vec<
 fn declared_names(d: Node, src: &str) -> BTreeSet<String> {
     children(d)
         .into_iter()
-        .filter_map(|c| declarator_name(c, src))
+        .filter_map(|c| declared_name(c, src))
         .collect()
-}
-
-fn declarator_name(n: Node, src: &str) -> Option<String> {
-    match n.kind() {
-        "identifier" => Some(text(n, src).to_string()),
-        "init_declarator" | "array_declarator" | "pointer_declarator" | "reference_declarator" => {
-            declarator_name(
-                n.child_by_field_name("declarator")
-                    .or_else(|| n.named_child(0))?,
-                src,
-            )
-        }
-        _ => None,
-    }
 }
 
 /// A constant declaration without its leading `static`, `constexpr` and `const`: `int N = 4;`.
@@ -648,9 +633,4 @@ fn local_names(body: Node, src: &str) -> BTreeSet<String> {
         .filter(|d| d.kind() == "declaration")
         .flat_map(|d| declared_names(d, src))
         .collect()
-}
-
-fn words(t: &str) -> impl Iterator<Item = &str> {
-    t.split(|c: char| !(c.is_alphanumeric() || c == '_'))
-        .filter(|w| !w.is_empty())
 }
